@@ -1,0 +1,10 @@
+//! mc-core: every piece of logic mc's binaries share.
+//!
+//! The crate never reads stdin, writes stdout, looks at the environment or the
+//! terminal. Binaries resolve paths, clocks and configuration and pass them in as
+//! values, so everything here can be driven by tests with a fixed clock and a
+//! temporary database.
+
+pub mod config;
+pub mod identity;
+pub mod tokens;
