@@ -1,1 +1,10 @@
-fn main() {}
+//! mc-transform: the per-call transform. Thin: arguments, stdin, mc-core, stdout.
+
+mod cli;
+mod paths;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    cli::main()
+}

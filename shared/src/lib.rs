@@ -5,6 +5,12 @@
 //! values, so everything here can be driven by tests with a fixed clock and a
 //! temporary database.
 
+pub mod codec;
 pub mod config;
+pub mod error;
 pub mod identity;
+pub mod store;
 pub mod tokens;
+pub mod transform;
+
+pub use error::{Error, Result};

@@ -1,0 +1,318 @@
+//! Argument parsing and the commands.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, anyhow};
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+
+use mc_core::config::{self, Config};
+use mc_core::store::{Store, StoreOptions};
+use mc_core::transform::{self, Envelope, PassReport, ReduceRequest};
+
+use crate::paths;
+
+const ABOUT: &str = "Per-call context transform for coding agents.
+
+With no subcommand, reads one envelope (JSON) on stdin — the harness's messages plus
+model, usage and session — and writes {\"messages\", \"system\", \"pass\"} on stdout.
+Every message and tool output is tagged §N§; drops the agent queued with `reduce`
+and age-based cleanup are applied only on passes that bust the prompt cache anyway,
+and replayed byte-for-byte on every other pass.
+
+The pass fails open: on any internal error it prints the input messages unchanged
+with \"decision\": \"passthrough\" and exits 0. Input that is not JSON or has no
+\"messages\" exits 2.";
+
+#[derive(Parser, Debug)]
+#[command(name = "mc-transform", version, about = ABOUT)]
+struct Args {
+    /// SQLite database [default: $MC_DB, else $XDG_DATA_HOME/mc/context.db]
+    #[arg(long, global = true, value_name = "PATH")]
+    db: Option<PathBuf>,
+
+    /// Extra config file, above user and project config [default: $MC_CONFIG]
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+
+    /// Pretty-print the JSON output
+    #[arg(long, global = true)]
+    pretty: bool,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run one pass (the default): envelope on stdin, transformed messages on stdout
+    Pass,
+    /// Queue tags for dropping (the agent's ctx_reduce). Nothing changes on the
+    /// wire until a pass that busts the cache anyway.
+    ///
+    /// Answers {"queued", "protected", "unknown", "already"}. Protected tags (the
+    /// newest ones) are queued too but wait until they leave the protected window.
+    /// Without flags, reads {"harness", "session_id", "drop"} on stdin.
+    Reduce {
+        /// Session id
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        /// Tags to drop, e.g. 3-5,12 (§ signs are ignored)
+        #[arg(long, value_name = "SPEC")]
+        drop: Option<String>,
+        /// Harness of the session
+        #[arg(long, default_value = "opencode")]
+        harness: String,
+    },
+    /// Show what the store knows about a session: tags, tokens, pending drops,
+    /// last decision and bust, pass counts
+    Status {
+        /// Session id
+        #[arg(long, value_name = "ID")]
+        session: String,
+        /// Harness of the session
+        #[arg(long, default_value = "opencode")]
+        harness: String,
+    },
+    /// Replace estimated token counts with exact ones for the parts of the
+    /// envelope on stdin (loads the tokenizer: run it off the per-call path)
+    Recount,
+}
+
+/// A failure with its exit code: 2 for bad input or usage, 1 otherwise.
+struct Failure {
+    code: u8,
+    error: anyhow::Error,
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(error: anyhow::Error) -> Self {
+        let code = match error.downcast_ref::<mc_core::Error>() {
+            Some(mc_core::Error::Input(_)) => 2,
+            _ => 1,
+        };
+        Failure { code, error }
+    }
+}
+
+fn input_failure(error: anyhow::Error) -> Failure {
+    Failure { code: 2, error }
+}
+
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = match &args.command {
+        None | Some(Command::Pass) => run_pass(&args),
+        Some(Command::Reduce {
+            session,
+            drop,
+            harness,
+        }) => run_reduce(&args, session.as_deref(), drop.as_deref(), harness),
+        Some(Command::Status { session, harness }) => run_status(&args, session, harness),
+        Some(Command::Recount) => run_recount(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) if is_broken_pipe(&failure.error) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("mc-transform: error: {:#}", failure.error);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn read_stdin() -> Result<String, Failure> {
+    let mut stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Err(input_failure(anyhow!(
+            "expected JSON on stdin (see mc-transform --help)"
+        )));
+    }
+    let mut text = String::new();
+    stdin
+        .read_to_string(&mut text)
+        .context("cannot read stdin")
+        .map_err(input_failure)?;
+    Ok(text)
+}
+
+fn parse_json(text: &str) -> Result<Value, Failure> {
+    serde_json::from_str(text)
+        .context("input is not JSON")
+        .map_err(input_failure)
+}
+
+fn write_json(value: &Value, pretty: bool) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    if pretty {
+        serde_json::to_writer_pretty(&mut out, value)?;
+    } else {
+        serde_json::to_writer(&mut out, value)?;
+    }
+    out.write_all(b"\n")?;
+    out.flush()?;
+    Ok(())
+}
+
+fn load_config(args: &Args, project_dir: Option<&Path>) -> (Config, Vec<String>) {
+    let loaded = config::load(&paths::config_layers(args.config.as_deref(), project_dir));
+    for warning in &loaded.warnings {
+        eprintln!("mc-transform: warning: {warning}");
+    }
+    (loaded.config, loaded.warnings)
+}
+
+fn open_store(args: &Args, config: &Config) -> anyhow::Result<Store> {
+    let path = paths::db_path(args.db.as_deref())?;
+    let options = StoreOptions {
+        busy_timeout: Duration::from_millis(config.sqlite.busy_timeout_ms),
+    };
+    Ok(Store::open(&path, &options)?)
+}
+
+fn run_pass(args: &Args) -> Result<(), Failure> {
+    let text = read_stdin()?;
+    let value = parse_json(&text)?;
+    let envelope =
+        Envelope::from_value(value).map_err(|e| input_failure(anyhow::Error::from(e)))?;
+    let now = envelope.now_ms.unwrap_or_else(now_ms);
+    let harness = envelope.harness.clone();
+    let session_id = envelope.session_id.clone();
+    let project_dir = envelope
+        .project_dir
+        .clone()
+        .or_else(|| std::env::current_dir().ok());
+    let mut envelope = envelope;
+    envelope.project_dir = project_dir.clone();
+    let (config, config_warnings) = load_config(args, project_dir.as_deref());
+
+    let mut store = None;
+    let result = open_store(args, &config).and_then(|s| {
+        let store = store.insert(s);
+        Ok(transform::run_pass(
+            store,
+            envelope,
+            &config.transform,
+            now,
+        )?)
+    });
+    let output = match result {
+        Ok(mut output) => {
+            output.pass.warnings.extend(config_warnings);
+            output.into_value()
+        }
+        Err(error) => {
+            // Fail open: the agent's prompt loop must never stop because of mc.
+            let message = format!("{error:#}");
+            eprintln!("mc-transform: warning: passthrough: {message}");
+            if let (Some(store), Some(session)) = (store.as_mut(), session_id.as_deref()) {
+                let _ = transform::record_passthrough(store, &harness, session, &message, now);
+            }
+            passthrough(&text, message, config_warnings)
+        }
+    };
+    write_json(&output, args.pretty)?;
+    Ok(())
+}
+
+/// The input's messages and system, unchanged, with a passthrough report.
+fn passthrough(input: &str, error: String, extra_warnings: Vec<String>) -> Value {
+    let mut original: Value = serde_json::from_str(input).unwrap_or(Value::Null);
+    let mut report = PassReport::passthrough(error);
+    report.warnings.extend(extra_warnings);
+    let mut out = serde_json::Map::new();
+    out.insert("messages".into(), original["messages"].take());
+    if let Some(system) = original
+        .get_mut("system")
+        .map(Value::take)
+        .filter(|v| !v.is_null())
+    {
+        out.insert("system".into(), system);
+    }
+    out.insert(
+        "pass".into(),
+        serde_json::to_value(report).unwrap_or(Value::Null),
+    );
+    Value::Object(out)
+}
+
+fn run_reduce(
+    args: &Args,
+    session: Option<&str>,
+    drop: Option<&str>,
+    harness: &str,
+) -> Result<(), Failure> {
+    let request = match (session, drop) {
+        (Some(session), Some(drop)) => ReduceRequest {
+            harness: harness.to_string(),
+            session_id: session.to_string(),
+            drop: transform::reduce::parse_drop(drop).map_err(|e| input_failure(e.into()))?,
+        },
+        (None, None) => {
+            let value = parse_json(&read_stdin()?)?;
+            ReduceRequest::from_value(value).map_err(|e| input_failure(e.into()))?
+        }
+        _ => {
+            return Err(input_failure(anyhow!(
+                "reduce needs both --session and --drop, or JSON on stdin"
+            )));
+        }
+    };
+    let (config, _) = load_config(args, None);
+    let mut store = open_store(args, &config)?;
+    let result = transform::reduce(&mut store, &request, &config.transform, now_ms())
+        .map_err(anyhow::Error::from)?;
+    write_json(
+        &serde_json::to_value(result).map_err(anyhow::Error::from)?,
+        args.pretty,
+    )?;
+    Ok(())
+}
+
+fn run_status(args: &Args, session: &str, harness: &str) -> Result<(), Failure> {
+    let (config, _) = load_config(args, None);
+    let store = open_store(args, &config)?;
+    let report = transform::status(&store, harness, session).map_err(anyhow::Error::from)?;
+    let value = match report {
+        Some(report) => serde_json::to_value(report).map_err(anyhow::Error::from)?,
+        None => {
+            return Err(Failure {
+                code: 1,
+                error: anyhow!(
+                    "no session {session:?} for harness {harness:?} in {} (no pass has seen it yet)",
+                    store.path().display()
+                ),
+            });
+        }
+    };
+    write_json(&value, args.pretty)?;
+    Ok(())
+}
+
+fn run_recount(args: &Args) -> Result<(), Failure> {
+    let value = parse_json(&read_stdin()?)?;
+    let envelope = Envelope::from_value(value).map_err(|e| input_failure(e.into()))?;
+    let (config, _) = load_config(args, envelope.project_dir.as_deref());
+    let mut store = open_store(args, &config)?;
+    let result = transform::recount::recount(&mut store, envelope).map_err(anyhow::Error::from)?;
+    write_json(&json!(result), args.pretty)?;
+    Ok(())
+}

@@ -1,0 +1,364 @@
+//! OpenCode's `{info, parts}` messages (MessageV2), as the
+//! `experimental.chat.messages.transform` hook hands them over.
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    User,
+    Assistant,
+    Other,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Other => "other",
+        }
+    }
+}
+
+/// What the transform needs to know about a part; everything else stays in `raw`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartKind {
+    Text,
+    Reasoning,
+    Tool,
+    File,
+    StepStart,
+    StepFinish,
+    Other,
+}
+
+#[derive(Debug, Clone)]
+pub struct Part {
+    pub kind: PartKind,
+    pub raw: Map<String, Value>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// The whole message object; its `parts` slot is held in `parts` while decoded.
+    pub raw: Map<String, Value>,
+    pub parts: Vec<Part>,
+}
+
+fn kind_of(type_name: Option<&str>) -> PartKind {
+    match type_name {
+        Some("text") => PartKind::Text,
+        Some("reasoning" | "thinking" | "redacted_thinking") => PartKind::Reasoning,
+        Some("tool") => PartKind::Tool,
+        Some("file") => PartKind::File,
+        Some("step-start") => PartKind::StepStart,
+        Some("step-finish") => PartKind::StepFinish,
+        _ => PartKind::Other,
+    }
+}
+
+impl Part {
+    pub fn decode(value: Value) -> Result<Part> {
+        match value {
+            Value::Object(raw) => {
+                let kind = kind_of(raw.get("type").and_then(Value::as_str));
+                Ok(Part { kind, raw })
+            }
+            other => Err(Error::input(format!(
+                "a message part is not a JSON object (found {})",
+                json_kind(&other)
+            ))),
+        }
+    }
+
+    pub fn encode(self) -> Value {
+        Value::Object(self.raw)
+    }
+
+    pub fn text(&self) -> Option<&str> {
+        self.raw.get("text").and_then(Value::as_str)
+    }
+
+    pub fn set_text(&mut self, text: String) {
+        self.raw.insert("text".into(), Value::String(text));
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        self.raw.get(name).and_then(Value::as_bool).unwrap_or(false)
+    }
+
+    pub fn is_synthetic(&self) -> bool {
+        self.flag("synthetic")
+    }
+
+    pub fn is_ignored(&self) -> bool {
+        self.flag("ignored")
+    }
+
+    pub fn call_id(&self) -> Option<&str> {
+        self.raw.get("callID").and_then(Value::as_str)
+    }
+
+    pub fn tool_name(&self) -> Option<&str> {
+        self.raw.get("tool").and_then(Value::as_str)
+    }
+
+    fn state(&self) -> Option<&Map<String, Value>> {
+        self.raw.get("state").and_then(Value::as_object)
+    }
+
+    fn state_mut(&mut self) -> Option<&mut Map<String, Value>> {
+        self.raw.get_mut("state").and_then(Value::as_object_mut)
+    }
+
+    pub fn tool_status(&self) -> Option<&str> {
+        self.state()?.get("status").and_then(Value::as_str)
+    }
+
+    /// The output of a completed tool call.
+    pub fn tool_output(&self) -> Option<&str> {
+        self.state()?.get("output").and_then(Value::as_str)
+    }
+
+    pub fn set_tool_output(&mut self, output: String) {
+        if let Some(state) = self.state_mut() {
+            state.insert("output".into(), Value::String(output));
+        }
+    }
+
+    pub fn tool_input(&self) -> Option<&Value> {
+        self.state()?.get("input")
+    }
+
+    pub fn tool_input_mut(&mut self) -> Option<&mut Value> {
+        self.state_mut()?.get_mut("input")
+    }
+
+    /// A tool arc is closed once it has a result (completed) or failed; open
+    /// arcs (pending, running) are never dropped or truncated.
+    pub fn tool_is_closed(&self) -> bool {
+        self.tool_output().is_some() || self.tool_status() == Some("error")
+    }
+
+    pub fn provider_executed(&self) -> bool {
+        self.flag("providerExecuted")
+    }
+
+    pub fn file_url(&self) -> Option<&str> {
+        self.raw.get("url").and_then(Value::as_str)
+    }
+
+    /// Does this part carry content the model reads (as opposed to structure)?
+    pub fn is_meaningful(&self) -> bool {
+        match self.kind {
+            PartKind::Text => self.text().is_some_and(|t| !t.trim().is_empty()),
+            PartKind::Reasoning | PartKind::StepStart | PartKind::StepFinish => false,
+            PartKind::Tool | PartKind::File => true,
+            PartKind::Other => !matches!(
+                self.raw.get("type").and_then(Value::as_str),
+                Some("snapshot" | "patch" | "agent" | "retry" | "meta")
+            ),
+        }
+    }
+}
+
+impl Message {
+    pub fn decode(value: Value) -> Result<Message> {
+        let mut raw = match value {
+            Value::Object(map) => map,
+            other => {
+                return Err(Error::input(format!(
+                    "a message is not a JSON object (found {})",
+                    json_kind(&other)
+                )));
+            }
+        };
+        if !raw.get("info").is_some_and(Value::is_object) {
+            return Err(Error::input(
+                "a message has no \"info\" object; expected OpenCode's {info, parts} shape",
+            ));
+        }
+        // Take the parts out but leave the slot, so the key keeps its position.
+        let parts = match raw.get_mut("parts").map(Value::take) {
+            Some(Value::Array(items)) => items
+                .into_iter()
+                .map(Part::decode)
+                .collect::<Result<Vec<_>>>()?,
+            Some(Value::Null) | None => Vec::new(),
+            Some(other) => {
+                return Err(Error::input(format!(
+                    "a message's \"parts\" is not an array (found {})",
+                    json_kind(&other)
+                )));
+            }
+        };
+        Ok(Message { raw, parts })
+    }
+
+    pub fn encode(mut self) -> Value {
+        let parts = Value::Array(self.parts.into_iter().map(Part::encode).collect());
+        self.raw.insert("parts".into(), parts);
+        Value::Object(self.raw)
+    }
+
+    pub fn info(&self) -> &Map<String, Value> {
+        self.raw
+            .get("info")
+            .and_then(Value::as_object)
+            .expect("decode checked that info is an object")
+    }
+
+    pub fn id(&self) -> Option<&str> {
+        self.info().get("id").and_then(Value::as_str)
+    }
+
+    pub fn session_id(&self) -> Option<&str> {
+        self.info().get("sessionID").and_then(Value::as_str)
+    }
+
+    pub fn role(&self) -> Role {
+        match self.info().get("role").and_then(Value::as_str) {
+            Some("user") => Role::User,
+            Some("assistant") => Role::Assistant,
+            _ => Role::Other,
+        }
+    }
+
+    fn time(&self, field: &str) -> Option<i64> {
+        self.info().get("time")?.get(field)?.as_i64()
+    }
+
+    pub fn created_ms(&self) -> Option<i64> {
+        self.time("created")
+    }
+
+    pub fn completed_ms(&self) -> Option<i64> {
+        self.time("completed")
+    }
+
+    pub fn finish(&self) -> Option<&str> {
+        self.info().get("finish").and_then(Value::as_str)
+    }
+
+    /// The user message's per-session tool allow-list (`tools: {name: bool}`).
+    pub fn tools(&self) -> Option<&Map<String, Value>> {
+        self.info().get("tools").and_then(Value::as_object)
+    }
+
+    /// Input tokens the provider reported for an assistant message
+    /// (`input + cache.read + cache.write`), if it carries a usage sample.
+    pub fn usage_input_tokens(&self) -> Option<u64> {
+        let tokens = self.info().get("tokens")?;
+        let input = tokens.get("input")?.as_u64()?;
+        let cache = tokens.get("cache");
+        let read = cache.and_then(|c| c.get("read")).and_then(Value::as_u64);
+        let write = cache.and_then(|c| c.get("write")).and_then(Value::as_u64);
+        Some(input + read.unwrap_or(0) + write.unwrap_or(0))
+    }
+
+    /// A user message typed by a person: at least one text part that is neither
+    /// synthetic nor ignored.
+    pub fn is_real_user(&self) -> bool {
+        self.role() == Role::User
+            && self.parts.iter().any(|p| {
+                p.kind == PartKind::Text
+                    && !p.is_synthetic()
+                    && !p.is_ignored()
+                    && p.raw
+                        .get("metadata")
+                        .and_then(|m| m.get("marker"))
+                        .is_none()
+            })
+    }
+}
+
+/// Decode a whole message array.
+pub fn decode_all(values: Vec<Value>) -> Result<Vec<Message>> {
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| Message::decode(v).map_err(|e| Error::input(format!("messages[{i}]: {e}"))))
+        .collect()
+}
+
+pub fn encode_all(messages: Vec<Message>) -> Vec<Value> {
+    messages.into_iter().map(Message::encode).collect()
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn round_trip_keeps_unknown_fields_in_order() {
+        let input = json!({
+            "zeta": 1,
+            "info": {"id": "msg_1", "role": "assistant", "weird": {"b": 2, "a": 1}, "sessionID": "s"},
+            "parts": [
+                {"type": "future-kind", "z": true, "a": [3, 2, 1]},
+                {"id": "p", "type": "tool", "callID": "c", "state": {"status": "completed", "output": "o", "x": null}}
+            ],
+            "alpha": "last"
+        });
+        let text = serde_json::to_string(&input).unwrap();
+        let msg = Message::decode(serde_json::from_str(&text).unwrap()).unwrap();
+        assert_eq!(msg.parts[0].kind, PartKind::Other);
+        assert_eq!(msg.parts[1].tool_output(), Some("o"));
+        let back = serde_json::to_string(&msg.encode()).unwrap();
+        assert_eq!(back, text, "bytes and key order must survive a round trip");
+    }
+
+    #[test]
+    fn rejects_shapes_that_are_not_opencode() {
+        assert!(Message::decode(json!([1])).is_err());
+        assert!(Message::decode(json!({"parts": []})).is_err());
+        assert!(Message::decode(json!({"info": {}, "parts": 3})).is_err());
+        let err = decode_all(vec![json!({"info": {}}), json!("x")]).unwrap_err();
+        assert!(err.to_string().starts_with("messages[1]:"), "{err}");
+    }
+
+    #[test]
+    fn accessors_read_the_fields_the_transform_needs() {
+        let msg = Message::decode(json!({
+            "info": {"id": "m", "sessionID": "s", "role": "assistant", "finish": "tool-calls",
+                     "time": {"created": 5, "completed": 9},
+                     "tokens": {"input": 10, "output": 3, "cache": {"read": 100, "write": 7}}},
+            "parts": [{"type": "step-start"}, {"type": "text", "text": "  "},
+                      {"type": "tool", "callID": "c", "tool": "read", "state": {"status": "running", "input": {}}}]
+        }))
+        .unwrap();
+        assert_eq!(msg.role(), Role::Assistant);
+        assert_eq!((msg.created_ms(), msg.completed_ms()), (Some(5), Some(9)));
+        assert_eq!(msg.usage_input_tokens(), Some(117));
+        assert_eq!(msg.finish(), Some("tool-calls"));
+        assert!(!msg.parts[0].is_meaningful());
+        assert!(!msg.parts[1].is_meaningful(), "blank text is not content");
+        assert!(!msg.parts[2].tool_is_closed());
+        assert!(msg.parts[2].is_meaningful());
+    }
+
+    #[test]
+    fn real_user_excludes_synthetic_and_ignored() {
+        let synthetic = Message::decode(json!({"info": {"role": "user"},
+            "parts": [{"type": "text", "text": "x", "synthetic": true}, {"type": "text", "text": "y", "ignored": true}]})).unwrap();
+        assert!(!synthetic.is_real_user());
+        let real = Message::decode(json!({"info": {"role": "user"},
+            "parts": [{"type": "text", "text": "hello"}]}))
+        .unwrap();
+        assert!(real.is_real_user());
+    }
+}

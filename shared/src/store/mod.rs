@@ -1,0 +1,253 @@
+//! The SQLite store: one database file shared by every mc binary.
+//!
+//! WAL, a busy timeout, foreign keys on, and migrations keyed on
+//! `PRAGMA user_version`. A database written by a newer mc is refused
+//! (the schema fence) instead of being silently misread.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+
+use crate::error::{Error, Result};
+
+/// Shipped migrations, applied in order. Never edit one that has shipped: add a new one.
+const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_transform.sql")];
+
+/// The newest schema version this build understands (the fence).
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Default busy timeout: long enough to ride out a sibling process's write.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
+
+/// `$XDG_DATA_HOME/mc/context.db`, else `~/.local/share/mc/context.db`.
+/// Relative XDG values are ignored, as the XDG spec asks.
+pub fn default_db_path(xdg_data_home: Option<&Path>, home: Option<&Path>) -> Option<PathBuf> {
+    let base = match xdg_data_home.filter(|p| p.is_absolute()) {
+        Some(dir) => dir.to_path_buf(),
+        None => home?.join(".local").join("share"),
+    };
+    Some(base.join("mc").join("context.db"))
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub busy_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+        }
+    }
+}
+
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Open (creating it and its folder if needed) and migrate the database at `path`.
+    pub fn open(path: &Path, options: &StoreOptions) -> Result<Store> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                Error::Io(std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot create folder {} for the database: {e}",
+                        parent.display()
+                    ),
+                ))
+            })?;
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI;
+        let conn = Connection::open_with_flags(path, flags).map_err(|source| Error::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::setup(conn, path.to_path_buf(), options)
+    }
+
+    /// A private in-memory database, for tests.
+    pub fn open_in_memory() -> Result<Store> {
+        let conn = Connection::open_in_memory()?;
+        Self::setup(conn, PathBuf::from(":memory:"), &StoreOptions::default())
+    }
+
+    fn setup(conn: Connection, path: PathBuf, options: &StoreOptions) -> Result<Store> {
+        conn.busy_timeout(options.busy_timeout)?;
+        // journal_mode answers with a row; WAL is persistent, so this is cheap after the first time.
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        if mode != "wal" && mode != "memory" {
+            return Err(Error::Corrupt(format!(
+                "database {} refused WAL mode (answered {mode})",
+                path.display()
+            )));
+        }
+        conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")?;
+        let mut store = Store { conn, path };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn schema_version(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?)
+    }
+
+    fn migrate(&mut self) -> Result<()> {
+        let found = self.schema_version()?;
+        if found == SCHEMA_VERSION {
+            return Ok(());
+        }
+        if found > SCHEMA_VERSION {
+            return Err(Error::SchemaTooNew {
+                path: self.path.clone(),
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        for (index, sql) in MIGRATIONS.iter().enumerate() {
+            let version = index as i64 + 1;
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            // Re-read inside the write lock: a sibling process may have migrated meanwhile.
+            let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+            if current >= version {
+                continue;
+            }
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", version)?;
+            tx.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Read-only access (each statement its own implicit transaction).
+    pub fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// Run `f` in one `BEGIN IMMEDIATE` transaction: the write lock is taken up
+    /// front, so a read-then-write never loses a race to a sibling process.
+    /// Commits when `f` returns Ok, rolls back otherwise.
+    pub fn write<T>(&mut self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let value = f(&tx)?;
+        tx.commit()?;
+        Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fence_equals_newest_migration() {
+        let store = Store::open_in_memory().unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(SCHEMA_VERSION, MIGRATIONS.len() as i64);
+        // The newest migration file is the one the fence names.
+        let newest =
+            std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/migrations"))
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.ends_with(".sql"))
+                .map(|n| n[..4].parse::<i64>().unwrap())
+                .max()
+                .unwrap();
+        assert_eq!(
+            newest, SCHEMA_VERSION,
+            "a migration file is not listed in MIGRATIONS"
+        );
+    }
+
+    #[test]
+    fn newer_database_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctx.db");
+        drop(Store::open(&path, &StoreOptions::default()).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        drop(conn);
+        let err = Store::open(&path, &StoreOptions::default()).err().unwrap();
+        match &err {
+            Error::SchemaTooNew {
+                found, supported, ..
+            } => {
+                assert_eq!(*found, SCHEMA_VERSION + 1);
+                assert_eq!(*supported, SCHEMA_VERSION);
+            }
+            other => panic!("expected SchemaTooNew, got {other}"),
+        }
+        assert!(err.to_string().contains("upgrade mc"));
+    }
+
+    #[test]
+    fn opens_in_wal_with_foreign_keys_and_creates_folders() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("deep/er/ctx.db");
+        let store = Store::open(&path, &StoreOptions::default()).unwrap();
+        let mode: String = store
+            .conn()
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        let fk: i64 = store
+            .conn()
+            .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(fk, 1);
+        // Reopening an up-to-date database applies nothing and keeps the version.
+        drop(store);
+        let again = Store::open(&path, &StoreOptions::default()).unwrap();
+        assert_eq!(again.schema_version().unwrap(), SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn default_path_follows_xdg() {
+        assert_eq!(
+            default_db_path(Some(Path::new("/x/data")), Some(Path::new("/home/u"))),
+            Some(PathBuf::from("/x/data/mc/context.db"))
+        );
+        // Relative XDG values are ignored.
+        assert_eq!(
+            default_db_path(Some(Path::new("rel")), Some(Path::new("/home/u"))),
+            Some(PathBuf::from("/home/u/.local/share/mc/context.db"))
+        );
+        assert_eq!(default_db_path(None, None), None);
+    }
+
+    #[test]
+    fn write_rolls_back_on_error() {
+        let mut store = Store::open_in_memory().unwrap();
+        let result: Result<()> = store.write(|tx| {
+            tx.execute(
+                "INSERT INTO sessions (harness, session_id, created_ms, updated_ms) VALUES ('h','s',0,0)",
+                [],
+            )?;
+            Err(Error::input("stop"))
+        });
+        assert!(result.is_err());
+        let n: i64 = store
+            .conn()
+            .query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 0);
+    }
+}

@@ -1,0 +1,250 @@
+//! The pass's input envelope (DESIGN §4.1) and output document (§4.2).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct ModelInfo {
+    #[serde(default)]
+    pub provider: Option<String>,
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub context_limit: Option<u64>,
+    #[serde(default)]
+    pub output_limit: Option<u64>,
+}
+
+impl ModelInfo {
+    /// `provider/model`, the key model changes are detected on.
+    pub fn key(&self) -> Option<String> {
+        match (&self.provider, &self.id) {
+            (Some(p), Some(m)) => Some(format!("{p}/{m}")),
+            (None, Some(m)) => Some(m.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// Provider-reported token usage of the latest response.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq)]
+pub struct Usage {
+    #[serde(default)]
+    pub input: u64,
+    #[serde(default)]
+    pub cache_read: u64,
+    #[serde(default)]
+    pub cache_write: u64,
+    #[serde(default)]
+    pub output: u64,
+}
+
+impl Usage {
+    /// What the prompt occupied: every input token, cached or not.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.input + self.cache_read + self.cache_write
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Envelope {
+    pub harness: String,
+    pub session_id: Option<String>,
+    pub project_dir: Option<PathBuf>,
+    pub model: ModelInfo,
+    pub usage: Option<Usage>,
+    pub now_ms: Option<i64>,
+    pub subagent: bool,
+    pub system: Option<Value>,
+    pub messages: Vec<Value>,
+}
+
+pub const SUPPORTED_HARNESSES: &[&str] = &["opencode"];
+
+impl Envelope {
+    /// Parse a decoded JSON document. Missing `messages` or a wrong type is
+    /// an input error (the binary exits 2); unknown top-level keys are ignored.
+    pub fn from_value(value: Value) -> Result<Envelope> {
+        let Value::Object(mut map) = value else {
+            return Err(Error::input(
+                "input must be a JSON object with a \"messages\" array",
+            ));
+        };
+        let messages = match map.remove("messages") {
+            Some(Value::Array(items)) => items,
+            Some(_) => return Err(Error::input("\"messages\" must be an array")),
+            None => return Err(Error::input("input has no \"messages\" array")),
+        };
+        let harness = match map.remove("harness") {
+            None | Some(Value::Null) => "opencode".to_string(),
+            Some(Value::String(h)) => h,
+            Some(_) => return Err(Error::input("\"harness\" must be a string")),
+        };
+        if !SUPPORTED_HARNESSES.contains(&harness.as_str()) {
+            return Err(Error::input(format!(
+                "harness {harness:?} is not supported yet (supported: {})",
+                SUPPORTED_HARNESSES.join(", ")
+            )));
+        }
+        Ok(Envelope {
+            harness,
+            session_id: take_field(&mut map, "session_id")?,
+            project_dir: take_field(&mut map, "project_dir")?,
+            model: take_field(&mut map, "model")?.unwrap_or_default(),
+            usage: take_field(&mut map, "usage")?,
+            now_ms: take_field(&mut map, "now_ms")?,
+            subagent: take_field(&mut map, "subagent")?.unwrap_or(false),
+            system: map.remove("system").filter(|v| !v.is_null()),
+            messages,
+        })
+    }
+}
+
+fn take_field<T: serde::de::DeserializeOwned>(
+    map: &mut Map<String, Value>,
+    key: &str,
+) -> Result<Option<T>> {
+    match map.remove(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => serde_json::from_value(v)
+            .map(Some)
+            .map_err(|e| Error::input(format!("\"{key}\": {e}"))),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Defer,
+    Execute,
+    Passthrough,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Defer => "defer",
+            Decision::Execute => "execute",
+            Decision::Passthrough => "passthrough",
+        }
+    }
+}
+
+/// How much of the previously sent prompt this pass changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bust {
+    /// Every byte sent before is sent again: the provider cache survives.
+    None,
+    /// Mutations were first applied to earlier messages (drops, clearing).
+    Soft,
+    /// The head of the prompt was rebuilt.
+    Hard,
+}
+
+impl Bust {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Bust::None => "none",
+            Bust::Soft => "soft",
+            Bust::Hard => "hard",
+        }
+    }
+}
+
+/// The `pass` object of the output: what happened and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct PassReport {
+    pub decision: Decision,
+    /// Why the scheduler decided as it did (threshold, ttl_expired, mid_turn, ...).
+    pub reason: &'static str,
+    pub bust: Bust,
+    pub usage_percent: f64,
+    /// Tags present in this pass's messages.
+    pub tags: u64,
+    /// Tags first dropped on this pass.
+    pub dropped: Vec<i64>,
+    pub materialized: bool,
+    pub historian_due: bool,
+    pub warnings: Vec<String>,
+}
+
+impl PassReport {
+    pub fn passthrough(warning: String) -> PassReport {
+        PassReport {
+            decision: Decision::Passthrough,
+            reason: "error",
+            bust: Bust::None,
+            usage_percent: 0.0,
+            tags: 0,
+            dropped: Vec::new(),
+            materialized: false,
+            historian_due: false,
+            warnings: vec![warning],
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PassOutput {
+    pub messages: Vec<Value>,
+    pub system: Option<Value>,
+    pub pass: PassReport,
+}
+
+impl PassOutput {
+    /// The output document, `{"messages", "system"?, "pass"}`.
+    pub fn into_value(self) -> Value {
+        let mut map = Map::new();
+        map.insert("messages".into(), Value::Array(self.messages));
+        if let Some(system) = self.system {
+            map.insert("system".into(), system);
+        }
+        map.insert(
+            "pass".into(),
+            serde_json::to_value(&self.pass).expect("the report always serialises"),
+        );
+        Value::Object(map)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_the_design_envelope() {
+        let env = Envelope::from_value(json!({
+            "harness": "opencode", "session_id": "ses_1", "project_dir": "/r",
+            "model": {"provider": "anthropic", "id": "claude", "context_limit": 200000, "output_limit": 32000},
+            "usage": {"input": 1, "cache_read": 2, "cache_write": 3, "output": 4},
+            "now_ms": 7, "subagent": true, "system": ["s"], "messages": [], "extra": 1
+        }))
+        .unwrap();
+        assert_eq!(env.session_id.as_deref(), Some("ses_1"));
+        assert_eq!(env.model.key().as_deref(), Some("anthropic/claude"));
+        assert_eq!(env.usage.unwrap().prompt_tokens(), 6);
+        assert_eq!(env.now_ms, Some(7));
+        assert!(env.subagent);
+        assert_eq!(env.system, Some(json!(["s"])));
+    }
+
+    #[test]
+    fn missing_or_wrong_messages_is_input_error() {
+        for bad in [
+            json!({}),
+            json!({"messages": {}}),
+            json!([1]),
+            json!({"messages": [], "harness": "nope"}),
+        ] {
+            assert!(matches!(Envelope::from_value(bad), Err(Error::Input(_))));
+        }
+        let err = Envelope::from_value(json!({"messages": [], "now_ms": "soon"})).unwrap_err();
+        assert!(err.to_string().contains("now_ms"), "{err}");
+    }
+}

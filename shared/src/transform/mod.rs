@@ -1,0 +1,17 @@
+//! The per-call transform (DESIGN §4): tag, schedule, mutate only on passes
+//! that bust the cache anyway, replay everything stored on every pass.
+
+pub mod envelope;
+pub mod notation;
+pub mod pass;
+pub mod recount;
+pub mod reduce;
+pub mod render;
+pub mod scheduler;
+pub mod state;
+pub mod status;
+
+pub use envelope::{Bust, Decision, Envelope, PassOutput, PassReport};
+pub use pass::{record_passthrough, run_pass};
+pub use reduce::{ReduceRequest, ReduceResult, reduce};
+pub use status::{StatusReport, status};

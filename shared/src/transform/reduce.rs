@@ -1,0 +1,136 @@
+//! `ctx_reduce`: the agent queues tags to drop. Nothing changes on the wire
+//! now; the drops ride the next pass that busts the cache anyway.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::config::TransformConfig;
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+use super::notation::parse_ranges;
+use super::state;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReduceRequest {
+    pub harness: String,
+    pub session_id: String,
+    pub drop: Vec<i64>,
+}
+
+impl ReduceRequest {
+    /// `{"harness", "session_id", "drop"}` where `drop` is `"3-5,12"` or an
+    /// array of numbers and range strings.
+    pub fn from_value(value: Value) -> Result<ReduceRequest> {
+        let Value::Object(map) = value else {
+            return Err(Error::input(
+                "reduce input must be a JSON object {\"harness\", \"session_id\", \"drop\"}",
+            ));
+        };
+        let harness = match map.get("harness") {
+            None | Some(Value::Null) => "opencode".to_string(),
+            Some(Value::String(s)) => s.clone(),
+            Some(_) => return Err(Error::input("\"harness\" must be a string")),
+        };
+        let session_id = map
+            .get("session_id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::input("reduce input needs \"session_id\""))?
+            .to_string();
+        let drop = match map.get("drop") {
+            Some(Value::String(spec)) => parse_drop(spec)?,
+            Some(Value::Array(items)) => {
+                let mut spec = Vec::new();
+                for item in items {
+                    match item {
+                        Value::Number(n) => spec.push(n.to_string()),
+                        Value::String(s) => spec.push(s.clone()),
+                        _ => {
+                            return Err(Error::input(
+                                "\"drop\" items must be numbers or range strings",
+                            ));
+                        }
+                    }
+                }
+                parse_drop(&spec.join(","))?
+            }
+            _ => return Err(Error::input("reduce input needs \"drop\", e.g. \"3-5,12\"")),
+        };
+        Ok(ReduceRequest {
+            harness,
+            session_id,
+            drop,
+        })
+    }
+}
+
+pub fn parse_drop(spec: &str) -> Result<Vec<i64>> {
+    parse_ranges(spec).map_err(Error::Input)
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ReduceResult {
+    /// Queued; dropped on the next pass that busts the cache anyway.
+    pub queued: Vec<i64>,
+    /// Inside the protected window (the newest tags): queued too, but they
+    /// wait until they leave the window.
+    pub protected: Vec<i64>,
+    /// No such tag in this session.
+    pub unknown: Vec<i64>,
+    /// Dropped already, or queued already.
+    pub already: Vec<i64>,
+}
+
+pub fn reduce(
+    store: &mut Store,
+    request: &ReduceRequest,
+    config: &TransformConfig,
+    now_ms: i64,
+) -> Result<ReduceResult> {
+    store.write(|tx| {
+        let mut result = ReduceResult::default();
+        let Some(session) = state::find_session(tx, &request.harness, &request.session_id)? else {
+            result.unknown = request.drop.clone();
+            return Ok(result);
+        };
+        let floor = state::protected_floor(tx, session.id, config.protected_tags)?;
+        let rows = state::load_tags_by_numbers(tx, session.id, &request.drop)?;
+        for &number in &request.drop {
+            let Some(tag) = rows.iter().find(|t| t.number == number) else {
+                result.unknown.push(number);
+                continue;
+            };
+            if tag.dropped.is_some() || !state::queue_drop(tx, session.id, number, now_ms)? {
+                result.already.push(number);
+            } else if floor.is_some_and(|f| number >= f) {
+                result.protected.push(number);
+            } else {
+                result.queued.push(number);
+            }
+        }
+        Ok(result)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn request_forms() {
+        let r = ReduceRequest::from_value(json!({"session_id": "s", "drop": "3-4"})).unwrap();
+        assert_eq!(
+            (r.harness.as_str(), r.drop.clone()),
+            ("opencode", vec![3, 4])
+        );
+        let r = ReduceRequest::from_value(
+            json!({"harness": "opencode", "session_id": "s", "drop": [7, "1-2"]}),
+        )
+        .unwrap();
+        assert_eq!(r.drop, vec![1, 2, 7]);
+        assert!(ReduceRequest::from_value(json!({"drop": "1"})).is_err());
+        assert!(ReduceRequest::from_value(json!({"session_id": "s", "drop": "9-1"})).is_err());
+        assert!(ReduceRequest::from_value(json!({"session_id": "s", "drop": [true]})).is_err());
+    }
+}

@@ -1,0 +1,360 @@
+//! Reading and writing the transform's rows: sessions, messages, tags, drops.
+
+use std::collections::HashMap;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TagKind {
+    Message,
+    File,
+    Tool,
+}
+
+impl TagKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TagKind::Message => "message",
+            TagKind::File => "file",
+            TagKind::Tool => "tool",
+        }
+    }
+
+    fn parse(s: &str) -> Result<TagKind> {
+        match s {
+            "message" => Ok(TagKind::Message),
+            "file" => Ok(TagKind::File),
+            "tool" => Ok(TagKind::Tool),
+            other => Err(Error::Corrupt(format!("unknown tag kind {other:?}"))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropMode {
+    /// The whole tool call goes, call and result together (pairing stays valid).
+    Full,
+    /// The call stays with `[dropped §N§]` as its output and clamped input.
+    Skeleton,
+}
+
+impl DropMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropMode::Full => "full",
+            DropMode::Skeleton => "skeleton",
+        }
+    }
+
+    fn parse(s: &str) -> Result<DropMode> {
+        match s {
+            "full" => Ok(DropMode::Full),
+            "skeleton" => Ok(DropMode::Skeleton),
+            other => Err(Error::Corrupt(format!("unknown drop mode {other:?}"))),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct TagRow {
+    pub number: i64,
+    pub kind: TagKind,
+    pub identity: String,
+    /// `Some` once dropped; the mode is frozen at drop time.
+    pub dropped: Option<DropMode>,
+    pub tool_name: Option<String>,
+    pub tokens: i64,
+    pub input_tokens: i64,
+}
+
+/// The session row: counters, last usage, frozen verdicts and watermarks.
+#[derive(Debug, Clone, Default)]
+pub struct SessionRow {
+    pub id: i64,
+    pub project_identity: Option<String>,
+    pub reduce_callable: Option<bool>,
+    pub tag_counter: i64,
+    pub ordinal_counter: i64,
+    pub last_response_ms: i64,
+    pub last_execute_ms: i64,
+    pub last_model_key: Option<String>,
+    pub heuristics_turn_id: Option<String>,
+    pub tool_reclaim_watermark: i64,
+    pub reasoning_cleared_through: i64,
+    pub deferred_execute_ms: Option<i64>,
+}
+
+pub fn find_session(
+    conn: &Connection,
+    harness: &str,
+    session_id: &str,
+) -> Result<Option<SessionRow>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id, project_identity, reduce_callable, tag_counter, ordinal_counter,
+                    last_response_ms, last_execute_ms, last_model_key, heuristics_turn_id,
+                    tool_reclaim_watermark, reasoning_cleared_through, deferred_execute_ms
+             FROM sessions WHERE harness = ?1 AND session_id = ?2",
+        )?
+        .query_row(params![harness, session_id], |r| {
+            Ok(SessionRow {
+                id: r.get(0)?,
+                project_identity: r.get(1)?,
+                reduce_callable: r.get(2)?,
+                tag_counter: r.get(3)?,
+                ordinal_counter: r.get(4)?,
+                last_response_ms: r.get(5)?,
+                last_execute_ms: r.get(6)?,
+                last_model_key: r.get(7)?,
+                heuristics_turn_id: r.get(8)?,
+                tool_reclaim_watermark: r.get(9)?,
+                reasoning_cleared_through: r.get(10)?,
+                deferred_execute_ms: r.get(11)?,
+            })
+        })
+        .optional()?)
+}
+
+pub fn create_session(
+    conn: &Connection,
+    harness: &str,
+    session_id: &str,
+    subagent: bool,
+    project_identity: Option<&str>,
+    now_ms: i64,
+) -> Result<SessionRow> {
+    conn.prepare_cached(
+        "INSERT INTO sessions (harness, session_id, is_subagent, project_identity, created_ms, updated_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+    )?
+    .execute(params![harness, session_id, subagent, project_identity, now_ms])?;
+    find_session(conn, harness, session_id)?
+        .ok_or_else(|| Error::Corrupt("session row vanished right after insert".into()))
+}
+
+/// Ordinals of the known messages from `from_ordinal` on.
+pub fn load_message_ordinals(
+    conn: &Connection,
+    session: i64,
+    from_ordinal: i64,
+) -> Result<HashMap<String, i64>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT message_id, ordinal FROM messages WHERE session = ?1 AND ordinal >= ?2",
+    )?;
+    let rows = stmt.query_map(params![session, from_ordinal], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub fn message_ordinal(conn: &Connection, session: i64, message_id: &str) -> Result<Option<i64>> {
+    Ok(conn
+        .prepare_cached("SELECT ordinal FROM messages WHERE session = ?1 AND message_id = ?2")?
+        .query_row(params![session, message_id], |r| r.get(0))
+        .optional()?)
+}
+
+pub fn insert_message(
+    conn: &Connection,
+    session: i64,
+    message_id: &str,
+    ordinal: i64,
+    role: &str,
+    created_ms: Option<i64>,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO messages (session, message_id, ordinal, role, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![session, message_id, ordinal, role, created_ms])?;
+    Ok(())
+}
+
+fn tag_from_row(
+    r: &rusqlite::Row<'_>,
+) -> rusqlite::Result<(
+    i64,
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    i64,
+    i64,
+)> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+    ))
+}
+
+fn build_tag(
+    (number, kind, identity, status, mode, tool_name, tokens, input_tokens): (
+        i64,
+        String,
+        String,
+        String,
+        Option<String>,
+        Option<String>,
+        i64,
+        i64,
+    ),
+) -> Result<TagRow> {
+    let dropped = match (status.as_str(), mode) {
+        ("active", _) => None,
+        ("dropped", Some(mode)) => Some(DropMode::parse(&mode)?),
+        ("dropped", None) => Some(DropMode::Full),
+        (other, _) => return Err(Error::Corrupt(format!("tag {number} has status {other:?}"))),
+    };
+    Ok(TagRow {
+        number,
+        kind: TagKind::parse(&kind)?,
+        identity,
+        dropped,
+        tool_name,
+        tokens,
+        input_tokens,
+    })
+}
+
+const TAG_COLUMNS: &str =
+    "number, kind, identity, status, drop_mode, tool_name, tokens, input_tokens";
+
+/// Tags hosted by messages from `from_ordinal` on: the visible window.
+pub fn load_tags_from_ordinal(
+    conn: &Connection,
+    session: i64,
+    from_ordinal: i64,
+) -> Result<Vec<TagRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {TAG_COLUMNS} FROM tags WHERE session = ?1 AND ordinal >= ?2"
+    ))?;
+    let rows = stmt.query_map(params![session, from_ordinal], tag_from_row)?;
+    rows.map(|r| build_tag(r?)).collect()
+}
+
+pub fn load_tags_by_numbers(
+    conn: &Connection,
+    session: i64,
+    numbers: &[i64],
+) -> Result<Vec<TagRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {TAG_COLUMNS} FROM tags WHERE session = ?1 AND number = ?2"
+    ))?;
+    let mut out = Vec::with_capacity(numbers.len());
+    for n in numbers {
+        if let Some(row) = stmt
+            .query_row(params![session, n], tag_from_row)
+            .optional()?
+        {
+            out.push(build_tag(row)?);
+        }
+    }
+    Ok(out)
+}
+
+pub struct NewTag<'a> {
+    pub number: i64,
+    pub kind: TagKind,
+    pub identity: &'a str,
+    pub message_id: &'a str,
+    pub ordinal: i64,
+    pub tool_name: Option<&'a str>,
+    pub byte_size: i64,
+    pub tokens: i64,
+    pub input_bytes: i64,
+    pub input_tokens: i64,
+    pub reasoning_bytes: i64,
+    pub created_ms: i64,
+}
+
+pub fn insert_tag(conn: &Connection, session: i64, t: &NewTag<'_>) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO tags (session, number, kind, identity, message_id, ordinal, tool_name,
+                           byte_size, tokens, input_bytes, input_tokens, reasoning_bytes, created_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+    )?
+    .execute(params![
+        session,
+        t.number,
+        t.kind.as_str(),
+        t.identity,
+        t.message_id,
+        t.ordinal,
+        t.tool_name,
+        t.byte_size,
+        t.tokens,
+        t.input_bytes,
+        t.input_tokens,
+        t.reasoning_bytes,
+        t.created_ms
+    ])?;
+    Ok(())
+}
+
+pub fn mark_dropped(
+    conn: &Connection,
+    session: i64,
+    number: i64,
+    mode: DropMode,
+    cause: &str,
+    now_ms: i64,
+) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE tags SET status = 'dropped', drop_mode = ?3, drop_cause = ?4, dropped_ms = ?5
+         WHERE session = ?1 AND number = ?2 AND status = 'active'",
+    )?
+    .execute(params![session, number, mode.as_str(), cause, now_ms])?;
+    Ok(())
+}
+
+/// The lowest tag number inside the newest `count` active tags (the protected
+/// window), or `None` when there are no active tags.
+pub fn protected_floor(conn: &Connection, session: i64, count: u32) -> Result<Option<i64>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT min(number) FROM (SELECT number FROM tags WHERE session = ?1 AND status = 'active'
+                                      ORDER BY number DESC LIMIT ?2)",
+        )?
+        .query_row(params![session, count], |r| r.get(0))?)
+}
+
+/// The lowest number among the newest `count` tool tags of any status.
+pub fn newest_tool_floor(conn: &Connection, session: i64, count: u32) -> Result<Option<i64>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT min(number) FROM (SELECT number FROM tags WHERE session = ?1 AND kind = 'tool'
+                                      ORDER BY number DESC LIMIT ?2)",
+        )?
+        .query_row(params![session, count], |r| r.get(0))?)
+}
+
+pub fn pending_drops(conn: &Connection, session: i64) -> Result<Vec<i64>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT tag FROM pending_drops WHERE session = ?1 ORDER BY tag")?;
+    let rows = stmt.query_map(params![session], |r| r.get(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub fn delete_pending(conn: &Connection, session: i64, tag: i64) -> Result<()> {
+    conn.prepare_cached("DELETE FROM pending_drops WHERE session = ?1 AND tag = ?2")?
+        .execute(params![session, tag])?;
+    Ok(())
+}
+
+pub fn queue_drop(conn: &Connection, session: i64, tag: i64, now_ms: i64) -> Result<bool> {
+    let n = conn
+        .prepare_cached(
+            "INSERT INTO pending_drops (session, tag, queued_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT DO NOTHING",
+        )?
+        .execute(params![session, tag, now_ms])?;
+    Ok(n > 0)
+}

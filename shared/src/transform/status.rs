@@ -1,0 +1,144 @@
+//! `mc-transform status`: what the store knows about one session.
+
+use rusqlite::{OptionalExtension, params};
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::store::Store;
+
+use super::state;
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct TokenSplit {
+    pub active: i64,
+    pub dropped: i64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct TagCounts {
+    pub total: i64,
+    pub active: i64,
+    pub dropped: i64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct PassCounts {
+    pub defer: i64,
+    pub execute: i64,
+    pub passthrough: i64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LastBust {
+    pub bust: String,
+    pub cause: Option<String>,
+    pub at_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StatusReport {
+    pub harness: String,
+    pub session_id: String,
+    pub project: Option<String>,
+    pub tags: TagCounts,
+    /// Tokens by tag kind (message, file, tool); tool counts include inputs.
+    pub tokens: std::collections::BTreeMap<String, TokenSplit>,
+    /// Share of tags whose count is exact rather than estimated (0..1).
+    pub exact_share: f64,
+    pub pending_drops: Vec<i64>,
+    pub last_decision: Option<String>,
+    pub last_reason: Option<String>,
+    pub last_bust: Option<LastBust>,
+    pub last_error: Option<String>,
+    pub passes: PassCounts,
+    pub usage_percent: f64,
+    pub input_tokens: i64,
+    pub context_window: i64,
+    pub reasoning_cleared_through: i64,
+    pub tool_reclaim_watermark: i64,
+    pub execute_owed: bool,
+}
+
+pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<StatusReport>> {
+    let conn = store.conn();
+    let Some(session) = state::find_session(conn, harness, session_id)? else {
+        return Ok(None);
+    };
+    let row = conn
+        .query_row(
+            "SELECT last_decision, last_reason, last_bust, last_bust_cause, last_bust_ms, last_error,
+                    passes_defer, passes_execute, passes_passthrough, last_usage_percent,
+                    last_input_tokens, last_context_limit
+             FROM sessions WHERE id = ?1",
+            params![session.id],
+            |r| {
+                Ok((
+                    r.get::<_, Option<String>>(0)?,
+                    r.get::<_, Option<String>>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, Option<i64>>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    PassCounts {
+                        defer: r.get(6)?,
+                        execute: r.get(7)?,
+                        passthrough: r.get(8)?,
+                    },
+                    r.get::<_, f64>(9)?,
+                    r.get::<_, i64>(10)?,
+                    r.get::<_, i64>(11)?,
+                ))
+            },
+        )
+        .optional()?
+        .expect("the session row was just found");
+    let mut tags = TagCounts::default();
+    let mut tokens = std::collections::BTreeMap::new();
+    let mut exact = 0i64;
+    let mut stmt = conn.prepare(
+        "SELECT kind, status, count(*), sum(tokens + input_tokens), sum(tokens_exact)
+         FROM tags WHERE session = ?1 GROUP BY kind, status",
+    )?;
+    let mut rows = stmt.query(params![session.id])?;
+    while let Some(r) = rows.next()? {
+        let (kind, status, count, sum, exact_count): (String, String, i64, i64, i64) =
+            (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?);
+        tags.total += count;
+        exact += exact_count;
+        let split: &mut TokenSplit = tokens.entry(kind).or_default();
+        if status == "active" {
+            tags.active += count;
+            split.active += sum;
+        } else {
+            tags.dropped += count;
+            split.dropped += sum;
+        }
+    }
+    let (last_decision, last_reason, bust, cause, at_ms, last_error, passes, pct, input, window) =
+        row;
+    let exact_share = if tags.total == 0 {
+        0.0
+    } else {
+        (exact as f64 / tags.total as f64 * 1000.0).round() / 1000.0
+    };
+    Ok(Some(StatusReport {
+        harness: harness.to_string(),
+        session_id: session_id.to_string(),
+        project: session.project_identity.clone(),
+        tags,
+        tokens,
+        exact_share,
+        pending_drops: state::pending_drops(conn, session.id)?,
+        last_decision,
+        last_reason,
+        last_bust: bust.map(|bust| LastBust { bust, cause, at_ms }),
+        last_error,
+        passes,
+        usage_percent: (pct * 10.0).round() / 10.0,
+        input_tokens: input,
+        context_window: window,
+        reasoning_cleared_through: session.reasoning_cleared_through,
+        tool_reclaim_watermark: session.tool_reclaim_watermark,
+        execute_owed: session.deferred_execute_ms.is_some(),
+    }))
+}
