@@ -15,3 +15,6 @@ pub use envelope::{Bust, Decision, Envelope, PassOutput, PassReport};
 pub use pass::{record_passthrough, run_pass};
 pub use reduce::{ReduceRequest, ReduceResult, reduce};
 pub use status::{StatusReport, status};
+
+#[cfg(test)]
+mod tests;

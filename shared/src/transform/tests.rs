@@ -1,0 +1,596 @@
+//! Pass-level tests: tagging, scheduling, drops, replay, one per invariant of
+//! DESIGN §4.3 that can be checked in-process. Fixed clock, in-memory store.
+
+use serde_json::{Value, json};
+
+use crate::config::{CacheTtl, TransformConfig};
+use crate::store::Store;
+
+use super::envelope::{Bust, Decision, Envelope, PassOutput};
+use super::reduce::{ReduceRequest, reduce};
+use super::{run_pass, status};
+
+const SESSION: &str = "ses_test";
+const T0: i64 = 1_800_000_000_000;
+
+pub fn user(id: &str, text: &str, at: i64) -> Value {
+    json!({
+        "info": {"id": id, "sessionID": SESSION, "role": "user", "time": {"created": at},
+                 "agent": "build", "model": {"providerID": "anthropic", "modelID": "m"}},
+        "parts": [{"id": format!("prt_{id}"), "sessionID": SESSION, "messageID": id, "type": "text", "text": text}]
+    })
+}
+
+pub fn tool_step(id: &str, call: &str, tool: &str, output: &str, at: i64) -> Value {
+    json!({
+        "info": {"id": id, "sessionID": SESSION, "role": "assistant", "finish": "tool-calls",
+                 "time": {"created": at, "completed": at + 500}, "providerID": "anthropic", "modelID": "m"},
+        "parts": [
+            {"id": format!("{id}_a"), "type": "step-start"},
+            {"id": format!("{id}_r"), "type": "reasoning", "text": format!("thinking about {call}")},
+            {"id": format!("{id}_b"), "type": "tool", "callID": call, "tool": tool,
+             "state": {"status": "completed", "input": {"filePath": format!("src/{call}.rs")},
+                       "output": output, "title": call, "metadata": {}, "time": {"start": at, "end": at + 100}}},
+            {"id": format!("{id}_c"), "type": "step-finish", "reason": "tool-calls"}
+        ]
+    })
+}
+
+pub fn answer(id: &str, text: &str, at: i64) -> Value {
+    json!({
+        "info": {"id": id, "sessionID": SESSION, "role": "assistant", "finish": "stop",
+                 "time": {"created": at, "completed": at + 500}, "providerID": "anthropic", "modelID": "m"},
+        "parts": [{"id": format!("{id}_a"), "type": "step-start"},
+                  {"id": format!("{id}_t"), "type": "text", "text": text},
+                  {"id": format!("{id}_c"), "type": "step-finish", "reason": "stop"}]
+    })
+}
+
+/// A session of `turns` turns, each: user, two tool steps, an answer.
+/// Tool outputs are large enough (~400 tokens) to be worth reclaiming.
+pub fn session(turns: usize) -> Vec<Value> {
+    let mut out = Vec::new();
+    for t in 0..turns {
+        let at = T0 + t as i64 * 60_000;
+        out.push(user(
+            &format!("msg_{t:03}_u"),
+            &format!("please do step {t}"),
+            at,
+        ));
+        for s in 0..2 {
+            let body = format!("line {t}.{s}: fn example() {{ return {t}; }}\n").repeat(40);
+            out.push(tool_step(
+                &format!("msg_{t:03}_s{s}"),
+                &format!("call_{t}_{s}"),
+                if s == 0 { "read" } else { "bash" },
+                &body,
+                at + 1000 + s as i64 * 1000,
+            ));
+        }
+        out.push(answer(
+            &format!("msg_{t:03}_z"),
+            &format!("done with {t}"),
+            at + 5000,
+        ));
+    }
+    out
+}
+
+/// The clock of a pass right after the last message (cache warm).
+fn warm_now(messages: &[Value]) -> i64 {
+    messages
+        .iter()
+        .filter_map(|m| {
+            m["info"]["time"]["completed"]
+                .as_i64()
+                .or(m["info"]["time"]["created"].as_i64())
+        })
+        .max()
+        .unwrap_or(T0)
+        + 1000
+}
+
+/// An envelope with usage at `percent` of a 100k window.
+pub fn envelope(messages: &[Value], percent: u64, now_ms: i64) -> Envelope {
+    Envelope::from_value(json!({
+        "harness": "opencode",
+        "session_id": SESSION,
+        "model": {"provider": "anthropic", "id": "m", "context_limit": 100_000, "output_limit": 0},
+        "usage": {"input": percent * 1000, "cache_read": 0, "cache_write": 0, "output": 10},
+        "now_ms": now_ms,
+        "messages": messages,
+    }))
+    .unwrap()
+}
+
+fn config() -> TransformConfig {
+    TransformConfig::default()
+}
+
+fn pass(store: &mut Store, messages: &[Value], percent: u64, now_ms: i64) -> PassOutput {
+    run_pass(
+        store,
+        envelope(messages, percent, now_ms),
+        &config(),
+        now_ms,
+    )
+    .unwrap()
+}
+
+fn defer(store: &mut Store, messages: &[Value]) -> PassOutput {
+    let out = pass(store, messages, 30, warm_now(messages));
+    assert_eq!(out.pass.decision, Decision::Defer, "{:?}", out.pass);
+    out
+}
+
+fn execute(store: &mut Store, messages: &[Value]) -> PassOutput {
+    let out = pass(store, messages, 70, warm_now(messages));
+    assert_eq!(out.pass.decision, Decision::Execute, "{:?}", out.pass);
+    out
+}
+
+fn queue(store: &mut Store, drop: &[i64]) -> super::ReduceResult {
+    let request = ReduceRequest {
+        harness: "opencode".into(),
+        session_id: SESSION.into(),
+        drop: drop.to_vec(),
+    };
+    reduce(store, &request, &config(), T0).unwrap()
+}
+
+fn bytes(values: &[Value]) -> Vec<String> {
+    values
+        .iter()
+        .map(|v| serde_json::to_string(v).unwrap())
+        .collect()
+}
+
+/// Every text and tool output of the output, flattened, for assertions.
+fn texts(out: &PassOutput) -> Vec<String> {
+    out.messages
+        .iter()
+        .flat_map(|m| m["parts"].as_array().unwrap().iter())
+        .filter(|p| p["type"] != "reasoning")
+        .filter_map(|p| p["text"].as_str().or(p["state"]["output"].as_str()))
+        .map(str::to_string)
+        .collect()
+}
+
+fn tool_parts(out: &PassOutput, call: &str) -> Vec<Value> {
+    out.messages
+        .iter()
+        .flat_map(|m| m["parts"].as_array().unwrap().iter())
+        .filter(|p| p["callID"] == call)
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn tags_text_and_tool_outputs_with_stable_prefixes() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(2);
+    let first = defer(&mut store, &messages);
+    let t = texts(&first);
+    assert!(t[0].starts_with("§1§ please do step 0"), "{t:?}");
+    assert!(
+        t[1].starts_with("§2§ line 0.0"),
+        "tool output is prefixed: {}",
+        &t[1][..20]
+    );
+    assert!(t.iter().all(|s| s.starts_with('§')), "{t:?}");
+    // Numbers are stable: a second pass over the grown session keeps them.
+    let mut grown = messages.clone();
+    grown.push(user("msg_new", "more", T0 + 10_000_000));
+    let second = pass(&mut store, &grown, 30, T0 + 10_000_100);
+    assert_eq!(texts(&second)[..t.len()], t[..]);
+    assert!(texts(&second).last().unwrap().starts_with("§9§ more"));
+    assert_eq!(second.pass.tags, 9);
+}
+
+#[test]
+fn reused_call_ids_get_distinct_tags() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = vec![
+        user("msg_1", "go", T0),
+        tool_step("msg_2", "read:0", "read", "first output", T0 + 10),
+        user("msg_3", "again", T0 + 20),
+        tool_step("msg_4", "read:0", "read", "second output", T0 + 30),
+    ];
+    let out = defer(&mut store, &messages);
+    let outputs: Vec<String> = tool_parts(&out, "read:0")
+        .iter()
+        .map(|p| p["state"]["output"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(outputs, ["§2§ first output", "§4§ second output"]);
+}
+
+#[test]
+fn every_message_gets_a_stable_ordinal() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(1);
+    defer(&mut store, &messages);
+    let mut grown = messages.clone();
+    grown.push(user("msg_late", "x", T0 + 100_000));
+    // Passing only the tail later (the harness compacted the head) keeps ordinals.
+    defer(&mut store, &grown[2..]);
+    let ordinals: Vec<(String, i64)> = store
+        .conn()
+        .prepare("SELECT message_id, ordinal FROM messages ORDER BY ordinal")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let ids: Vec<&str> = ordinals.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "msg_000_u",
+            "msg_000_s0",
+            "msg_000_s1",
+            "msg_000_z",
+            "msg_late"
+        ]
+    );
+    assert_eq!(
+        ordinals.iter().map(|(_, o)| *o).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5]
+    );
+}
+
+#[test]
+fn no_prefixes_when_ctx_reduce_is_not_callable_and_the_verdict_is_frozen() {
+    let mut store = Store::open_in_memory().unwrap();
+    let mut messages = session(1);
+    messages[0]["info"]["tools"] = json!({"ctx_reduce": false});
+    let out = defer(&mut store, &messages);
+    assert_eq!(texts(&out)[0], "please do step 0");
+    // A later input whose first user message allows it does not flip the verdict.
+    messages[0]["info"]["tools"] = json!({});
+    let out = defer(&mut store, &messages);
+    assert_eq!(texts(&out)[0], "please do step 0");
+}
+
+#[test]
+fn defer_pass_is_byte_identical_and_grows_only_at_the_tail() {
+    // Invariant 1.
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(3);
+    let a = defer(&mut store, &messages);
+    let b = defer(&mut store, &messages);
+    assert_eq!(bytes(&a.messages), bytes(&b.messages));
+    let mut grown = messages.clone();
+    grown.extend(session(4).split_off(messages.len()));
+    let c = defer(&mut store, &grown);
+    assert_eq!(
+        bytes(&c.messages)[..a.messages.len()],
+        bytes(&a.messages)[..]
+    );
+    assert_eq!(c.pass.bust, Bust::None);
+}
+
+#[test]
+fn queued_drops_wait_for_a_busting_pass_then_replay_forever() {
+    // Invariants 2 and 3.
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(12); // 12 turns × 4 tags = 48 tags
+    let before = defer(&mut store, &messages);
+    let result = queue(&mut store, &[2, 3]);
+    assert_eq!(result.queued, vec![2, 3]);
+    // A defer pass changes nothing.
+    let deferred = defer(&mut store, &messages);
+    assert_eq!(bytes(&deferred.messages), bytes(&before.messages));
+    assert!(deferred.pass.dropped.is_empty());
+    // The execute pass applies them.
+    let executed = execute(&mut store, &messages);
+    assert_eq!(executed.pass.dropped, vec![2, 3]);
+    assert_eq!(executed.pass.bust, Bust::Soft);
+    // Tag 2 is an old tool call: gone entirely, call and result together (invariant 4),
+    // and with it the step wrapper that held nothing else.
+    assert!(tool_parts(&executed, "call_0_0").is_empty());
+    assert!(
+        !executed
+            .messages
+            .iter()
+            .any(|m| m["info"]["id"] == "msg_000_s0")
+    );
+    // Later defer passes replay the same bytes, also with a grown tail.
+    let replay = defer(&mut store, &messages);
+    assert_eq!(bytes(&replay.messages), bytes(&executed.messages));
+    let mut grown = messages.clone();
+    grown.push(user("msg_tail", "next", warm_now(&messages)));
+    let tail = pass(&mut store, &grown, 30, warm_now(&messages) + 10);
+    assert_eq!(tail.pass.decision, Decision::Defer);
+    assert_eq!(
+        bytes(&tail.messages)[..executed.messages.len()],
+        bytes(&executed.messages)[..]
+    );
+}
+
+#[test]
+fn recent_dropped_tool_calls_keep_a_skeleton() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(12);
+    defer(&mut store, &messages);
+    // Tag 26 is a tool output within the newest 20 tool tags (from 10 on) but
+    // outside the newest 20 tags overall (from 29 on).
+    let tag = 26;
+    let queued = queue(&mut store, &[tag]);
+    assert_eq!(queued.queued, vec![tag], "{queued:?}");
+    let out = execute(&mut store, &messages);
+    assert_eq!(out.pass.dropped, vec![tag]);
+    let skeleton = out
+        .messages
+        .iter()
+        .flat_map(|m| m["parts"].as_array().unwrap().iter())
+        .find(|p| p["state"]["output"] == format!("[dropped §{tag}§]"))
+        .expect("the call stays with the placeholder as its output");
+    assert_eq!(skeleton["type"], "tool");
+    assert!(
+        skeleton["state"]["input"]["filePath"].is_string(),
+        "short input kept as is"
+    );
+}
+
+#[test]
+fn protected_tags_are_never_dropped_until_they_leave_the_window() {
+    // Invariant 5.
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(6); // 24 tags; the newest 20 are 5..=24
+    defer(&mut store, &messages);
+    let result = queue(&mut store, &[4, 5, 24]);
+    assert_eq!((result.queued, result.protected), (vec![4], vec![5, 24]));
+    let out = execute(&mut store, &messages);
+    assert_eq!(out.pass.dropped, vec![4]);
+    assert!(texts(&out).iter().any(|t| t.starts_with("§5§ ")));
+    // Eight more tags push 5 out of the window; the queued drop then applies.
+    let mut grown = messages.clone();
+    grown.extend(session(8).split_off(messages.len()));
+    let now = warm_now(&grown);
+    let later = pass(&mut store, &grown, 70, now);
+    assert!(later.pass.dropped.contains(&5), "{:?}", later.pass);
+    assert!(!later.pass.dropped.contains(&24));
+    let later_status = status(&store, "opencode", SESSION).unwrap().unwrap();
+    assert_eq!(later_status.pending_drops, vec![24]);
+}
+
+#[test]
+fn dropped_user_text_keeps_a_placeholder_shell() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(8);
+    defer(&mut store, &messages);
+    queue(&mut store, &[1]);
+    let out = execute(&mut store, &messages);
+    assert_eq!(out.messages[0]["info"]["id"], "msg_000_u");
+    assert_eq!(out.messages[0]["parts"][0]["text"], "[dropped §1§]");
+}
+
+#[test]
+fn open_tool_calls_are_never_dropped() {
+    let mut store = Store::open_in_memory().unwrap();
+    let mut messages = session(8);
+    defer(&mut store, &messages);
+    // The harness shows tag 2's call as still running (e.g. a retried step).
+    let state = &mut messages[1]["parts"][2]["state"];
+    state["status"] = json!("running");
+    state.as_object_mut().unwrap().remove("output");
+    queue(&mut store, &[2]);
+    let out = execute(&mut store, &messages);
+    assert!(out.pass.dropped.is_empty(), "{:?}", out.pass);
+    assert_eq!(tool_parts(&out, "call_0_0").len(), 1);
+    assert_eq!(
+        status(&store, "opencode", SESSION)
+            .unwrap()
+            .unwrap()
+            .pending_drops,
+        vec![2]
+    );
+}
+
+#[test]
+fn age_reclaim_drops_old_tool_outputs_one_execute_later_and_keeps_tiny_ones() {
+    let mut store = Store::open_in_memory().unwrap();
+    let mut messages = session(10); // 40 tags
+    // Make one old tool output tiny: it must survive.
+    messages[5]["parts"][2]["state"]["output"] = json!("ok");
+    let first = execute(&mut store, &messages);
+    assert!(
+        first.pass.dropped.is_empty(),
+        "nothing is older than the watermark yet"
+    );
+    let mut grown = messages.clone();
+    grown.push(user("msg_next", "continue", warm_now(&messages) + 1));
+    let second = execute(&mut store, &grown);
+    // Tool tags (2,3, 6,7, ...) up to the protected window (newest 20 tags: 22..=41).
+    let expected: Vec<i64> = (0..5)
+        .flat_map(|t| [4 * t + 2, 4 * t + 3])
+        .filter(|&n| n != 6)
+        .collect();
+    assert_eq!(second.pass.dropped, expected);
+    assert_eq!(
+        tool_parts(&second, "call_1_0")[0]["state"]["output"],
+        "§6§ ok"
+    );
+}
+
+#[test]
+fn heuristics_run_once_per_user_turn() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(10);
+    execute(&mut store, &messages); // sets the watermark
+    // Same turn: another execute does no heuristic cleanup.
+    let again = execute(&mut store, &messages);
+    assert!(again.pass.dropped.is_empty(), "{:?}", again.pass);
+    // A new user turn: cleanup runs.
+    let mut grown = messages.clone();
+    grown.push(user("msg_next", "continue", warm_now(&messages) + 1));
+    assert!(!execute(&mut store, &grown).pass.dropped.is_empty());
+}
+
+#[test]
+fn reasoning_is_cleared_by_age_and_replayed() {
+    let mut store = Store::open_in_memory().unwrap();
+    let config = TransformConfig {
+        clear_reasoning_age: 10,
+        tool_reclaim: false,
+        ..TransformConfig::default()
+    };
+    let messages = session(6); // 24 tags; cutoff 14
+    let now = warm_now(&messages);
+    let out = run_pass(&mut store, envelope(&messages, 70, now), &config, now).unwrap();
+    let reasoning_left: Vec<&str> = out
+        .messages
+        .iter()
+        .filter(|m| {
+            m["parts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["type"] == "reasoning")
+        })
+        .map(|m| m["info"]["id"].as_str().unwrap())
+        .collect();
+    // Messages whose newest tag is ≤ 14 lost their reasoning; newer ones kept it.
+    assert_eq!(
+        reasoning_left,
+        [
+            "msg_003_s1",
+            "msg_004_s0",
+            "msg_004_s1",
+            "msg_005_s0",
+            "msg_005_s1"
+        ]
+    );
+    assert_eq!(out.pass.bust, Bust::Soft);
+    let replay = run_pass(&mut store, envelope(&messages, 30, now), &config, now).unwrap();
+    assert_eq!(replay.pass.decision, Decision::Defer);
+    assert_eq!(bytes(&replay.messages), bytes(&out.messages));
+}
+
+#[test]
+fn mid_turn_execute_is_deferred_then_owed() {
+    let mut store = Store::open_in_memory().unwrap();
+    let mut messages = session(8);
+    messages.pop(); // the turn ends on a tool step: mid-turn
+    defer(&mut store, &messages);
+    queue(&mut store, &[2]);
+    let out = pass(&mut store, &messages, 70, warm_now(&messages));
+    assert_eq!(
+        (out.pass.decision, out.pass.reason),
+        (Decision::Defer, "mid_turn")
+    );
+    assert!(out.pass.dropped.is_empty());
+    assert!(
+        status(&store, "opencode", SESSION)
+            .unwrap()
+            .unwrap()
+            .execute_owed
+    );
+    // The turn ends: the owed execute runs even though usage fell back.
+    let mut done = messages.clone();
+    done.push(answer("msg_end", "finished", warm_now(&messages)));
+    let out = pass(&mut store, &done, 40, warm_now(&done));
+    assert_eq!(
+        (out.pass.decision, out.pass.reason),
+        (Decision::Execute, "deferred_execute")
+    );
+    assert_eq!(out.pass.dropped, vec![2]);
+}
+
+#[test]
+fn ttl_expiry_executes_and_the_next_pass_of_the_window_defers() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(8);
+    defer(&mut store, &messages);
+    queue(&mut store, &[2]);
+    let idle = warm_now(&messages) + 6 * 60_000;
+    let out = pass(&mut store, &messages, 30, idle);
+    assert_eq!(
+        (out.pass.decision, out.pass.reason),
+        (Decision::Execute, "ttl_expired")
+    );
+    assert_eq!(out.pass.dropped, vec![2]);
+    let next = pass(&mut store, &messages, 30, idle + 1000);
+    assert_eq!(next.pass.decision, Decision::Defer);
+}
+
+#[test]
+fn cache_ttl_never_does_not_execute_on_idle() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(2);
+    let config = TransformConfig {
+        cache_ttl: CacheTtl::Never,
+        ..TransformConfig::default()
+    };
+    let idle = warm_now(&messages) + 24 * 3_600_000;
+    let out = run_pass(&mut store, envelope(&messages, 30, idle), &config, idle).unwrap();
+    assert_eq!(out.pass.decision, Decision::Defer);
+}
+
+#[test]
+fn a_model_change_executes() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(2);
+    defer(&mut store, &messages);
+    let mut env = envelope(&messages, 30, warm_now(&messages));
+    env.model.id = Some("other".into());
+    let out = run_pass(&mut store, env, &config(), warm_now(&messages)).unwrap();
+    assert_eq!(
+        (out.pass.decision, out.pass.reason),
+        (Decision::Execute, "model_change")
+    );
+}
+
+#[test]
+fn unknown_fields_and_order_survive_the_pass() {
+    let mut store = Store::open_in_memory().unwrap();
+    let mut messages = session(1);
+    messages[0]["zz_top"] = json!({"b": 1, "a": 2});
+    messages[0]["info"]["custom"] = json!([3, 2, 1]);
+    messages[0]["parts"][0]["future"] = json!("kept");
+    let out = defer(&mut store, &messages);
+    let text = serde_json::to_string(&out.messages[0]).unwrap();
+    assert!(text.ends_with(r#","zz_top":{"b":1,"a":2}}"#), "{text}");
+    assert!(text.contains(r#""custom":[3,2,1]"#));
+    assert!(
+        text.contains(r#""text":"§1§ please do step 0","future":"kept""#),
+        "{text}"
+    );
+}
+
+#[test]
+fn messages_without_a_session_pass_through() {
+    let mut store = Store::open_in_memory().unwrap();
+    let env = Envelope::from_value(json!({"messages": [{"info": {"role": "user"}, "parts": []}]}))
+        .unwrap();
+    let out = run_pass(&mut store, env, &config(), T0).unwrap();
+    assert_eq!(out.pass.decision, Decision::Passthrough);
+    assert_eq!(
+        out.messages,
+        vec![json!({"info": {"role": "user"}, "parts": []})]
+    );
+}
+
+#[test]
+fn status_reports_counts_tokens_and_passes() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(8);
+    defer(&mut store, &messages);
+    queue(&mut store, &[2, 30]);
+    execute(&mut store, &messages);
+    let report = status(&store, "opencode", SESSION).unwrap().unwrap();
+    assert_eq!(
+        (report.tags.total, report.tags.active, report.tags.dropped),
+        (32, 31, 1)
+    );
+    assert_eq!((report.passes.defer, report.passes.execute), (1, 1));
+    assert_eq!(report.pending_drops, vec![30]);
+    assert_eq!(report.last_decision.as_deref(), Some("execute"));
+    assert_eq!(
+        report.last_bust.as_ref().map(|b| b.bust.as_str()),
+        Some("soft")
+    );
+    assert!(report.tokens["tool"].dropped > 0 && report.tokens["tool"].active > 0);
+    assert!(report.tokens["message"].active > 0);
+    assert_eq!(report.usage_percent, 70.0);
+}
