@@ -1,0 +1,470 @@
+//! The mc-transform binary as a harness adapter runs it: JSON on stdin, JSON
+//! on stdout, exit codes, global flags, and failing open.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mc-transform");
+const EXAMPLE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../examples/opencode-session.json"
+);
+
+/// A hermetic environment: temp HOME and XDG dirs, no inherited MC_* variables.
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn db(&self) -> PathBuf {
+        self.dir.path().join("ctx.db")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env_remove("MC_DB")
+            .env_remove("MC_CONFIG")
+            .env("HOME", self.dir.path())
+            .env("XDG_DATA_HOME", self.dir.path().join("data"))
+            .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
+            .current_dir(self.dir.path());
+        cmd
+    }
+
+    fn run(&self, args: &[&str], stdin: &str) -> Output {
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    }
+}
+
+fn example() -> String {
+    std::fs::read_to_string(EXAMPLE).unwrap()
+}
+
+fn stdout_json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout.clone()).unwrap();
+    assert_eq!(text.lines().count(), 1, "exactly one compact JSON document");
+    serde_json::from_str(&text).unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn input_messages() -> Value {
+    serde_json::from_str::<Value>(&example()).unwrap()["messages"].clone()
+}
+
+#[test]
+fn the_example_session_runs_and_defers() {
+    let env = Env::new();
+    let db = env.db();
+    let out = env.run(&["--db", db.to_str().unwrap()], &example());
+    let doc = stdout_json(&out);
+    assert_eq!(doc["pass"]["decision"], "defer");
+    assert_eq!(doc["pass"]["bust"], "none");
+    let first = &doc["messages"][0]["parts"][0]["text"];
+    assert!(
+        first
+            .as_str()
+            .unwrap()
+            .starts_with("§1§ The pending() count"),
+        "{first}"
+    );
+    // Same input again: byte-identical output.
+    let again = env.run(&["--db", db.to_str().unwrap()], &example());
+    assert_eq!(out.stdout, again.stdout);
+}
+
+#[test]
+fn default_database_follows_xdg_data_home() {
+    let env = Env::new();
+    let out = env.run(&[], &example());
+    stdout_json(&out);
+    assert!(env.dir.path().join("data/mc/context.db").exists());
+    // MC_DB overrides it.
+    let custom = env.dir.path().join("custom.db");
+    let out = env
+        .command(&[])
+        .env("MC_DB", &custom)
+        .stdin(std::fs::File::open(EXAMPLE).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(custom.exists());
+}
+
+#[test]
+fn global_flags_go_before_or_after_the_subcommand() {
+    let env = Env::new();
+    let db = env.db();
+    let db = db.to_str().unwrap();
+    stdout_json(&env.run(&["pass", "--db", db], &example()));
+    let before = env.run(&["--db", db, "status", "--session", "ses_example0001"], "");
+    let after = env.run(&["status", "--session", "ses_example0001", "--db", db], "");
+    assert_eq!(stdout_json(&before), stdout_json(&after));
+    assert_eq!(stdout_json(&before)["passes"]["defer"], 1);
+}
+
+#[test]
+fn input_that_is_not_json_or_has_no_messages_exits_2() {
+    let env = Env::new();
+    for (input, expected) in [
+        ("{not json", "input is not JSON"),
+        ("{}", "no \"messages\""),
+        ("[]", "JSON object"),
+    ] {
+        let out = env.run(&["--db", env.db().to_str().unwrap()], input);
+        assert_eq!(out.status.code(), Some(2), "{input}");
+        assert!(out.stdout.is_empty());
+        let err = stderr(&out);
+        assert!(err.starts_with("mc-transform: error: "), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert!(err.contains(expected), "{err}");
+    }
+}
+
+fn assert_passthrough(out: &Output, warning: &str) {
+    let doc = stdout_json(out);
+    assert_eq!(doc["pass"]["decision"], "passthrough");
+    assert_eq!(doc["messages"], input_messages(), "messages unchanged");
+    let warnings = doc["pass"]["warnings"].to_string();
+    assert!(warnings.contains(warning), "{warnings}");
+    assert!(stderr(out).contains("passthrough"), "logged to stderr");
+}
+
+#[test]
+fn an_unreadable_database_gives_a_passthrough() {
+    let env = Env::new();
+    let db = env.db();
+    std::fs::write(
+        &db,
+        b"this is not a sqlite database, just text that is long enough",
+    )
+    .unwrap();
+    let out = env.run(&["--db", db.to_str().unwrap()], &example());
+    assert_passthrough(&out, "database");
+    // A folder where the file should be.
+    let dir_db = env.dir.path().join("folder.db");
+    std::fs::create_dir(&dir_db).unwrap();
+    assert_passthrough(
+        &env.run(&["--db", dir_db.to_str().unwrap()], &example()),
+        "database",
+    );
+}
+
+#[test]
+fn a_locked_database_gives_a_passthrough() {
+    let env = Env::new();
+    let db = env.db();
+    stdout_json(&env.run(&["--db", db.to_str().unwrap()], &example()));
+    let holder = lock_database(&db);
+    let started = std::time::Instant::now();
+    let out = env.run(&["--db", db.to_str().unwrap()], &example());
+    assert_passthrough(&out, "locked");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(4),
+        "waited the busy timeout first"
+    );
+    drop(holder);
+}
+
+/// Hold an exclusive lock on the database from another process, as a sibling
+/// mc process in a long write would; the lock goes when the guard drops.
+fn lock_database(path: &Path) -> Killer {
+    // python3's sqlite3 module is on every machine the tests run on.
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3,sys,time\n\
+             c=sqlite3.connect(sys.argv[1],isolation_level=None)\n\
+             c.execute('BEGIN EXCLUSIVE')\n\
+             print('locked',flush=True)\n\
+             time.sleep(30)",
+        )
+        .arg(path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "locked");
+    Killer(child)
+}
+
+struct Killer(std::process::Child);
+impl Drop for Killer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_newer_schema_gives_a_loud_passthrough() {
+    let env = Env::new();
+    let db = env.db();
+    stdout_json(&env.run(&["--db", db.to_str().unwrap()], &example()));
+    let set = Command::new("python3")
+        .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA user_version = 999'); c.commit()"])
+        .arg(&db)
+        .status()
+        .unwrap();
+    assert!(set.success());
+    let out = env.run(&["--db", db.to_str().unwrap()], &example());
+    assert_passthrough(&out, "schema version 999");
+}
+
+#[test]
+fn a_corrupt_row_gives_a_passthrough_and_is_counted() {
+    let env = Env::new();
+    let db = env.db();
+    stdout_json(&env.run(&["--db", db.to_str().unwrap()], &example()));
+    // Rewind the tag counter: the next new tag collides with an existing one.
+    let set = Command::new("python3")
+        .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('UPDATE sessions SET tag_counter = 1'); c.commit()"])
+        .arg(&db)
+        .status()
+        .unwrap();
+    assert!(set.success());
+    let mut grown: Value = serde_json::from_str(&example()).unwrap();
+    let mut extra = grown["messages"][0].clone();
+    extra["info"]["id"] = json!("msg_ex9999");
+    extra["parts"][0]["messageID"] = json!("msg_ex9999");
+    grown["messages"].as_array_mut().unwrap().push(extra);
+    let out = env.run(&["--db", db.to_str().unwrap()], &grown.to_string());
+    let doc = stdout_json(&out);
+    assert_eq!(doc["pass"]["decision"], "passthrough");
+    assert_eq!(doc["messages"], grown["messages"]);
+    let status = stdout_json(&env.run(
+        &[
+            "--db",
+            db.to_str().unwrap(),
+            "status",
+            "--session",
+            "ses_example0001",
+        ],
+        "",
+    ));
+    assert_eq!(status["passes"]["passthrough"], 1);
+    assert!(
+        status["last_error"].as_str().unwrap().contains("UNIQUE"),
+        "{status}"
+    );
+}
+
+#[test]
+fn reduce_by_flags_and_by_stdin_then_an_execute_pass_drops() {
+    let env = Env::new();
+    let db = env.db();
+    let db = db.to_str().unwrap();
+    stdout_json(&env.run(&["--db", db], &example()));
+    let by_flags = stdout_json(&env.run(
+        &[
+            "--db",
+            db,
+            "reduce",
+            "--session",
+            "ses_example0001",
+            "--drop",
+            "§3§,99",
+        ],
+        "",
+    ));
+    assert_eq!(
+        by_flags,
+        json!({"queued": [], "protected": [3], "unknown": [99], "already": []})
+    );
+    let by_stdin = stdout_json(&env.run(
+        &["--db", db, "reduce"],
+        r#"{"harness": "opencode", "session_id": "ses_example0001", "drop": "3"}"#,
+    ));
+    assert_eq!(by_stdin["already"], json!([3]));
+    let bad = env.run(
+        &[
+            "--db",
+            db,
+            "reduce",
+            "--session",
+            "ses_example0001",
+            "--drop",
+            "9-2",
+        ],
+        "",
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("reversed"));
+    let half = env.run(&["--db", db, "reduce", "--session", "x"], "");
+    assert_eq!(half.status.code(), Some(2));
+
+    // With a smaller protected window tag 3 (the read output) is queued, and a
+    // pass over the threshold applies it as a skeleton.
+    let config = env.dir.path().join("small-window.jsonc");
+    std::fs::write(&config, r#"{"transform": {"protected_tags": 2}}"#).unwrap();
+    let config = config.to_str().unwrap();
+    let queued = stdout_json(&env.run(
+        &[
+            "--db",
+            db,
+            "--config",
+            config,
+            "reduce",
+            "--session",
+            "ses_example0001",
+            "--drop",
+            "2-3",
+        ],
+        "",
+    ));
+    assert_eq!(
+        queued,
+        json!({"queued": [2], "protected": [], "unknown": [], "already": [3]})
+    );
+    let mut hot: Value = serde_json::from_str(&example()).unwrap();
+    hot["usage"] = json!({"input": 120000, "cache_read": 0, "cache_write": 0, "output": 1});
+    let doc = stdout_json(&env.run(&["--db", db, "--config", config], &hot.to_string()));
+    assert_eq!(doc["pass"]["decision"], "execute");
+    assert_eq!(doc["pass"]["dropped"], json!([2, 3]));
+    let parts = doc["messages"][1]["parts"].as_array().unwrap();
+    assert!(parts.iter().any(|p| p["text"] == "[dropped §2§]"));
+    assert!(
+        parts
+            .iter()
+            .any(|p| p["type"] == "tool" && p["state"]["output"] == "[dropped §3§]")
+    );
+}
+
+#[test]
+fn status_of_an_unknown_session_is_an_error() {
+    let env = Env::new();
+    let out = env.run(
+        &[
+            "--db",
+            env.db().to_str().unwrap(),
+            "status",
+            "--session",
+            "nope",
+        ],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("no pass has seen it"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_closed_stdout_exits_quietly() {
+    let env = Env::new();
+    let mut child = env
+        .command(&["--db", env.db().to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // the reader goes away before any output
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(example().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("error"), "{}", stderr(&out));
+}
+
+#[test]
+fn config_layers_are_read_and_bad_leaves_warn() {
+    let env = Env::new();
+    let db = env.db();
+    let config = env.dir.path().join("override.jsonc");
+    std::fs::write(
+        &config,
+        "{\n // comments are fine\n \"transform\": {\"protected_tags\": 500,},\n}\n",
+    )
+    .unwrap();
+    let out = env.run(
+        &[
+            "--db",
+            db.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        &example(),
+    );
+    let doc = stdout_json(&out);
+    let warnings = doc["pass"]["warnings"].to_string();
+    assert!(warnings.contains("protected_tags"), "{warnings}");
+    assert!(stderr(&out).contains("protected_tags"));
+    // A project config may not lower the execute threshold.
+    let project = env.dir.path().join("proj");
+    std::fs::create_dir_all(project.join(".mc")).unwrap();
+    std::fs::write(
+        project.join(".mc/config.jsonc"),
+        r#"{"transform": {"execute_threshold_percentage": 20}}"#,
+    )
+    .unwrap();
+    let mut envelope: Value = serde_json::from_str(&example()).unwrap();
+    envelope["project_dir"] = json!(project);
+    // 20 % usage would execute under a threshold of 20.
+    envelope["usage"] = json!({"input": 40000, "cache_read": 0, "cache_write": 0, "output": 1});
+    let doc = stdout_json(&env.run(&["--db", db.to_str().unwrap()], &envelope.to_string()));
+    assert_eq!(doc["pass"]["decision"], "defer", "{}", doc["pass"]);
+    assert!(
+        doc["pass"]["warnings"]
+            .to_string()
+            .contains("execute_threshold_percentage")
+    );
+}
+
+#[test]
+fn help_explains_the_commands() {
+    let out = Env::new().run(&["--help"], "");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "reduce",
+        "status",
+        "recount",
+        "--db",
+        "--config",
+        "passthrough",
+    ] {
+        assert!(text.contains(needle), "--help lacks {needle}");
+    }
+}
