@@ -1,0 +1,143 @@
+//! Property: over random sessions and random sequences of passes, tail growth
+//! and reduce calls, every defer pass re-emits the previous output's bytes for
+//! all older messages (DESIGN §4.3 invariant 1), and mutations first appear
+//! only on passes that are not defer (invariant 2).
+
+use mc_core::config::TransformConfig;
+use mc_core::store::Store;
+use mc_core::transform::{Decision, Envelope, ReduceRequest, reduce, run_pass};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+const SESSION: &str = "ses_prop";
+
+#[derive(Debug, Clone)]
+enum Step {
+    /// A user turn: the user message, `tools` tool steps (output sizes in
+    /// lines), and a final answer unless the turn is left mid-tool-use.
+    Turn { tools: Vec<usize>, finished: bool, with_file: bool },
+    /// The agent queues drops of these tags (taken modulo the tags so far).
+    Reduce(Vec<u16>),
+    /// A pass at this usage (% of the window), `idle_min` minutes after the last message.
+    Pass { percent: u64, idle_min: i64 },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => (prop::collection::vec(0usize..60, 0..4), any::<bool>(), prop::bool::weighted(0.15))
+            .prop_map(|(tools, finished, with_file)| Step::Turn { tools, finished, with_file }),
+        2 => prop::collection::vec(any::<u16>(), 1..6).prop_map(Step::Reduce),
+        5 => (prop_oneof![Just(20u64), Just(40), Just(66), Just(88), Just(96)], prop_oneof![3 => Just(0i64), 1 => Just(7)])
+            .prop_map(|(percent, idle_min)| Step::Pass { percent, idle_min }),
+    ]
+}
+
+struct Builder {
+    messages: Vec<Value>,
+    clock: i64,
+    n: usize,
+}
+
+impl Builder {
+    fn id(&mut self, kind: &str) -> String {
+        self.n += 1;
+        format!("msg_{:05}_{kind}", self.n)
+    }
+
+    fn tick(&mut self) -> i64 {
+        self.clock += 1500;
+        self.clock
+    }
+
+    fn turn(&mut self, tools: &[usize], finished: bool, with_file: bool) {
+        let id = self.id("u");
+        let at = self.tick();
+        let mut parts = vec![json!({"id": format!("{id}_p0"), "type": "text", "text": format!("request {}", self.n)})];
+        if with_file {
+            parts.push(json!({"id": format!("{id}_p1"), "type": "file", "mime": "text/plain",
+                              "filename": "notes.txt", "url": "file:///repo/notes.txt"}));
+        }
+        self.messages.push(json!({"info": {"id": id, "sessionID": SESSION, "role": "user", "time": {"created": at}}, "parts": parts}));
+        for (i, &lines) in tools.iter().enumerate() {
+            let id = self.id("t");
+            let at = self.tick();
+            let output = format!("{i}: some tool output line for {id}\n").repeat(lines);
+            let tool = ["read", "bash", "grep"][lines % 3];
+            let status = if lines == 0 { json!({"status": "error", "input": {"x": 1}, "error": "boom"}) }
+                         else { json!({"status": "completed", "input": {"path": format!("src/{id}.rs"), "body": "z".repeat(lines * 20)},
+                                        "output": output, "title": "t", "metadata": {}}) };
+            self.messages.push(json!({
+                "info": {"id": id, "sessionID": SESSION, "role": "assistant", "finish": "tool-calls",
+                         "time": {"created": at, "completed": at + 200}},
+                "parts": [{"type": "step-start"},
+                          {"type": "reasoning", "text": format!("why {id}")},
+                          {"type": "tool", "callID": format!("call_{}", i % 2), "tool": tool, "state": status},
+                          {"type": "step-finish"}]
+            }));
+        }
+        if finished {
+            let id = self.id("a");
+            let at = self.tick();
+            self.messages.push(json!({
+                "info": {"id": id, "sessionID": SESSION, "role": "assistant", "finish": "stop",
+                         "time": {"created": at, "completed": at + 200}},
+                "parts": [{"type": "reasoning", "text": "done thinking"}, {"type": "text", "text": format!("answer {id}")}]
+            }));
+        }
+    }
+}
+
+fn serialized(messages: &[Value]) -> Vec<String> {
+    messages.iter().map(|m| serde_json::to_string(m).unwrap()).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn defer_passes_replay_every_earlier_byte(steps in prop::collection::vec(step(), 1..24)) {
+        let config = TransformConfig { protected_tags: 4, clear_reasoning_age: 10, ..TransformConfig::default() };
+        let mut store = Store::open_in_memory().unwrap();
+        let mut b = Builder { messages: Vec::new(), clock: 1_800_000_000_000, n: 0 };
+        b.turn(&[3], true, false);
+        let mut previous: Option<Vec<String>> = None;
+        let mut max_tag = 0i64;
+        for step in steps {
+            match step {
+                Step::Turn { tools, finished, with_file } => b.turn(&tools, finished, with_file),
+                Step::Reduce(picks) => {
+                    if max_tag > 0 {
+                        let drop: Vec<i64> = picks.iter().map(|p| i64::from(*p) % max_tag + 1).collect();
+                        let request = ReduceRequest { harness: "opencode".into(), session_id: SESSION.into(), drop };
+                        reduce(&mut store, &request, &config, b.clock).unwrap();
+                    }
+                }
+                Step::Pass { percent, idle_min } => {
+                    let now = b.clock + 1000 + idle_min * 60_000;
+                    let envelope = Envelope::from_value(json!({
+                        "session_id": SESSION,
+                        "model": {"provider": "p", "id": "m", "context_limit": 100_000},
+                        "usage": {"input": percent * 1000},
+                        "now_ms": now,
+                        "messages": b.messages,
+                    })).unwrap();
+                    let out = run_pass(&mut store, envelope, &config, now).unwrap();
+                    let bytes = serialized(&out.messages);
+                    max_tag = max_tag.max(out.pass.tags as i64);
+                    if out.pass.decision == Decision::Defer {
+                        prop_assert!(out.pass.dropped.is_empty(), "a defer pass dropped {:?}", out.pass.dropped);
+                        if let Some(prev) = &previous {
+                            prop_assert!(bytes.len() >= prev.len(), "a defer pass lost messages");
+                            for (i, (new, old)) in bytes.iter().zip(prev).enumerate() {
+                                prop_assert_eq!(new, old, "message {} changed on a defer pass", i);
+                            }
+                        }
+                    }
+                    // Time moves on past this pass.
+                    b.clock = now;
+                    previous = Some(bytes);
+                }
+            }
+        }
+    }
+}
