@@ -1,1 +1,93 @@
+//! mc-tests: support for cross-binary pipelines, property tests and benchmarks.
+//!
+//! - [`generate`]: deterministic OpenCode sessions and pass envelopes.
+//! - [`bin_path`]: the workspace's binaries, found beside the running executable.
+//! - [`pipe`]: run a process with bytes on stdin and collect its output.
 
+pub mod generate;
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// The folder holding the workspace binaries for an executable at `exe`: a test
+/// executable lives in `target/<profile>/deps/`, the binaries one level up; a
+/// binary in `target/<profile>/` has them as siblings.
+pub fn bin_dir_for(exe: &Path) -> PathBuf {
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    if dir.file_name().is_some_and(|name| name == "deps") {
+        dir.parent().unwrap_or(dir).to_path_buf()
+    } else {
+        dir.to_path_buf()
+    }
+}
+
+/// The path of workspace binary `name` (e.g. `"mc-transform"`) built with the
+/// same profile as the running executable.
+///
+/// Panics when it is missing: build the workspace first.
+pub fn bin_path(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the path of the running executable");
+    let path = bin_dir_for(&exe).join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.is_file(),
+        "{} not found: build the workspace first: cargo build --workspace",
+        path.display()
+    );
+    path
+}
+
+/// Spawn `command` with piped stdio, feed it `stdin` (from a second thread, so
+/// large inputs cannot deadlock against its output), and wait for it.
+pub fn pipe(command: &mut Command, stdin: &[u8]) -> io::Result<Output> {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut input = child.stdin.take().expect("stdin is piped");
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(move || {
+            // A child that exits without reading everything closes the pipe; its
+            // exit status tells the caller more than EPIPE would.
+            match input.write_all(stdin) {
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+                other => other,
+            }
+        });
+        let output = child.wait_with_output();
+        writer.join().expect("stdin writer panicked")?;
+        output
+    })
+}
+
+/// [`pipe`] for a workspace binary with arguments; panics when it cannot be run.
+pub fn run_bin(name: &str, args: &[&str], stdin: &[u8]) -> Output {
+    let path = bin_path(name);
+    pipe(Command::new(&path).args(args), stdin)
+        .unwrap_or_else(|e| panic!("running {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bins_sit_beside_binaries_and_above_test_executables() {
+        let profile = Path::new("target").join("debug");
+        assert_eq!(
+            bin_dir_for(&profile.join("deps").join("pipeline-0123abcd")),
+            profile
+        );
+        assert_eq!(bin_dir_for(&profile.join("bench-transform")), profile);
+    }
+
+    #[test]
+    fn pipe_round_trips_large_input() {
+        let input = vec![b'x'; 1 << 20];
+        let mut cat = Command::new("cat");
+        let output = pipe(&mut cat, &input).expect("cat runs");
+        assert!(output.status.success());
+        assert_eq!(output.stdout.len(), input.len());
+    }
+}

@@ -15,7 +15,11 @@ const SESSION: &str = "ses_prop";
 enum Step {
     /// A user turn: the user message, `tools` tool steps (output sizes in
     /// lines), and a final answer unless the turn is left mid-tool-use.
-    Turn { tools: Vec<usize>, finished: bool, with_file: bool },
+    Turn {
+        tools: Vec<usize>,
+        finished: bool,
+        with_file: bool,
+    },
     /// The agent queues drops of these tags (taken modulo the tags so far).
     Reduce(Vec<u16>),
     /// A pass at this usage (% of the window), `idle_min` minutes after the last message.
@@ -52,10 +56,14 @@ impl Builder {
     fn turn(&mut self, tools: &[usize], finished: bool, with_file: bool) {
         let id = self.id("u");
         let at = self.tick();
-        let mut parts = vec![json!({"id": format!("{id}_p0"), "type": "text", "text": format!("request {}", self.n)})];
+        let mut parts = vec![
+            json!({"id": format!("{id}_p0"), "type": "text", "text": format!("request {}", self.n)}),
+        ];
         if with_file {
-            parts.push(json!({"id": format!("{id}_p1"), "type": "file", "mime": "text/plain",
-                              "filename": "notes.txt", "url": "file:///repo/notes.txt"}));
+            parts.push(
+                json!({"id": format!("{id}_p1"), "type": "file", "mime": "text/plain",
+                              "filename": "notes.txt", "url": "file:///repo/notes.txt"}),
+            );
         }
         self.messages.push(json!({"info": {"id": id, "sessionID": SESSION, "role": "user", "time": {"created": at}}, "parts": parts}));
         for (i, &lines) in tools.iter().enumerate() {
@@ -63,9 +71,12 @@ impl Builder {
             let at = self.tick();
             let output = format!("{i}: some tool output line for {id}\n").repeat(lines);
             let tool = ["read", "bash", "grep"][lines % 3];
-            let status = if lines == 0 { json!({"status": "error", "input": {"x": 1}, "error": "boom"}) }
-                         else { json!({"status": "completed", "input": {"path": format!("src/{id}.rs"), "body": "z".repeat(lines * 20)},
-                                        "output": output, "title": "t", "metadata": {}}) };
+            let status = if lines == 0 {
+                json!({"status": "error", "input": {"x": 1}, "error": "boom"})
+            } else {
+                json!({"status": "completed", "input": {"path": format!("src/{id}.rs"), "body": "z".repeat(lines * 20)},
+                                        "output": output, "title": "t", "metadata": {}})
+            };
             self.messages.push(json!({
                 "info": {"id": id, "sessionID": SESSION, "role": "assistant", "finish": "tool-calls",
                          "time": {"created": at, "completed": at + 200}},
@@ -88,7 +99,10 @@ impl Builder {
 }
 
 fn serialized(messages: &[Value]) -> Vec<String> {
-    messages.iter().map(|m| serde_json::to_string(m).unwrap()).collect()
+    messages
+        .iter()
+        .map(|m| serde_json::to_string(m).unwrap())
+        .collect()
 }
 
 proptest! {

@@ -81,6 +81,13 @@ impl Store {
 
     fn setup(conn: Connection, path: PathBuf, options: &StoreOptions) -> Result<Store> {
         conn.busy_timeout(options.busy_timeout)?;
+        // Each mc process is short-lived: checkpointing the WAL on every close
+        // would fsync on every pass. SQLite's auto-checkpoint (every ~1000
+        // pages) keeps the WAL bounded instead.
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )?;
         // journal_mode answers with a row; WAL is persistent, so this is cheap after the first time.
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
         if mode != "wal" && mode != "memory" {

@@ -17,7 +17,7 @@ use crate::tokens;
 
 use super::envelope::{Bust, Decision, Envelope, ModelInfo, PassOutput, PassReport, Usage};
 use super::notation::strip_leading_tags;
-use super::render::{RenderState, age_tags, render};
+use super::render::{Bindings, RenderState, age_tags, render};
 use super::scheduler::{self, Schedule, SchedulerInput};
 use super::state::{self, DropMode, NewTag, SessionRow, TagKind, TagRow};
 
@@ -166,7 +166,7 @@ impl InputFacts {
 
 struct Outcome {
     tags: Vec<TagRow>,
-    bindings: Vec<Vec<Option<usize>>>,
+    bindings: Bindings,
     prefixes: bool,
     reasoning_cleared_through: i64,
     schedule: Schedule,
@@ -419,7 +419,7 @@ fn bind_tags(
     messages: &[Message],
     ordinals: &[Option<i64>],
     now_ms: i64,
-) -> Result<(Vec<TagRow>, Vec<Vec<Option<usize>>>)> {
+) -> Result<(Vec<TagRow>, Bindings)> {
     let from = ordinals.iter().flatten().min().copied().unwrap_or(i64::MAX);
     let mut tags = state::load_tags_from_ordinal(tx, session.id, from)?;
     let mut by_identity: HashMap<String, usize> = tags

@@ -16,6 +16,9 @@ const SKELETON_INPUT_LIMIT: usize = 500;
 /// Characters of a string input value a skeleton keeps.
 const SKELETON_KEEP_CHARS: usize = 5;
 
+/// Per message, per part: the index into the tag list of the part's tag.
+pub type Bindings = Vec<Vec<Option<usize>>>;
+
 pub struct RenderState<'a> {
     pub tags: &'a [TagRow],
     /// Per message, per part: the index into `tags` of the part's tag.

@@ -171,56 +171,51 @@ pub fn insert_message(
     Ok(())
 }
 
-fn tag_from_row(
-    r: &rusqlite::Row<'_>,
-) -> rusqlite::Result<(
-    i64,
-    String,
-    String,
-    String,
-    Option<String>,
-    Option<String>,
-    i64,
-    i64,
-)> {
-    Ok((
-        r.get(0)?,
-        r.get(1)?,
-        r.get(2)?,
-        r.get(3)?,
-        r.get(4)?,
-        r.get(5)?,
-        r.get(6)?,
-        r.get(7)?,
-    ))
+/// A tag row as stored, before its text columns are checked.
+struct RawTag {
+    number: i64,
+    kind: String,
+    identity: String,
+    status: String,
+    mode: Option<String>,
+    tool_name: Option<String>,
+    tokens: i64,
+    input_tokens: i64,
 }
 
-fn build_tag(
-    (number, kind, identity, status, mode, tool_name, tokens, input_tokens): (
-        i64,
-        String,
-        String,
-        String,
-        Option<String>,
-        Option<String>,
-        i64,
-        i64,
-    ),
-) -> Result<TagRow> {
-    let dropped = match (status.as_str(), mode) {
+fn tag_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawTag> {
+    Ok(RawTag {
+        number: r.get(0)?,
+        kind: r.get(1)?,
+        identity: r.get(2)?,
+        status: r.get(3)?,
+        mode: r.get(4)?,
+        tool_name: r.get(5)?,
+        tokens: r.get(6)?,
+        input_tokens: r.get(7)?,
+    })
+}
+
+fn build_tag(raw: RawTag) -> Result<TagRow> {
+    let dropped = match (raw.status.as_str(), raw.mode) {
         ("active", _) => None,
         ("dropped", Some(mode)) => Some(DropMode::parse(&mode)?),
         ("dropped", None) => Some(DropMode::Full),
-        (other, _) => return Err(Error::Corrupt(format!("tag {number} has status {other:?}"))),
+        (other, _) => {
+            return Err(Error::Corrupt(format!(
+                "tag {} has status {other:?}",
+                raw.number
+            )));
+        }
     };
     Ok(TagRow {
-        number,
-        kind: TagKind::parse(&kind)?,
-        identity,
+        number: raw.number,
+        kind: TagKind::parse(&raw.kind)?,
+        identity: raw.identity,
         dropped,
-        tool_name,
-        tokens,
-        input_tokens,
+        tool_name: raw.tool_name,
+        tokens: raw.tokens,
+        input_tokens: raw.input_tokens,
     })
 }
 
