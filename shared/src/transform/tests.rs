@@ -594,3 +594,57 @@ fn status_reports_counts_tokens_and_passes() {
     assert!(report.tokens["message"].active > 0);
     assert_eq!(report.usage_percent, 70.0);
 }
+
+#[test]
+fn recount_replaces_estimates_with_exact_counts_once() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(2);
+    defer(&mut store, &messages);
+    let before = status(&store, "opencode", SESSION).unwrap().unwrap();
+    assert_eq!(before.exact_share, 0.0, "a pass only estimates");
+    let result = super::recount::recount(&mut store, envelope(&messages, 30, T0)).unwrap();
+    assert_eq!((result.recounted, result.exact, result.untagged), (8, 0, 0));
+    let after = status(&store, "opencode", SESSION).unwrap().unwrap();
+    assert_eq!(after.exact_share, 1.0);
+    // The stored count of the first user text is now exactly the tokenizer's.
+    let tokens: i64 = store
+        .conn()
+        .query_row("SELECT tokens FROM tags WHERE number = 1", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(tokens, i64::from(crate::tokens::exact("please do step 0")));
+    // A second recount finds nothing left to do.
+    let again = super::recount::recount(&mut store, envelope(&messages, 30, T0)).unwrap();
+    assert_eq!((again.recounted, again.exact), (0, 8));
+    // And a pass never touches the exact counts again.
+    defer(&mut store, &messages);
+    assert_eq!(
+        status(&store, "opencode", SESSION).unwrap().unwrap().tokens,
+        after.tokens
+    );
+}
+
+#[test]
+fn the_emergency_band_executes_mid_turn_and_warns() {
+    let mut store = Store::open_in_memory().unwrap();
+    let mut messages = session(8);
+    messages.pop(); // mid-turn
+    defer(&mut store, &messages);
+    queue(&mut store, &[2]);
+    let out = pass(&mut store, &messages, 96, warm_now(&messages));
+    assert_eq!(
+        (out.pass.decision, out.pass.reason),
+        (Decision::Execute, "emergency")
+    );
+    assert_eq!(out.pass.dropped, vec![2]);
+    assert!(
+        out.pass.warnings.iter().any(|w| w.contains("emergency")),
+        "{:?}",
+        out.pass.warnings
+    );
+    let forced = pass(&mut store, &messages, 86, warm_now(&messages));
+    assert_eq!(
+        (forced.pass.decision, forced.pass.reason),
+        (Decision::Execute, "force_band")
+    );
+    assert!(forced.pass.warnings.is_empty());
+}
