@@ -224,6 +224,17 @@ fn lock_database(path: &Path) -> Killer {
     Killer(child)
 }
 
+/// Run one SQL statement on the database from outside mc (python3's sqlite3).
+fn execute_sql(db: &Path, statement: &str) {
+    let status = Command::new("python3")
+        .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(sys.argv[2]); c.commit()"])
+        .arg(db)
+        .arg(statement)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{statement}");
+}
+
 struct Killer(std::process::Child);
 impl Drop for Killer {
     fn drop(&mut self) {
@@ -237,12 +248,7 @@ fn a_newer_schema_gives_a_loud_passthrough() {
     let env = Env::new();
     let db = env.db();
     stdout_json(&env.run(&["--db", db.to_str().unwrap()], &example()));
-    let set = Command::new("python3")
-        .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA user_version = 999'); c.commit()"])
-        .arg(&db)
-        .status()
-        .unwrap();
-    assert!(set.success());
+    execute_sql(&db, "PRAGMA user_version = 999");
     let out = env.run(&["--db", db.to_str().unwrap()], &example());
     assert_passthrough(&out, "schema version 999");
 }
@@ -253,12 +259,7 @@ fn a_corrupt_row_gives_a_passthrough_and_is_counted() {
     let db = env.db();
     stdout_json(&env.run(&["--db", db.to_str().unwrap()], &example()));
     // Rewind the tag counter: the next new tag collides with an existing one.
-    let set = Command::new("python3")
-        .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('UPDATE sessions SET tag_counter = 1'); c.commit()"])
-        .arg(&db)
-        .status()
-        .unwrap();
-    assert!(set.success());
+    execute_sql(&db, "UPDATE sessions SET tag_counter = 1");
     let mut grown: Value = serde_json::from_str(&example()).unwrap();
     let mut extra = grown["messages"][0].clone();
     extra["info"]["id"] = json!("msg_ex9999");

@@ -324,7 +324,7 @@ impl Merger {
                 name,
                 &format!(
                     "the top level is {}, not an object; ignoring this file",
-                    type_name(&other)
+                    crate::json::kind_name(&other)
                 ),
             ),
         }
@@ -435,17 +435,6 @@ fn show_name(name: &str) -> String {
         }
     }
     out
-}
-
-fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// The known key or section an unknown dotted path was most likely meant to be.

@@ -9,6 +9,7 @@ pub mod codec;
 pub mod config;
 pub mod error;
 pub mod identity;
+mod json;
 pub mod store;
 pub mod tokens;
 pub mod transform;

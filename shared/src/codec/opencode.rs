@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+use crate::json::kind_name as json_kind;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -285,17 +286,6 @@ pub fn decode_all(values: Vec<Value>) -> Result<Vec<Message>> {
 
 pub fn encode_all(messages: Vec<Message>) -> Vec<Value> {
     messages.into_iter().map(Message::encode).collect()
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]
