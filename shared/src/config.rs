@@ -128,6 +128,18 @@ pub struct TransformConfig {
     pub tool_reclaim_min_tokens: u32,
     /// Age-based reclaim of old tool outputs on execute passes (default true).
     pub tool_reclaim: bool,
+    /// Gap markers on user messages and dates on compartments (default true).
+    pub temporal_awareness: bool,
+    /// History budget as a share of the threshold's tokens (0.05..=0.5, default 0.15).
+    pub history_budget_percentage: f64,
+    /// Tokens of project memory in the head (500..=20000, default 4000).
+    pub memory_budget_tokens: u32,
+    /// Caveman compression of old prose (default off).
+    pub caveman: bool,
+    /// Minimum bytes for caveman compression (100..=10000, default 500).
+    pub caveman_min_chars: u32,
+    /// System-prompt guidance and a stable date line (default on).
+    pub system_prompt_guidance: bool,
 }
 
 /// `sqlite.*`: the shared database. User-only.
@@ -149,6 +161,12 @@ impl Default for Config {
                 clear_reasoning_age: 0,
                 tool_reclaim_min_tokens: 0,
                 tool_reclaim: false,
+                temporal_awareness: false,
+                history_budget_percentage: 0.0,
+                memory_budget_tokens: 0,
+                caveman: false,
+                caveman_min_chars: 0,
+                system_prompt_guidance: false,
             },
             sqlite: SqliteConfig { busy_timeout_ms: 0 },
         };

@@ -8,6 +8,7 @@
 pub mod codec;
 pub mod config;
 pub mod error;
+pub mod history;
 pub mod identity;
 mod json;
 pub mod store;

@@ -327,6 +327,97 @@ pub(super) const KEYS: &[KeyDef] = &[
         },
     },
     KeyDef {
+        path: "transform.temporal_awareness",
+        kind: Kind::Bool,
+        default: Val::Bool(true),
+        trust: Trust::Any,
+        description: "Mark gaps of five minutes or more before user messages (<!-- +2h 5m -->) \
+                      and date compartment headings.",
+        get: |c| Val::Bool(c.transform.temporal_awareness),
+        set: |c, v| {
+            if let Some(b) = v.bool() {
+                c.transform.temporal_awareness = b;
+            }
+        },
+    },
+    KeyDef {
+        path: "transform.history_budget_percentage",
+        kind: Kind::Float {
+            min: 0.05,
+            max: 0.5,
+        },
+        default: Val::Float(0.15),
+        trust: Trust::Any,
+        description: "Share of the execute threshold's token count that rendered session \
+                      history (compartments) may use at the head of the prompt.",
+        get: |c| Val::Float(c.transform.history_budget_percentage),
+        set: |c, v| {
+            if let Some(x) = v.float() {
+                c.transform.history_budget_percentage = x;
+            }
+        },
+    },
+    KeyDef {
+        path: "transform.memory_budget_tokens",
+        kind: Kind::Int {
+            min: 500,
+            max: 20_000,
+        },
+        default: Val::Int(4_000),
+        trust: Trust::Any,
+        description: "Tokens of project memory rendered at the head of the prompt.",
+        get: |c| Val::Int(u64::from(c.transform.memory_budget_tokens)),
+        set: |c, v| {
+            if let Some(n) = v.int_u32() {
+                c.transform.memory_budget_tokens = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "transform.caveman",
+        kind: Kind::Bool,
+        default: Val::Bool(false),
+        trust: Trust::Any,
+        description: "Compress old long prose into terse \"caveman\" style on passes that \
+                      change the prompt anyway (the oldest 20 % most, the newest 40 % not).",
+        get: |c| Val::Bool(c.transform.caveman),
+        set: |c, v| {
+            if let Some(b) = v.bool() {
+                c.transform.caveman = b;
+            }
+        },
+    },
+    KeyDef {
+        path: "transform.caveman_min_chars",
+        kind: Kind::Int {
+            min: 100,
+            max: 10_000,
+        },
+        default: Val::Int(500),
+        trust: Trust::Any,
+        description: "Texts shorter than this many bytes are never caveman-compressed.",
+        get: |c| Val::Int(u64::from(c.transform.caveman_min_chars)),
+        set: |c, v| {
+            if let Some(n) = v.int_u32() {
+                c.transform.caveman_min_chars = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "transform.system_prompt_guidance",
+        kind: Kind::Bool,
+        default: Val::Bool(true),
+        trust: Trust::Any,
+        description: "Append guidance about §N§ tags and ctx_reduce to the system prompt, and \
+                      keep its \"Today's date:\" line stable between passes that bust anyway.",
+        get: |c| Val::Bool(c.transform.system_prompt_guidance),
+        set: |c, v| {
+            if let Some(b) = v.bool() {
+                c.transform.system_prompt_guidance = b;
+            }
+        },
+    },
+    KeyDef {
         path: "sqlite.busy_timeout_ms",
         kind: Kind::Int {
             min: 5_000,

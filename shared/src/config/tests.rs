@@ -16,9 +16,12 @@ fn project(text: &str) -> Loaded {
 /// A value of the key's kind other than its default, inside its bounds.
 fn other_value(kind: Kind, default: Val) -> Val {
     match (kind, default) {
-        (Kind::Float { max, .. }, Val::Float(d)) => {
-            Val::Float(if d == max { d - 1.0 } else { d + 1.0 })
-        }
+        // Another value inside the range: halfway to the far bound.
+        (Kind::Float { min, max }, Val::Float(d)) => Val::Float(if max - d >= d - min {
+            (d + max) / 2.0
+        } else {
+            (d + min) / 2.0
+        }),
         (Kind::Int { max, .. }, Val::Int(d)) => Val::Int(if d == max { d - 1 } else { d + 1 }),
         (Kind::Bool, Val::Bool(b)) => Val::Bool(!b),
         (Kind::Ttl, Val::Ttl(t)) => Val::Ttl(if t == CacheTtl::Never {

@@ -12,7 +12,10 @@ use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 use crate::error::{Error, Result};
 
 /// Shipped migrations, applied in order. Never edit one that has shipped: add a new one.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_transform.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_transform.sql"),
+    include_str!("migrations/0002_history.sql"),
+];
 
 /// The newest schema version this build understands (the fence).
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

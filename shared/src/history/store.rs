@@ -1,0 +1,411 @@
+//! Rows the prompt's head is rendered from: compartments, memories, the user
+//! profile and pins. Writers (the historian, mc-pin, mc-search) and the
+//! transform share these functions, so every write that a cached head must
+//! notice leaves the marker the head compares against.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+use super::decay::Compartment;
+
+/// The five memory categories, in the order they render.
+pub const CATEGORIES: [&str; 5] = [
+    "PROJECT_RULES",
+    "ARCHITECTURE",
+    "CONSTRAINTS",
+    "CONFIG_VALUES",
+    "NAMING",
+];
+
+pub fn check_category(category: &str) -> Result<&'static str> {
+    CATEGORIES
+        .iter()
+        .find(|c| **c == category)
+        .copied()
+        .ok_or_else(|| {
+            Error::input(format!(
+                "unknown memory category {category:?} (one of {})",
+                CATEGORIES.join(", ")
+            ))
+        })
+}
+
+/// A compartment to publish; its sequence is assigned on insert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewCompartment {
+    pub start_ordinal: i64,
+    pub end_ordinal: i64,
+    pub start_message_id: String,
+    pub end_message_id: String,
+    pub start_ms: Option<i64>,
+    pub end_ms: Option<i64>,
+    pub title: String,
+    pub tiers: [String; 4],
+    pub importance: i64,
+    pub episode: Option<String>,
+}
+
+/// Append compartments after the session's last one; returns their sequences.
+pub fn publish_compartments(
+    conn: &Connection,
+    session: i64,
+    compartments: &[NewCompartment],
+    now_ms: i64,
+) -> Result<Vec<i64>> {
+    let mut next: i64 = conn.query_row(
+        "SELECT coalesce(max(sequence), 0) FROM compartments WHERE session = ?1",
+        params![session],
+        |r| r.get(0),
+    )?;
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO compartments (session, sequence, start_ordinal, end_ordinal, start_message_id,
+             end_message_id, start_ms, end_ms, title, p1, p2, p3, p4, importance, episode, created_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+    )?;
+    let mut sequences = Vec::with_capacity(compartments.len());
+    for c in compartments {
+        next += 1;
+        stmt.execute(params![
+            session,
+            next,
+            c.start_ordinal,
+            c.end_ordinal,
+            c.start_message_id,
+            c.end_message_id,
+            c.start_ms,
+            c.end_ms,
+            c.title,
+            c.tiers[0],
+            c.tiers[1],
+            c.tiers[2],
+            c.tiers[3],
+            c.importance.clamp(0, 100),
+            c.episode,
+            now_ms
+        ])?;
+        sequences.push(next);
+    }
+    Ok(sequences)
+}
+
+/// A stored compartment: what the renderer needs plus its covered range.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredCompartment {
+    pub compartment: Compartment,
+    pub end_message_id: String,
+}
+
+pub fn load_compartments(conn: &Connection, session: i64) -> Result<Vec<StoredCompartment>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT sequence, start_ordinal, end_ordinal, start_ms, end_ms, title, p1, p2, p3, p4,
+                importance, end_message_id
+         FROM compartments WHERE session = ?1 ORDER BY sequence",
+    )?;
+    let rows = stmt.query_map(params![session], |r| {
+        Ok(StoredCompartment {
+            compartment: Compartment {
+                sequence: r.get(0)?,
+                start_ordinal: r.get(1)?,
+                end_ordinal: r.get(2)?,
+                start_ms: r.get(3)?,
+                end_ms: r.get(4)?,
+                title: r.get(5)?,
+                tiers: [r.get(6)?, r.get(7)?, r.get(8)?, r.get(9)?],
+                importance: r.get(10)?,
+            },
+            end_message_id: r.get(11)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Delete a compartment (a structural edit: cached heads rebuild).
+pub fn delete_compartment(
+    conn: &Connection,
+    session: i64,
+    sequence: i64,
+    now_ms: i64,
+) -> Result<bool> {
+    let n = conn.execute(
+        "DELETE FROM compartments WHERE session = ?1 AND sequence = ?2",
+        params![session, sequence],
+    )?;
+    if n > 0 {
+        record_compartment_edit(conn, session, "delete", Some(sequence), now_ms)?;
+    }
+    Ok(n > 0)
+}
+
+pub fn record_compartment_edit(
+    conn: &Connection,
+    session: i64,
+    kind: &str,
+    sequence: Option<i64>,
+    now_ms: i64,
+) -> Result<()> {
+    conn.execute(
+        "INSERT INTO compartment_edits (session, kind, sequence, created_ms) VALUES (?1, ?2, ?3, ?4)",
+        params![session, kind, sequence, now_ms],
+    )?;
+    Ok(())
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Memory {
+    pub id: i64,
+    pub category: String,
+    pub content: String,
+    pub status: String,
+    pub importance: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MemoryWrite {
+    pub id: i64,
+    /// False when an identical live memory already existed (exact dedup).
+    pub created: bool,
+}
+
+/// Add a memory to a project, unless the same text is already live in that category.
+pub fn write_memory(
+    conn: &Connection,
+    project: &str,
+    category: &str,
+    content: &str,
+    importance: Option<i64>,
+    now_ms: i64,
+) -> Result<MemoryWrite> {
+    let category = check_category(category)?;
+    let content = content.trim();
+    if content.is_empty() {
+        return Err(Error::input("a memory needs non-empty content"));
+    }
+    let existing: Option<i64> = conn
+        .query_row(
+            "SELECT id FROM memories WHERE project = ?1 AND category = ?2 AND content = ?3
+               AND status IN ('active', 'permanent')",
+            params![project, category, content],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if let Some(id) = existing {
+        return Ok(MemoryWrite { id, created: false });
+    }
+    conn.execute(
+        "INSERT INTO memories (project, category, content, importance, created_ms, updated_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+        params![project, category, content, importance, now_ms],
+    )?;
+    Ok(MemoryWrite {
+        id: conn.last_insert_rowid(),
+        created: true,
+    })
+}
+
+fn memory_project(conn: &Connection, id: i64) -> Result<String> {
+    conn.query_row(
+        "SELECT project FROM memories WHERE id = ?1",
+        params![id],
+        |r| r.get(0),
+    )
+    .optional()?
+    .ok_or_else(|| Error::input(format!("no memory #{id}")))
+}
+
+fn log_mutation(
+    conn: &Connection,
+    project: &str,
+    kind: &str,
+    memory: i64,
+    superseded_by: Option<i64>,
+    content: Option<&str>,
+    now_ms: i64,
+) -> Result<()> {
+    conn.execute(
+        "INSERT INTO memory_mutations (project, kind, memory, superseded_by, content, created_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![project, kind, memory, superseded_by, content, now_ms],
+    )?;
+    Ok(())
+}
+
+/// Rewrite a memory's text (logged, so cached heads show it as an update).
+pub fn update_memory(conn: &Connection, id: i64, content: &str, now_ms: i64) -> Result<()> {
+    let project = memory_project(conn, id)?;
+    conn.execute(
+        "UPDATE memories SET content = ?2, updated_ms = ?3 WHERE id = ?1",
+        params![id, content.trim(), now_ms],
+    )?;
+    log_mutation(
+        conn,
+        &project,
+        "update",
+        id,
+        None,
+        Some(content.trim()),
+        now_ms,
+    )
+}
+
+pub fn archive_memory(conn: &Connection, id: i64, now_ms: i64) -> Result<()> {
+    let project = memory_project(conn, id)?;
+    conn.execute(
+        "UPDATE memories SET status = 'archived', updated_ms = ?2 WHERE id = ?1",
+        params![id, now_ms],
+    )?;
+    log_mutation(conn, &project, "archive", id, None, None, now_ms)
+}
+
+pub fn supersede_memory(conn: &Connection, id: i64, by: i64, now_ms: i64) -> Result<()> {
+    let project = memory_project(conn, id)?;
+    conn.execute(
+        "UPDATE memories SET status = 'superseded', superseded_by = ?2, updated_ms = ?3 WHERE id = ?1",
+        params![id, by, now_ms],
+    )?;
+    log_mutation(conn, &project, "superseded", id, Some(by), None, now_ms)
+}
+
+/// An edit from outside any session (a dashboard, a migration): every cached
+/// head of the project rebuilds on its next pass.
+pub fn bump_memory_epoch(conn: &Connection, project: &str) -> Result<()> {
+    conn.execute(
+        "INSERT INTO projects (project, memory_epoch) VALUES (?1, 1)
+         ON CONFLICT (project) DO UPDATE SET memory_epoch = memory_epoch + 1",
+        params![project],
+    )?;
+    Ok(())
+}
+
+pub fn memory_epoch(conn: &Connection, project: &str) -> Result<i64> {
+    Ok(conn
+        .prepare_cached("SELECT memory_epoch FROM projects WHERE project = ?1")?
+        .query_row(params![project], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0))
+}
+
+/// Live memories of a project in render priority: permanent first, then
+/// importance (unknown last), then id.
+pub fn live_memories(conn: &Connection, project: &str, now_ms: i64) -> Result<Vec<Memory>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, category, content, status, importance FROM memories
+         WHERE project = ?1 AND status IN ('active', 'permanent')
+           AND (expires_ms IS NULL OR expires_ms > ?2)
+         ORDER BY status = 'permanent' DESC, importance IS NULL, importance DESC, id",
+    )?;
+    let rows = stmt.query_map(params![project, now_ms], |r| {
+        Ok(Memory {
+            id: r.get(0)?,
+            category: r.get(1)?,
+            content: r.get(2)?,
+            status: r.get(3)?,
+            importance: r.get(4)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryMutation {
+    pub id: i64,
+    pub kind: String,
+    pub memory: i64,
+    pub superseded_by: Option<i64>,
+    pub content: Option<String>,
+}
+
+pub fn mutations_since(
+    conn: &Connection,
+    project: &str,
+    after_id: i64,
+) -> Result<Vec<MemoryMutation>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, kind, memory, superseded_by, content FROM memory_mutations
+         WHERE project = ?1 AND id > ?2 ORDER BY id",
+    )?;
+    let rows = stmt.query_map(params![project, after_id], |r| {
+        Ok(MemoryMutation {
+            id: r.get(0)?,
+            kind: r.get(1)?,
+            memory: r.get(2)?,
+            superseded_by: r.get(3)?,
+            content: r.get(4)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProfileItem {
+    pub id: i64,
+    pub content: String,
+}
+
+pub fn add_profile_item(conn: &Connection, content: &str, now_ms: i64) -> Result<i64> {
+    conn.execute(
+        "INSERT INTO user_profile (content, created_ms) VALUES (?1, ?2)",
+        params![content.trim(), now_ms],
+    )?;
+    Ok(conn.last_insert_rowid())
+}
+
+pub fn profile(conn: &Connection) -> Result<Vec<ProfileItem>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, content FROM user_profile WHERE status = 'active' ORDER BY id",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(ProfileItem {
+            id: r.get(0)?,
+            content: r.get(1)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pin {
+    pub id: String,
+    pub created_at: i64,
+    pub role: String,
+}
+
+/// Pin a message; pinning it again is a no-op. Returns whether it was new.
+pub fn pin(
+    conn: &Connection,
+    session: i64,
+    message_id: &str,
+    role: &str,
+    created_ms: i64,
+) -> Result<bool> {
+    let n = conn.execute(
+        "INSERT INTO pins (session, message_id, role, created_ms) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT DO NOTHING",
+        params![session, message_id, role, created_ms],
+    )?;
+    Ok(n > 0)
+}
+
+pub fn unpin(conn: &Connection, session: i64, message_id: &str) -> Result<bool> {
+    let n = conn.execute(
+        "DELETE FROM pins WHERE session = ?1 AND message_id = ?2",
+        params![session, message_id],
+    )?;
+    Ok(n > 0)
+}
+
+/// A session's pins in chronological order (created time, then id).
+pub fn pins(conn: &Connection, session: i64) -> Result<Vec<Pin>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT message_id, created_ms, role FROM pins WHERE session = ?1 ORDER BY created_ms, message_id",
+    )?;
+    let rows = stmt.query_map(params![session], |r| {
+        Ok(Pin {
+            id: r.get(0)?,
+            created_at: r.get(1)?,
+            role: r.get(2)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}

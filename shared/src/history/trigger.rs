@@ -1,0 +1,201 @@
+//! When is a historian run due? One function, used by the transform's pass
+//! report and by `mc-historian check`, so the two can never disagree.
+
+use serde::Serialize;
+
+/// Fraction of the usable window protected from folding (the live tail) and its cap.
+const PROTECTED_TAIL_SHARE: f64 = 0.40;
+const PROTECTED_TAIL_CAP: u64 = 96_000;
+/// Commit clusters in the unfolded tail that make a fold worthwhile.
+pub const MIN_COMMIT_CLUSTERS: usize = 3;
+/// A fold below this many eligible tokens is not worth a model call.
+pub const MIN_CHUNK_TOKENS: u64 = 2_000;
+pub const BLOCKING_PERCENT: f64 = 95.0;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TriggerInput {
+    pub usage_percent: f64,
+    pub threshold: f64,
+    pub force_band: f64,
+    /// The usable input window, in tokens.
+    pub window: u64,
+    /// Tokens of raw content after the last compartment (not yet folded).
+    pub tail_tokens: u64,
+    /// Separate runs of commits mentioned in the unfolded tail.
+    pub commit_clusters: usize,
+    pub subagent: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Due {
+    pub due: bool,
+    /// force_band | commit_clusters | tail_size | projected_headroom
+    pub reason: Option<&'static str>,
+    /// At ≥ 95 % the adapter should wait for the fold before sending.
+    pub blocking: bool,
+    pub trigger_budget: u64,
+    /// Tokens of the tail outside the protected live tail: what a run may fold.
+    pub eligible_tokens: u64,
+}
+
+/// `clamp(round(window × threshold% × 0.05), 5 000, 50 000)`.
+pub fn trigger_budget(window: u64, threshold: f64) -> u64 {
+    ((window as f64 * threshold / 100.0 * 0.05).round() as u64).clamp(5_000, 50_000)
+}
+
+pub fn protected_tail(window: u64) -> u64 {
+    ((window as f64 * PROTECTED_TAIL_SHARE).round() as u64).min(PROTECTED_TAIL_CAP)
+}
+
+pub fn historian_due(input: &TriggerInput) -> Due {
+    let budget = trigger_budget(input.window, input.threshold);
+    let eligible = input
+        .tail_tokens
+        .saturating_sub(protected_tail(input.window));
+    let reason = if input.subagent || eligible < MIN_CHUNK_TOKENS {
+        None
+    } else if input.usage_percent >= input.force_band {
+        Some("force_band")
+    } else if input.commit_clusters >= MIN_COMMIT_CLUSTERS && eligible >= budget {
+        Some("commit_clusters")
+    } else if eligible >= 3 * budget {
+        Some("tail_size")
+    } else if input.usage_percent >= input.threshold - 2.0 {
+        Some("projected_headroom")
+    } else {
+        None
+    };
+    Due {
+        due: reason.is_some(),
+        reason,
+        blocking: reason.is_some() && input.usage_percent >= BLOCKING_PERCENT,
+        trigger_budget: budget,
+        eligible_tokens: eligible,
+    }
+}
+
+/// Count runs of commit mentions: a commit verb with a 7–12 hex hash in a
+/// text, where texts with no commit between them separate the runs.
+pub fn commit_clusters<'a>(texts: impl IntoIterator<Item = &'a str>) -> usize {
+    let mut clusters = 0;
+    let mut in_cluster = false;
+    for text in texts {
+        let has = mentions_commit(text);
+        if has && !in_cluster {
+            clusters += 1;
+        }
+        in_cluster = has;
+    }
+    clusters
+}
+
+fn mentions_commit(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    let verb = ["commit", "cherry-pick", "merge", "rebase"]
+        .iter()
+        .any(|v| lower.contains(v));
+    verb && lower.split(|c: char| !c.is_ascii_hexdigit()).any(|w| {
+        (7..=12).contains(&w.len())
+            && w.bytes().any(|b| b.is_ascii_digit())
+            && w.bytes().any(|b| b.is_ascii_alphabetic())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input() -> TriggerInput {
+        TriggerInput {
+            usage_percent: 30.0,
+            threshold: 65.0,
+            force_band: 85.0,
+            window: 200_000,
+            tail_tokens: 0,
+            commit_clusters: 0,
+            subagent: false,
+        }
+    }
+
+    #[test]
+    fn budget_and_protected_tail() {
+        assert_eq!(trigger_budget(200_000, 65.0), 6_500);
+        assert_eq!(trigger_budget(20_000, 65.0), 5_000);
+        assert_eq!(trigger_budget(2_000_000, 90.0), 50_000);
+        assert_eq!(protected_tail(200_000), 80_000);
+        assert_eq!(protected_tail(1_000_000), 96_000);
+    }
+
+    #[test]
+    fn reasons_in_order() {
+        // Nothing eligible: never due, even in the force band.
+        let d = historian_due(&TriggerInput {
+            usage_percent: 90.0,
+            tail_tokens: 80_000,
+            ..input()
+        });
+        assert_eq!((d.due, d.reason), (false, None));
+        let d = historian_due(&TriggerInput {
+            usage_percent: 90.0,
+            tail_tokens: 90_000,
+            ..input()
+        });
+        assert_eq!(d.reason, Some("force_band"));
+        assert!(!d.blocking);
+        let d = historian_due(&TriggerInput {
+            usage_percent: 96.0,
+            tail_tokens: 90_000,
+            ..input()
+        });
+        assert!(d.blocking);
+        let d = historian_due(&TriggerInput {
+            tail_tokens: 80_000 + 6_500,
+            commit_clusters: 3,
+            ..input()
+        });
+        assert_eq!(d.reason, Some("commit_clusters"));
+        let d = historian_due(&TriggerInput {
+            tail_tokens: 80_000 + 6_499,
+            commit_clusters: 3,
+            ..input()
+        });
+        assert_eq!(d.reason, None);
+        let d = historian_due(&TriggerInput {
+            tail_tokens: 80_000 + 19_500,
+            ..input()
+        });
+        assert_eq!(d.reason, Some("tail_size"));
+        let d = historian_due(&TriggerInput {
+            tail_tokens: 85_000,
+            usage_percent: 63.0,
+            ..input()
+        });
+        assert_eq!(d.reason, Some("projected_headroom"));
+        let d = historian_due(&TriggerInput {
+            tail_tokens: 85_000,
+            usage_percent: 62.9,
+            ..input()
+        });
+        assert_eq!(d.reason, None);
+        let d = historian_due(&TriggerInput {
+            tail_tokens: 500_000,
+            subagent: true,
+            ..input()
+        });
+        assert_eq!(d.reason, None, "subagents have no historian");
+    }
+
+    #[test]
+    fn commit_clusters_are_runs() {
+        let texts = [
+            "committed as 3f2a9c1d",
+            "merge 9ab3c4d5e done",
+            "then I looked at the tests",
+            "commit 0123abcd4 pushed",
+            "no hash here, just commit talk",
+            "rebased onto 77aa88bb",
+        ];
+        assert_eq!(commit_clusters(texts), 3);
+        assert_eq!(commit_clusters(["deadbeef without a verb"]), 0);
+    }
+}
