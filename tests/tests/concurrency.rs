@@ -69,6 +69,7 @@ fn tags_of(output: &Value) -> Vec<String> {
         .as_array()
         .unwrap()
         .iter()
+        .filter(|m| m["info"]["syntheticHead"] != true)
         .flat_map(|m| m["parts"].as_array().unwrap().iter())
         .filter_map(|p| p["text"].as_str().or(p["state"]["output"].as_str()))
         .map(|s| s.split(' ').next().unwrap().to_string())

@@ -168,8 +168,17 @@ pub struct PassReport {
     pub tags: u64,
     /// Tags first dropped on this pass.
     pub dropped: Vec<i64>,
+    /// m[0] was rebuilt on this pass...
     pub materialized: bool,
+    /// ...for this reason (first_render, model_change, ttl_idle, pressure_backstop, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub materialize_reason: Option<&'static str>,
+    /// A historian run would fold old history now (same rule as `mc-historian check`).
     pub historian_due: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub historian_reason: Option<&'static str>,
+    /// Usage is so high the adapter should wait for the fold before sending.
+    pub blocking: bool,
     pub warnings: Vec<String>,
 }
 
@@ -183,7 +192,10 @@ impl PassReport {
             tags: 0,
             dropped: Vec::new(),
             materialized: false,
+            materialize_reason: None,
             historian_due: false,
+            historian_reason: None,
+            blocking: false,
             warnings: vec![warning],
         }
     }

@@ -1,8 +1,12 @@
 //! The per-call transform (DESIGN §4): tag, schedule, mutate only on passes
 //! that bust the cache anyway, replay everything stored on every pass.
 
+pub mod caveman;
+pub mod emergency;
 pub mod envelope;
+pub mod head;
 pub mod notation;
+pub mod nudge;
 pub mod pass;
 pub mod recount;
 pub mod reduce;
@@ -10,6 +14,8 @@ pub mod render;
 pub mod scheduler;
 pub mod state;
 pub mod status;
+pub mod system;
+pub mod temporal;
 
 pub use envelope::{Bust, Decision, Envelope, PassOutput, PassReport};
 pub use pass::{record_passthrough, run_pass};

@@ -1,25 +1,31 @@
 //! One transform pass: bind every part to its tag, let the scheduler decide,
-//! first-apply mutations only when this pass busts the cache anyway, then
-//! replay everything stored (render).
+//! decide whether the head (m[0]) must be rebuilt, first-apply mutations only
+//! when this pass busts the cache anyway, then replay everything stored.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
 
 use rusqlite::{Transaction, params};
 use serde_json::Value;
 
 use crate::codec::opencode::{decode_all, encode_all};
-use crate::codec::{Message, PartKind, Role};
+use crate::codec::{Message, Part, PartKind, Role};
 use crate::config::TransformConfig;
 use crate::error::Result;
+use crate::history::head::PinnedText;
+use crate::history::store as history;
+use crate::history::trigger::{self, Due, TriggerInput};
 use crate::identity::project_identity;
 use crate::store::Store;
 use crate::tokens;
 
 use super::envelope::{Bust, Decision, Envelope, ModelInfo, PassOutput, PassReport, Usage};
+use super::head::{self as heads, HardSignals, HeadContext, HeadRow, RENDER_EPOCH};
 use super::notation::strip_leading_tags;
-use super::render::{Bindings, RenderState, age_tags, render};
+use super::render::{Bindings, Head, RenderState, age_tags, render};
 use super::scheduler::{self, Schedule, SchedulerInput};
 use super::state::{self, DropMode, NewTag, SessionRow, TagKind, TagRow};
+use super::{caveman, emergency, nudge, system, temporal};
 
 /// The newest this-many tool tags (any status) are dropped as skeletons; older ones go whole.
 pub const SKELETON_WINDOW: u32 = 20;
@@ -68,20 +74,40 @@ pub fn run_pass(
         None
     };
 
-    let facts = InputFacts::read(&messages, &model, usage);
+    let facts = InputFacts::read(&messages, &model, usage, config);
     let key = SessionKey {
         harness: &harness,
         session_id: &session_id,
         subagent,
         identity: identity.as_deref(),
+        project_dir: project_dir.as_deref(),
+        system: system.as_ref(),
     };
     let outcome = store.write(|tx| apply(tx, &key, &facts, &messages, config, now_ms))?;
 
+    let markers = if config.temporal_awareness {
+        temporal::markers(&messages)
+    } else {
+        vec![None; messages.len()]
+    };
     let state = RenderState {
         tags: &outcome.tags,
         bindings: &outcome.bindings,
         prefixes: outcome.prefixes,
         reasoning_cleared_through: outcome.reasoning_cleared_through,
+        keep_reasoning: &outcome.keep_reasoning,
+        ordinals: &outcome.ordinals,
+        covered_through: outcome.head.as_ref().map_or(0, |h| h.covered_through),
+        markers: &markers,
+        head: outcome.head.as_ref().map(|h| Head {
+            session_id: &session_id,
+            m0: &h.m0,
+            m1: &h.m1,
+        }),
+        nudge2: outcome
+            .nudge2
+            .as_ref()
+            .map(|(after, text)| (after.as_str(), text.as_str())),
     };
     messages = render(messages, &state);
     let mut warnings = Vec::new();
@@ -94,7 +120,7 @@ pub fn run_pass(
     }
     Ok(PassOutput {
         messages: encode_all(messages),
-        system,
+        system: outcome.system,
         pass: PassReport {
             decision: outcome.schedule.decision,
             reason: outcome.schedule.reason,
@@ -102,8 +128,11 @@ pub fn run_pass(
             usage_percent: (facts.usage_percent * 10.0).round() / 10.0,
             tags: outcome.bindings.iter().flatten().flatten().count() as u64,
             dropped: outcome.first_dropped,
-            materialized: false,
-            historian_due: false,
+            materialized: outcome.materialized.is_some(),
+            materialize_reason: outcome.materialized,
+            historian_due: outcome.due.due,
+            historian_reason: outcome.due.reason,
+            blocking: outcome.due.blocking,
             warnings,
         },
     })
@@ -130,10 +159,19 @@ struct InputFacts {
     /// The newest real user message: heuristics run once per such turn.
     turn_id: Option<String>,
     model_key: Option<String>,
+    /// Rendered session history may use this many tokens.
+    history_budget: u64,
+    /// Tokens the execute threshold stands for (the emergency ceiling).
+    ceiling: u64,
 }
 
 impl InputFacts {
-    fn read(messages: &[Message], model: &ModelInfo, usage: Option<Usage>) -> InputFacts {
+    fn read(
+        messages: &[Message],
+        model: &ModelInfo,
+        usage: Option<Usage>,
+        config: &TransformConfig,
+    ) -> InputFacts {
         let window = scheduler::usable_window(model);
         let prompt_tokens = usage.map(|u| u.prompt_tokens()).or_else(|| {
             messages
@@ -148,6 +186,10 @@ impl InputFacts {
             .filter_map(|m| m.completed_ms().or(m.created_ms()))
             .max()
             .unwrap_or(0);
+        let threshold = config
+            .execute_threshold_percentage
+            .min(scheduler::MAX_THRESHOLD_PERCENT);
+        let ceiling = (window as f64 * threshold / 100.0).floor() as u64;
         InputFacts {
             usage_percent: scheduler::usage_percent(prompt_tokens.unwrap_or(0), window),
             prompt_tokens: prompt_tokens.unwrap_or(0),
@@ -160,18 +202,34 @@ impl InputFacts {
                 .find(|m| m.is_real_user())
                 .and_then(|m| m.id().map(str::to_string)),
             model_key: model.key(),
+            history_budget: (ceiling as f64 * config.history_budget_percentage).floor() as u64,
+            ceiling,
         }
     }
+}
+
+/// The head as the render sees it.
+struct HeadOut {
+    m0: String,
+    m1: String,
+    covered_through: i64,
 }
 
 struct Outcome {
     tags: Vec<TagRow>,
     bindings: Bindings,
+    ordinals: Vec<Option<i64>>,
+    keep_reasoning: Vec<bool>,
     prefixes: bool,
     reasoning_cleared_through: i64,
     schedule: Schedule,
     bust: Bust,
     first_dropped: Vec<i64>,
+    head: Option<HeadOut>,
+    materialized: Option<&'static str>,
+    system: Option<Value>,
+    due: Due,
+    nudge2: Option<(String, String)>,
 }
 
 /// Is `ctx_reduce` callable, per the first user message's tool allow-list?
@@ -195,6 +253,21 @@ struct SessionKey<'a> {
     subagent: bool,
     /// Project identity, computed only when the session is new.
     identity: Option<&'a str>,
+    project_dir: Option<&'a Path>,
+    system: Option<&'a Value>,
+}
+
+/// The text of a message as a pin shows it: its non-empty, non-ignored text parts.
+fn message_text(message: &Message) -> String {
+    message
+        .parts
+        .iter()
+        .filter(|p| p.kind == PartKind::Text && !p.is_ignored())
+        .filter_map(Part::text)
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n")
 }
 
 fn apply(
@@ -216,37 +289,133 @@ fn apply(
             now_ms,
         )?,
     };
+    let subagent = key.subagent || session.is_subagent;
     if session.reduce_callable.is_none() {
         // Frozen on first sight of a user message so the prefixes never flap.
         session.reduce_callable = reduce_callable(messages);
     }
     let prefixes = session.reduce_callable.unwrap_or(true);
 
-    let ordinals = register_messages(tx, &mut session, messages)?;
+    let (ordinals, mut keep_reasoning) = register_messages(tx, &mut session, messages)?;
+    let counter_before = session.tag_counter;
     let (mut tags, bindings) = bind_tags(tx, &mut session, messages, &ordinals, now_ms)?;
+
+    let pins = history::pins(tx, session.id)?;
+    let pinned_ids: HashSet<&str> = pins.iter().map(|p| p.id.as_str()).collect();
+    let pinned_texts: Vec<PinnedText> = pins
+        .iter()
+        .filter_map(|p| {
+            let message = messages.iter().find(|m| m.id() == Some(p.id.as_str()))?;
+            Some(PinnedText {
+                id: p.id.clone(),
+                role: p.role.clone(),
+                created_ms: p.created_at,
+                text: message_text(message),
+            })
+        })
+        .filter(|p| !p.text.is_empty())
+        .collect();
 
     let model_changed = matches!(
         (&session.last_model_key, &facts.model_key),
         (Some(old), Some(new)) if old != new
     );
-    let schedule = scheduler::decide(&SchedulerInput {
+    let last_response_before = session.last_response_ms.max(facts.response_ms);
+    let mut schedule = scheduler::decide(&SchedulerInput {
         usage_percent: facts.usage_percent,
-        last_response_ms: session.last_response_ms.max(facts.response_ms),
+        last_response_ms: last_response_before,
         now_ms,
         ttl: config.cache_ttl,
         threshold: config.execute_threshold_percentage,
         mid_turn: facts.mid_turn,
-        subagent: key.subagent,
+        subagent,
         deferred_owed: session.deferred_execute_ms.is_some(),
         model_changed,
     });
 
+    // The system prompt with the frozen date, and whether m[0] must be rebuilt.
+    let guidance = (config.system_prompt_guidance && (!subagent || prefixes))
+        .then(|| system::guidance(prefixes, config.protected_tags));
+    let input_today = key.system.and_then(system::today_line);
+    let frozen_today = session.today_line.clone().or_else(|| input_today.clone());
+    let frozen_system = key.system.map(|s| {
+        system::render(
+            s,
+            guidance.as_deref(),
+            config
+                .system_prompt_guidance
+                .then_some(frozen_today.as_deref())
+                .flatten(),
+        )
+    });
+    let project = session.project_identity.clone();
+    let head_enabled = !subagent;
+    let cache = if head_enabled {
+        heads::load_head(tx, session.id)?
+    } else {
+        None
+    };
+    let markers = heads::current_markers(tx, session.id, project.as_deref())?;
+    let render_key = format!(
+        "e{RENDER_EPOCH}-h{}-m{}-d{}",
+        facts.history_budget, config.memory_budget_tokens, config.temporal_awareness as u8
+    );
+    let frozen_hash = frozen_system.as_ref().map(system::hash);
+    let mut hard = if head_enabled {
+        heads::must_materialize(
+            cache.as_ref(),
+            &HardSignals {
+                model_key: facts.model_key.as_deref(),
+                system_hash: frozen_hash.as_deref(),
+                render_key: &render_key,
+                project: project.as_deref(),
+                ttl: config.cache_ttl,
+                last_response_ms: last_response_before,
+                now_ms,
+            },
+            &markers,
+        )
+    } else {
+        None
+    };
+    if hard.is_none() && head_enabled && schedule.force_band {
+        hard = Some("force_band");
+    }
+    if let Some(reason) = hard
+        && schedule.decision == Decision::Defer
+    {
+        schedule.decision = Decision::Execute;
+        schedule.reason = reason;
+        schedule.deferred_mid_turn = false;
+    }
+    let busting = schedule.decision == Decision::Execute;
+
+    // On a busting pass the date moves on; otherwise the frozen one stays.
+    let (out_system, today) = if busting && config.system_prompt_guidance {
+        let system = key
+            .system
+            .map(|s| system::render(s, guidance.as_deref(), input_today.as_deref()));
+        (system, input_today.clone().or(frozen_today))
+    } else {
+        (frozen_system, frozen_today)
+    };
+    let system_hash = out_system.as_ref().map(system::hash);
+    session.today_line = today;
+
+    // Raw messages up to this ordinal are covered by the head and leave the wire.
+    let covered_now = if busting {
+        markers.covered_through
+    } else {
+        cache.as_ref().map_or(0, |c| c.covered_through)
+    };
+    let visible = |ordinal: Option<i64>| ordinal.is_none_or(|o| o > covered_now);
+
     let mut first_dropped = Vec::new();
     let mut visible_change = false;
-    if schedule.decision == Decision::Execute {
+    if busting {
         let mut mutation = Mutation {
             tx,
-            session: &session,
+            session: session.clone(),
             messages,
             bindings: &bindings,
             tags: &mut tags,
@@ -255,19 +424,35 @@ fn apply(
             first_dropped: &mut first_dropped,
             visible_change: &mut visible_change,
             positions: tag_positions(&bindings),
+            pinned: &pinned_ids,
+            visible: bindings
+                .iter()
+                .zip(&ordinals)
+                .map(|(_, o)| visible(*o))
+                .collect(),
         };
         mutation.apply_pending()?;
-        let heuristics_due = key.subagent
+        if schedule.force_band {
+            let sample = facts.prompt_tokens as i64;
+            if session.last_emergency_sample != Some(sample) {
+                mutation.emergency_drop(facts.prompt_tokens, facts.ceiling)?;
+                session.last_emergency_sample = Some(sample);
+            }
+        }
+        let heuristics_due = subagent
             || schedule.force_band
+            || hard.is_some()
             || session.heuristics_turn_id.is_none()
             || session.heuristics_turn_id != facts.turn_id;
         if heuristics_due {
-            let cleared = mutation.clear_reasoning()?;
-            if config.tool_reclaim {
+            if let Some(through) = mutation.clear_reasoning(&mut keep_reasoning)? {
+                session.reasoning_cleared_through = through;
+            }
+            if config.tool_reclaim && !schedule.force_band {
                 mutation.reclaim_old_tools()?;
             }
-            if let Some(through) = cleared {
-                session.reasoning_cleared_through = through;
+            if config.caveman && !subagent {
+                mutation.caveman()?;
             }
             session.heuristics_turn_id = facts.turn_id.clone();
         }
@@ -277,15 +462,114 @@ fn apply(
     } else if schedule.deferred_mid_turn && session.deferred_execute_ms.is_none() {
         session.deferred_execute_ms = Some(now_ms);
     }
-    let bust = if visible_change {
+
+    // The head: rebuilt on HARD, m[1] refreshed on other busting passes, else replayed.
+    let ordinal_of = |id: &str| -> Option<i64> {
+        messages
+            .iter()
+            .zip(&ordinals)
+            .find(|(m, _)| m.id() == Some(id))
+            .and_then(|(_, o)| *o)
+    };
+    let ctx = HeadContext {
+        session: session.id,
+        project: project.as_deref(),
+        project_dir: key.project_dir,
+        model_key: facts.model_key.as_deref(),
+        system_hash: system_hash.as_deref(),
+        render_key: render_key.clone(),
+        history_budget: facts.history_budget,
+        memory_budget: u64::from(config.memory_budget_tokens),
+        dates: config.temporal_awareness,
+        now_ms,
+        pinned: &pinned_texts,
+    };
+    let mut materialized = None;
+    let mut m1_changed = false;
+    let head: Option<HeadRow> = if !head_enabled {
+        None
+    } else if let Some(reason) = hard {
+        materialized = Some(reason);
+        Some(heads::materialize(tx, &ctx, &markers, reason, &ordinal_of)?)
+    } else if busting {
+        let cache = cache
+            .as_ref()
+            .expect("no HARD trigger means a cached head exists");
+        let (row, backstop) = heads::refresh_m1(tx, &ctx, cache, &markers, &ordinal_of)?;
+        if backstop {
+            materialized = Some("pressure_backstop");
+            Some(heads::materialize(
+                tx,
+                &ctx,
+                &markers,
+                "pressure_backstop",
+                &ordinal_of,
+            )?)
+        } else {
+            m1_changed = row.m1 != cache.m1 || row.covered_through != cache.covered_through;
+            Some(row)
+        }
+    } else {
+        cache
+    };
+    let head_changed = materialized.is_some();
+    if head_changed {
+        tx.execute(
+            "UPDATE sessions SET passes_materialized = passes_materialized + 1 WHERE id = ?1",
+            params![session.id],
+        )?;
+    }
+
+    // Historian due? Measured on the raw tail the head does not cover yet.
+    let tail_tokens: i64 = tx
+        .prepare_cached(
+            "SELECT coalesce(sum(tokens + input_tokens), 0) FROM tags
+             WHERE session = ?1 AND status = 'active' AND ordinal > ?2",
+        )?
+        .query_row(params![session.id, markers.covered_through], |r| r.get(0))?;
+    let tail_texts = messages
+        .iter()
+        .zip(&ordinals)
+        .filter(|(m, o)| {
+            m.role() == Role::Assistant && o.is_some_and(|o| o > markers.covered_through)
+        })
+        .map(|(m, _)| message_text(m));
+    let tail_texts: Vec<String> = tail_texts.collect();
+    let due = trigger::historian_due(&TriggerInput {
+        usage_percent: facts.usage_percent,
+        threshold: config.execute_threshold_percentage,
+        force_band: scheduler::force_band(config.execute_threshold_percentage),
+        window: facts.window,
+        tail_tokens: tail_tokens.max(0) as u64,
+        commit_clusters: trigger::commit_clusters(tail_texts.iter().map(String::as_str)),
+        subagent,
+    });
+
+    // Reduce nudges, on content the provider has not cached yet.
+    let covered_final = head.as_ref().map_or(0, |h| h.covered_through);
+    if prefixes {
+        let tail = Tail {
+            messages,
+            bindings: &bindings,
+            ordinals: &ordinals,
+            covered: covered_final,
+            pinned: &pinned_ids,
+            new_after: counter_before,
+        };
+        nudges(tx, &mut session, &tail, &mut tags, config)?;
+    }
+
+    let bust = if head_changed {
+        Bust::Hard
+    } else if visible_change || m1_changed {
         Bust::Soft
     } else {
         Bust::None
     };
 
     // After an execute, this idle window's later passes should defer.
-    let mut last_response = session.last_response_ms.max(facts.response_ms);
-    if schedule.decision == Decision::Execute {
+    let mut last_response = last_response_before;
+    if busting {
         last_response = last_response.max(now_ms);
     }
     tx.prepare_cached(
@@ -302,6 +586,9 @@ fn apply(
             last_bust_ms = CASE WHEN ?17 = 'none' THEN last_bust_ms ELSE ?18 END,
             passes_defer = passes_defer + (?15 = 'defer'),
             passes_execute = passes_execute + (?15 = 'execute'),
+            today_line = ?19, last_emergency_sample = ?20,
+            nudge2_after = ?21, nudge2_text = ?22, nudge2_armed = ?23,
+            nudge1_level = ?24, nudge1_reducible = ?25,
             last_error = NULL, updated_ms = ?18
          WHERE id = ?1",
     )?
@@ -324,30 +611,155 @@ fn apply(
         schedule.reason,
         bust.as_str(),
         now_ms,
+        session.today_line,
+        session.last_emergency_sample,
+        session.nudge2_after,
+        session.nudge2_text,
+        session.nudge2_armed,
+        session.nudge1_level,
+        session.nudge1_reducible,
     ])?;
 
+    let nudge2 = session
+        .nudge2_after
+        .clone()
+        .zip(session.nudge2_text.clone());
     Ok(Outcome {
         tags,
         bindings,
+        ordinals,
+        keep_reasoning,
         prefixes,
         reasoning_cleared_through: session.reasoning_cleared_through,
         schedule,
         bust,
         first_dropped,
+        head: head.map(|h| HeadOut {
+            m0: h.m0,
+            m1: h.m1,
+            covered_through: h.covered_through,
+        }),
+        materialized,
+        system: out_system.or_else(|| key.system.cloned()),
+        due,
+        nudge2,
     })
 }
 
+/// The live tail as the nudges measure it.
+struct Tail<'a> {
+    messages: &'a [Message],
+    bindings: &'a Bindings,
+    ordinals: &'a [Option<i64>],
+    /// Messages up to this ordinal are in the head, not the tail.
+    covered: i64,
+    pinned: &'a HashSet<&'a str>,
+    /// Tags numbered above this were created on this pass.
+    new_after: i64,
+}
+
+/// Measure the live tail (T: all active tagged tokens; U: the part ctx_reduce
+/// could drop) and place Channel 1 / Channel 2 reminders on new content.
+fn nudges(
+    tx: &Transaction<'_>,
+    session: &mut SessionRow,
+    tail: &Tail<'_>,
+    tags: &mut [TagRow],
+    config: &TransformConfig,
+) -> Result<()> {
+    let Tail {
+        messages,
+        bindings,
+        ordinals,
+        covered,
+        pinned,
+        new_after,
+    } = *tail;
+    let floor = state::protected_floor(tx, session.id, config.protected_tags)?;
+    let mut total = 0u64;
+    let mut reducible = 0u64;
+    let mut oldest: Vec<(i64, String)> = Vec::new();
+    let mut seen = HashSet::new();
+    for ((message, parts), ordinal) in messages.iter().zip(bindings).zip(ordinals) {
+        if ordinal.is_some_and(|o| o <= covered) {
+            continue;
+        }
+        let is_pinned = message.id().is_some_and(|id| pinned.contains(id));
+        for &i in parts.iter().flatten() {
+            let tag = &tags[i];
+            if tag.dropped.is_some() || !seen.insert(tag.number) {
+                continue;
+            }
+            let mass = (tag.tokens + tag.input_tokens).max(0) as u64;
+            total += mass;
+            if !is_pinned && floor.is_none_or(|f| tag.number < f) {
+                reducible += mass;
+                if tag.kind == TagKind::Tool && oldest.len() < 5 {
+                    oldest.push((
+                        tag.number,
+                        tag.tool_name.clone().unwrap_or_else(|| "tool".into()),
+                    ));
+                }
+            }
+        }
+    }
+    // Channel 1: on the newest tool output first seen on this pass.
+    let newest_new_tool = tags
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.kind == TagKind::Tool && t.number > new_after)
+        .max_by_key(|(_, t)| t.number)
+        .map(|(i, _)| i);
+    let level = nudge::channel1_level(total, reducible);
+    if let Some(i) = newest_new_tool
+        && nudge::channel1_fires(
+            level,
+            session.nudge1_level,
+            total,
+            reducible,
+            session.nudge1_reducible,
+        )
+    {
+        let text = nudge::channel1_text(level, reducible, &oldest);
+        state::set_nudge(tx, session.id, tags[i].number, &text)?;
+        tags[i].nudge = Some(text);
+        session.nudge1_level = i64::from(level);
+        session.nudge1_reducible = reducible as i64;
+    }
+    // Channel 2: once, after a finished step, until the reducible mass falls away.
+    if reducible < nudge::REARM_BELOW {
+        session.nudge2_armed = true;
+        session.nudge1_level = 0;
+        session.nudge1_reducible = 0;
+    }
+    let last = messages.last();
+    let at_boundary = last.is_some_and(|m| {
+        m.role() == Role::Assistant && matches!(m.finish(), Some("tool-calls" | "stop"))
+    });
+    if session.nudge2_armed
+        && at_boundary
+        && nudge::channel2_due(total, reducible)
+        && let Some(id) = last.and_then(Message::id)
+    {
+        session.nudge2_after = Some(id.to_string());
+        session.nudge2_text = Some(nudge::channel2_text(reducible));
+        session.nudge2_armed = false;
+    }
+    Ok(())
+}
+
 /// Give every message with an id a stable ordinal (assigned on first sight).
+/// Returns the ordinals and, per message, whether its reasoning is kept.
 fn register_messages(
     tx: &Transaction<'_>,
     session: &mut SessionRow,
     messages: &[Message],
-) -> Result<Vec<Option<i64>>> {
+) -> Result<(Vec<Option<i64>>, Vec<bool>)> {
     // Load the known window in one range scan, starting from the first visible
     // message we have seen before (probe a few, in case the head is new).
     let mut from = None;
     for id in messages.iter().filter_map(Message::id).take(8) {
-        if let Some(ordinal) = state::message_ordinal(tx, session.id, id)? {
+        if let Some((ordinal, _)) = state::message_ordinal(tx, session.id, id)? {
             from = Some(ordinal);
             break;
         }
@@ -357,15 +769,17 @@ fn register_messages(
         None => HashMap::new(),
     };
     let mut ordinals = Vec::with_capacity(messages.len());
+    let mut keep = Vec::with_capacity(messages.len());
     for message in messages {
         let Some(id) = message.id() else {
             ordinals.push(None);
+            keep.push(false);
             continue;
         };
-        let ordinal = match known.get(id) {
-            Some(&o) => o,
+        let (ordinal, kept) = match known.get(id) {
+            Some(&entry) => entry,
             None => match state::message_ordinal(tx, session.id, id)? {
-                Some(o) => o,
+                Some(entry) => entry,
                 None => {
                     session.ordinal_counter += 1;
                     let o = session.ordinal_counter;
@@ -377,21 +791,22 @@ fn register_messages(
                         message.role().as_str(),
                         message.created_ms(),
                     )?;
-                    known.insert(id.to_string(), o);
-                    o
+                    known.insert(id.to_string(), (o, false));
+                    (o, false)
                 }
             },
         };
         ordinals.push(Some(ordinal));
+        keep.push(kept);
     }
-    Ok(ordinals)
+    Ok((ordinals, keep))
 }
 
 /// The identity of a taggable part, or `None` for parts that never get a tag.
 pub(crate) fn part_identity(
     message_id: &str,
     part_index: usize,
-    part: &crate::codec::Part,
+    part: &Part,
 ) -> Option<(TagKind, String)> {
     match part.kind {
         PartKind::Text
@@ -465,6 +880,7 @@ fn bind_tags(
             };
             session.tag_counter += 1;
             let number = session.tag_counter;
+            let tool_name = part.tool_name().filter(|_| kind == TagKind::Tool);
             state::insert_tag(
                 tx,
                 session.id,
@@ -474,7 +890,7 @@ fn bind_tags(
                     identity: &identity,
                     message_id,
                     ordinal,
-                    tool_name: part.tool_name().filter(|_| kind == TagKind::Tool),
+                    tool_name,
                     byte_size,
                     tokens,
                     input_bytes,
@@ -488,12 +904,12 @@ fn bind_tags(
                 kind,
                 identity: identity.clone(),
                 dropped: None,
-                tool_name: part
-                    .tool_name()
-                    .filter(|_| kind == TagKind::Tool)
-                    .map(str::to_string),
+                tool_name: tool_name.map(str::to_string),
                 tokens,
                 input_tokens,
+                bytes: byte_size + input_bytes + reasoning,
+                caveman_depth: 0,
+                nudge: None,
             });
             by_identity.insert(identity, tags.len() - 1);
             row.push(Some(tags.len() - 1));
@@ -504,7 +920,7 @@ fn bind_tags(
 }
 
 /// (bytes, estimated tokens, input bytes, estimated input tokens) of a part.
-fn measure(kind: TagKind, part: &crate::codec::Part) -> (i64, i64, i64, i64) {
+fn measure(kind: TagKind, part: &Part) -> (i64, i64, i64, i64) {
     match kind {
         TagKind::Message => {
             let text = strip_leading_tags(part.text().unwrap_or_default());
@@ -550,7 +966,7 @@ fn tag_positions(bindings: &[Vec<Option<usize>>]) -> HashMap<usize, (usize, usiz
 /// First application of mutations on a pass that busts anyway.
 struct Mutation<'a, 't> {
     tx: &'a Transaction<'t>,
-    session: &'a SessionRow,
+    session: SessionRow,
     messages: &'a [Message],
     bindings: &'a [Vec<Option<usize>>],
     tags: &'a mut Vec<TagRow>,
@@ -560,11 +976,32 @@ struct Mutation<'a, 't> {
     visible_change: &'a mut bool,
     /// Where each visible tag sits: (message index, part index).
     positions: HashMap<usize, (usize, usize)>,
+    /// Pinned message ids: their tags are never dropped or compressed.
+    pinned: &'a HashSet<&'a str>,
+    /// Per message: still on the wire (not covered by the head).
+    visible: Vec<bool>,
 }
 
 impl Mutation<'_, '_> {
     fn position_of(&self, tag_index: usize) -> Option<(usize, usize)> {
         self.positions.get(&tag_index).copied()
+    }
+
+    fn is_pinned(&self, tag_index: usize) -> bool {
+        self.position_of(tag_index)
+            .and_then(|(m, _)| self.messages[m].id())
+            .is_some_and(|id| self.pinned.contains(id))
+    }
+
+    /// Visible on the wire, closed if a tool call, and not pinned: dropping it reclaims bytes now.
+    fn reclaimable(&self, tag_index: usize) -> bool {
+        let Some((m, p)) = self.position_of(tag_index) else {
+            return false;
+        };
+        self.visible[m]
+            && !self.is_pinned(tag_index)
+            && (self.tags[tag_index].kind != TagKind::Tool
+                || self.messages[m].parts[p].tool_is_closed())
     }
 
     fn protected_floor(&self) -> Result<Option<i64>> {
@@ -592,7 +1029,12 @@ impl Mutation<'_, '_> {
         state::mark_dropped(self.tx, self.session.id, number, mode, cause, self.now_ms)?;
         if let Some(index) = visible {
             self.tags[index].dropped = Some(mode);
-            *self.visible_change = true;
+            if self
+                .position_of(index)
+                .is_some_and(|(m, _)| self.visible[m])
+            {
+                *self.visible_change = true;
+            }
         }
         self.first_dropped.push(number);
         Ok(())
@@ -638,12 +1080,16 @@ impl Mutation<'_, '_> {
             if floor.is_some_and(|f| number >= f) {
                 continue; // protected: waits until it leaves the window
             }
-            if let Some(i) = index
-                && kind == TagKind::Tool
-                && let Some((m, p)) = self.position_of(i)
-                && !self.messages[m].parts[p].tool_is_closed()
-            {
-                continue; // an open arc is never dropped
+            if let Some(i) = index {
+                if self.is_pinned(i) {
+                    continue; // pinned: never dropped while pinned
+                }
+                if kind == TagKind::Tool
+                    && let Some((m, p)) = self.position_of(i)
+                    && !self.messages[m].parts[p].tool_is_closed()
+                {
+                    continue; // an open arc is never dropped
+                }
             }
             self.drop_tag(number, kind, index, "reduce")?;
             state::delete_pending(self.tx, self.session.id, number)?;
@@ -651,9 +1097,9 @@ impl Mutation<'_, '_> {
         Ok(())
     }
 
-    /// Advance the reasoning watermark to `newest tag − clear_reasoning_age`.
-    /// Returns the new watermark when it moved.
-    fn clear_reasoning(&mut self) -> Result<Option<i64>> {
+    /// Advance the reasoning watermark to `newest tag − clear_reasoning_age`;
+    /// pinned messages it passes keep their reasoning. Returns the new watermark.
+    fn clear_reasoning(&mut self, keep: &mut [bool]) -> Result<Option<i64>> {
         let newest = self.tags.iter().map(|t| t.number).max().unwrap_or(0);
         let cutoff = newest - i64::from(self.config.clear_reasoning_age);
         let old = self.session.reasoning_cleared_through;
@@ -661,11 +1107,22 @@ impl Mutation<'_, '_> {
             return Ok(None);
         }
         let ages = age_tags(self.tags, self.bindings);
-        let touches_visible = self.messages.iter().zip(&ages).any(|(m, &age)| {
-            age > old && age <= cutoff && m.parts.iter().any(|p| p.kind == PartKind::Reasoning)
-        });
-        if touches_visible {
-            *self.visible_change = true;
+        for (index, message) in self.messages.iter().enumerate() {
+            let age = ages[index];
+            if age <= old || age > cutoff || keep[index] {
+                continue;
+            }
+            if !message.parts.iter().any(|p| p.kind == PartKind::Reasoning) {
+                continue;
+            }
+            match message.id() {
+                Some(id) if self.pinned.contains(id) => {
+                    state::set_keep_reasoning(self.tx, self.session.id, id)?;
+                    keep[index] = true;
+                }
+                _ if self.visible[index] => *self.visible_change = true,
+                _ => {}
+            }
         }
         Ok(Some(cutoff))
     }
@@ -676,54 +1133,135 @@ impl Mutation<'_, '_> {
         let watermark = self.session.tool_reclaim_watermark;
         let floor = self.protected_floor()?;
         let min_tokens = i64::from(self.config.tool_reclaim_min_tokens);
-        let visible_tools: Vec<usize> = {
-            let mut v: Vec<usize> = self
-                .bindings
-                .iter()
-                .flatten()
-                .flatten()
-                .copied()
-                .filter(|&i| self.tags[i].kind == TagKind::Tool)
-                .collect();
-            v.sort_by_key(|&i| self.tags[i].number);
-            v.dedup();
-            v
-        };
-        // Keep the newest todowrite and the newest few ctx_reduce results.
-        let mut exempt: Vec<i64> = Vec::new();
-        let named =
-            |i: &usize, f: &dyn Fn(&str) -> bool| self.tags[*i].tool_name.as_deref().is_some_and(f);
-        if let Some(&i) = visible_tools
-            .iter()
-            .rev()
-            .find(|i| named(i, &|n| n == "todowrite"))
-        {
-            exempt.push(self.tags[i].number);
-        }
-        exempt.extend(
-            visible_tools
-                .iter()
-                .rev()
-                .filter(|i| named(i, &|n| n == "ctx_reduce" || n.ends_with("_ctx_reduce")))
-                .take(CTX_REDUCE_KEEP)
-                .map(|&i| self.tags[i].number),
-        );
-        for index in visible_tools {
+        let tools = self.visible_tools();
+        let exempt = self.exempt_tools(&tools);
+        for index in tools {
             let tag = &self.tags[index];
             if tag.dropped.is_some()
                 || tag.number > watermark
                 || floor.is_some_and(|f| tag.number >= f)
                 || tag.tokens + tag.input_tokens < min_tokens
                 || exempt.contains(&tag.number)
+                || !self.reclaimable(index)
             {
                 continue;
             }
-            let closed = self
-                .position_of(index)
-                .is_some_and(|(m, p)| self.messages[m].parts[p].tool_is_closed());
-            if closed {
-                let number = tag.number;
-                self.drop_tag(number, TagKind::Tool, Some(index), "age")?;
+            let number = tag.number;
+            self.drop_tag(number, TagKind::Tool, Some(index), "age")?;
+        }
+        Ok(())
+    }
+
+    /// Visible tool tags, oldest first.
+    fn visible_tools(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self
+            .bindings
+            .iter()
+            .flatten()
+            .flatten()
+            .copied()
+            .filter(|&i| self.tags[i].kind == TagKind::Tool)
+            .collect();
+        v.sort_by_key(|&i| self.tags[i].number);
+        v.dedup();
+        v
+    }
+
+    /// The newest todowrite and the newest few ctx_reduce results stay.
+    fn exempt_tools(&self, tools: &[usize]) -> Vec<i64> {
+        let named =
+            |i: &usize, f: &dyn Fn(&str) -> bool| self.tags[*i].tool_name.as_deref().is_some_and(f);
+        let mut exempt: Vec<i64> = Vec::new();
+        if let Some(&i) = tools.iter().rev().find(|i| named(i, &|n| n == "todowrite")) {
+            exempt.push(self.tags[i].number);
+        }
+        exempt.extend(
+            tools
+                .iter()
+                .rev()
+                .filter(|i| named(i, &|n| n == "ctx_reduce" || n.ends_with("_ctx_reduce")))
+                .take(CTX_REDUCE_KEEP)
+                .map(|&i| self.tags[i].number),
+        );
+        exempt
+    }
+
+    /// The tiered emergency drop, at or above the force band.
+    fn emergency_drop(&mut self, current: u64, ceiling: u64) -> Result<()> {
+        if ceiling == 0 {
+            return Ok(());
+        }
+        let tagged: i64 = self
+            .tx
+            .prepare_cached(
+                "SELECT coalesce(sum(byte_size + input_bytes + reasoning_bytes), 0) FROM tags
+                 WHERE session = ?1 AND status = 'active'",
+            )?
+            .query_row(params![self.session.id], |r| r.get(0))?;
+        let needed =
+            emergency::reclaim_needed(current, (tagged.max(0) as u64).div_ceil(4), ceiling);
+        if needed == 0 {
+            return Ok(());
+        }
+        let floor = self.protected_floor()?;
+        let tools = self.visible_tools();
+        let exempt = self.exempt_tools(&tools);
+        let candidates: Vec<emergency::Candidate> = tools
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let t = &self.tags[i];
+                t.dropped.is_none()
+                    && floor.is_none_or(|f| t.number < f)
+                    && !exempt.contains(&t.number)
+                    && self.reclaimable(i)
+            })
+            .map(|i| emergency::Candidate {
+                number: self.tags[i].number,
+                tool_name: self.tags[i].tool_name.clone(),
+                reclaim: (self.tags[i].bytes.max(0) as u64).div_ceil(4),
+            })
+            .collect();
+        let index_of: HashMap<i64, usize> =
+            tools.iter().map(|&i| (self.tags[i].number, i)).collect();
+        for number in emergency::plan(&candidates, needed) {
+            self.drop_tag(
+                number,
+                TagKind::Tool,
+                index_of.get(&number).copied(),
+                "emergency",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Caveman compression of old long prose: depth by age, only ever deeper.
+    fn caveman(&mut self) -> Result<()> {
+        let floor = self.protected_floor()?;
+        let min = i64::from(self.config.caveman_min_chars);
+        let mut eligible: Vec<usize> = (0..self.tags.len())
+            .filter(|&i| {
+                let t = &self.tags[i];
+                t.kind == TagKind::Message
+                    && t.dropped.is_none()
+                    && floor.is_none_or(|f| t.number < f)
+                    && self.position_of(i).is_some_and(|(m, p)| {
+                        self.visible[m]
+                            && self.messages[m].parts[p]
+                                .text()
+                                .is_some_and(|s| s.len() as i64 >= min)
+                    })
+                    && !self.is_pinned(i)
+            })
+            .collect();
+        eligible.sort_by_key(|&i| self.tags[i].number);
+        let count = eligible.len();
+        for (position, index) in eligible.into_iter().enumerate() {
+            let depth = caveman::depth_for(position, count);
+            if depth > self.tags[index].caveman_depth {
+                state::set_caveman_depth(self.tx, self.session.id, self.tags[index].number, depth)?;
+                self.tags[index].caveman_depth = depth;
+                *self.visible_change = true;
             }
         }
         Ok(())

@@ -8,7 +8,8 @@ use serde_json::{Map, Value};
 
 use crate::codec::{Message, Part, PartKind, Role};
 
-use super::notation::{placeholder, prefixed};
+use super::caveman;
+use super::notation::{placeholder, prefixed, strip_leading_tags};
 use super::state::{DropMode, TagKind, TagRow};
 
 /// Tool inputs whose JSON is longer than this are clamped in a skeleton.
@@ -19,14 +20,32 @@ const SKELETON_KEEP_CHARS: usize = 5;
 /// Per message, per part: the index into the tag list of the part's tag.
 pub type Bindings = Vec<Vec<Option<usize>>>;
 
+/// The synthetic head: m[0] and m[1] as two user messages.
+pub struct Head<'a> {
+    pub session_id: &'a str,
+    pub m0: &'a str,
+    pub m1: &'a str,
+}
+
 pub struct RenderState<'a> {
     pub tags: &'a [TagRow],
     /// Per message, per part: the index into `tags` of the part's tag.
     pub bindings: &'a [Vec<Option<usize>>],
     /// Show `§N§` prefixes (the agent can call ctx_reduce).
     pub prefixes: bool,
-    /// Reasoning of messages whose age tag is at or below this is cleared.
+    /// Reasoning of messages whose age tag is at or below this is cleared...
     pub reasoning_cleared_through: i64,
+    /// ...unless the message keeps it (it was pinned when the watermark passed).
+    pub keep_reasoning: &'a [bool],
+    /// Per message, its stable ordinal (messages without an id have none).
+    pub ordinals: &'a [Option<i64>],
+    /// Messages up to this ordinal are covered by the head and leave the wire.
+    pub covered_through: i64,
+    /// Per message, a temporal marker for its first text part.
+    pub markers: &'a [Option<String>],
+    pub head: Option<Head<'a>>,
+    /// Channel 2: a synthetic reminder after the message with this id.
+    pub nudge2: Option<(&'a str, &'a str)>,
 }
 
 /// The newest tag of each message, carried forward to untagged messages so
@@ -45,17 +64,43 @@ pub fn age_tags(tags: &[TagRow], bindings: &[Vec<Option<usize>>]) -> Vec<i64> {
         .collect()
 }
 
+fn synthetic_user(session_id: &str, text: &str) -> Message {
+    let value = serde_json::json!({
+        "info": {"role": "user", "sessionID": session_id, "syntheticHead": true},
+        "parts": [{"type": "text", "text": text, "synthetic": true}]
+    });
+    Message::decode(value).expect("a well-formed synthetic message")
+}
+
+fn reminder(session_id: &str, text: &str) -> Message {
+    let value = serde_json::json!({
+        "info": {"role": "user", "sessionID": session_id},
+        "parts": [{"type": "text", "text": text, "synthetic": true}]
+    });
+    Message::decode(value).expect("a well-formed synthetic message")
+}
+
 pub fn render(messages: Vec<Message>, state: &RenderState<'_>) -> Vec<Message> {
     let ages = age_tags(state.tags, state.bindings);
-    let mut out = Vec::with_capacity(messages.len());
+    let mut out = Vec::with_capacity(messages.len() + 3);
+    if let Some(head) = &state.head {
+        out.push(synthetic_user(head.session_id, head.m0));
+        out.push(synthetic_user(head.session_id, head.m1));
+    }
     for (index, mut message) in messages.into_iter().enumerate() {
+        if state.ordinals[index].is_some_and(|o| o <= state.covered_through) {
+            continue; // covered by the head's compartments
+        }
         let binding = &state.bindings[index];
         let has_dropped = binding
             .iter()
             .flatten()
             .any(|&i| state.tags[i].dropped.is_some());
-        let clear_reasoning =
-            has_dropped || (ages[index] > 0 && ages[index] <= state.reasoning_cleared_through);
+        let clear_reasoning = has_dropped
+            || (ages[index] > 0
+                && ages[index] <= state.reasoning_cleared_through
+                && !state.keep_reasoning[index]);
+        let mut marker = state.markers[index].as_deref();
         let old_parts = std::mem::take(&mut message.parts);
         let mut removed_any = false;
         let mut parts = Vec::with_capacity(old_parts.len());
@@ -64,34 +109,59 @@ pub fn render(messages: Vec<Message>, state: &RenderState<'_>) -> Vec<Message> {
                 removed_any = true;
                 continue;
             }
-            let Some(tag) = binding
+            let tag = binding
                 .get(part_index)
                 .copied()
                 .flatten()
-                .map(|i| &state.tags[i])
-            else {
-                parts.push(part);
-                continue;
-            };
-            match (tag.dropped, tag.kind) {
-                (Some(DropMode::Full), TagKind::Tool) => {
-                    removed_any = true;
-                    continue;
-                }
-                (Some(DropMode::Skeleton), TagKind::Tool) => skeleton(&mut part, tag.number),
-                (Some(_), TagKind::Message) => part.set_text(placeholder(tag.number)),
-                (Some(_), TagKind::File) => part = file_placeholder(part, tag.number),
-                (None, TagKind::Message) if state.prefixes => {
-                    let text = prefixed(tag.number, part.text().unwrap_or_default());
-                    part.set_text(text);
-                }
-                (None, TagKind::Tool) if state.prefixes => {
-                    if let Some(output) = part.tool_output() {
-                        let output = prefixed(tag.number, output);
-                        part.set_tool_output(output);
+                .map(|i| &state.tags[i]);
+            if let Some(tag) = tag {
+                match (tag.dropped, tag.kind) {
+                    (Some(DropMode::Full), TagKind::Tool) => {
+                        removed_any = true;
+                        continue;
                     }
+                    (Some(DropMode::Skeleton), TagKind::Tool) => skeleton(&mut part, tag.number),
+                    (Some(_), TagKind::Message) => {
+                        part.set_text(placeholder(tag.number));
+                        marker = None;
+                    }
+                    (Some(_), TagKind::File) => part = file_placeholder(part, tag.number),
+                    (None, TagKind::Tool) => {
+                        if let Some(output) = part.tool_output() {
+                            let mut output = if state.prefixes {
+                                prefixed(tag.number, output)
+                            } else {
+                                output.to_string()
+                            };
+                            if let Some(nudge) = &tag.nudge {
+                                output.push_str(nudge);
+                            }
+                            part.set_tool_output(output);
+                        }
+                    }
+                    (None, TagKind::Message) => {
+                        let pristine = part.text().unwrap_or_default();
+                        let mut body = match caveman::Level::from_depth(tag.caveman_depth) {
+                            Some(level) => caveman::compress(strip_leading_tags(pristine), level),
+                            None => strip_leading_tags(pristine).to_string(),
+                        };
+                        if let Some(m) = marker.take() {
+                            body.insert_str(0, m);
+                        }
+                        part.set_text(if state.prefixes {
+                            prefixed(tag.number, &body)
+                        } else {
+                            body
+                        });
+                    }
+                    (None, TagKind::File) => {}
                 }
-                (None, _) => {}
+            } else if part.kind == PartKind::Text
+                && !part.is_ignored()
+                && let Some(m) = marker.take()
+            {
+                let text = format!("{m}{}", part.text().unwrap_or_default());
+                part.set_text(text);
             }
             parts.push(part);
         }
@@ -104,7 +174,14 @@ pub fn render(messages: Vec<Message>, state: &RenderState<'_>) -> Vec<Message> {
         {
             continue;
         }
+        let id = message.id().map(str::to_string);
+        let session = message.session_id().map(str::to_string);
         out.push(message);
+        if let (Some((after, text)), Some(id)) = (state.nudge2, id)
+            && after == id
+        {
+            out.push(reminder(session.as_deref().unwrap_or_default(), text));
+        }
     }
     out
 }

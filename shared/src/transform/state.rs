@@ -67,6 +67,10 @@ pub struct TagRow {
     pub tool_name: Option<String>,
     pub tokens: i64,
     pub input_tokens: i64,
+    /// Bytes of the content, of a tool's input, and of reasoning attributed to it.
+    pub bytes: i64,
+    pub caveman_depth: u8,
+    pub nudge: Option<String>,
 }
 
 /// The session row: counters, last usage, frozen verdicts and watermarks.
@@ -84,6 +88,18 @@ pub struct SessionRow {
     pub tool_reclaim_watermark: i64,
     pub reasoning_cleared_through: i64,
     pub deferred_execute_ms: Option<i64>,
+    pub is_subagent: bool,
+    /// The `Today's date:` line the system prompt keeps until a busting pass.
+    pub today_line: Option<String>,
+    /// Usage sample the last emergency drop acted on (idempotence latch).
+    pub last_emergency_sample: Option<i64>,
+    /// Channel 2: the reminder inserted after this message, replayed every pass.
+    pub nudge2_after: Option<String>,
+    pub nudge2_text: Option<String>,
+    pub nudge2_armed: bool,
+    /// Channel 1: last level sent and the reducible tokens then.
+    pub nudge1_level: i64,
+    pub nudge1_reducible: i64,
 }
 
 pub fn find_session(
@@ -95,7 +111,9 @@ pub fn find_session(
         .prepare_cached(
             "SELECT id, project_identity, reduce_callable, tag_counter, ordinal_counter,
                     last_response_ms, last_execute_ms, last_model_key, heuristics_turn_id,
-                    tool_reclaim_watermark, reasoning_cleared_through, deferred_execute_ms
+                    tool_reclaim_watermark, reasoning_cleared_through, deferred_execute_ms,
+                    is_subagent, today_line, last_emergency_sample, nudge2_after, nudge2_text,
+                    nudge2_armed, nudge1_level, nudge1_reducible
              FROM sessions WHERE harness = ?1 AND session_id = ?2",
         )?
         .query_row(params![harness, session_id], |r| {
@@ -112,6 +130,14 @@ pub fn find_session(
                 tool_reclaim_watermark: r.get(9)?,
                 reasoning_cleared_through: r.get(10)?,
                 deferred_execute_ms: r.get(11)?,
+                is_subagent: r.get(12)?,
+                today_line: r.get(13)?,
+                last_emergency_sample: r.get(14)?,
+                nudge2_after: r.get(15)?,
+                nudge2_text: r.get(16)?,
+                nudge2_armed: r.get(17)?,
+                nudge1_level: r.get(18)?,
+                nudge1_reducible: r.get(19)?,
             })
         })
         .optional()?)
@@ -139,20 +165,46 @@ pub fn load_message_ordinals(
     conn: &Connection,
     session: i64,
     from_ordinal: i64,
-) -> Result<HashMap<String, i64>> {
+) -> Result<HashMap<String, (i64, bool)>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT message_id, ordinal FROM messages WHERE session = ?1 AND ordinal >= ?2",
+        "SELECT message_id, ordinal, keep_reasoning FROM messages WHERE session = ?1 AND ordinal >= ?2",
     )?;
     let rows = stmt.query_map(params![session, from_ordinal], |r| {
-        Ok((r.get(0)?, r.get(1)?))
+        Ok((r.get(0)?, (r.get(1)?, r.get(2)?)))
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-pub fn message_ordinal(conn: &Connection, session: i64, message_id: &str) -> Result<Option<i64>> {
+pub fn set_keep_reasoning(conn: &Connection, session: i64, message_id: &str) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE messages SET keep_reasoning = 1 WHERE session = ?1 AND message_id = ?2",
+    )?
+    .execute(params![session, message_id])?;
+    Ok(())
+}
+
+pub fn set_caveman_depth(conn: &Connection, session: i64, number: i64, depth: u8) -> Result<()> {
+    conn.prepare_cached("UPDATE tags SET caveman_depth = ?3 WHERE session = ?1 AND number = ?2")?
+        .execute(params![session, number, depth])?;
+    Ok(())
+}
+
+pub fn set_nudge(conn: &Connection, session: i64, number: i64, text: &str) -> Result<()> {
+    conn.prepare_cached("UPDATE tags SET nudge = ?3 WHERE session = ?1 AND number = ?2")?
+        .execute(params![session, number, text])?;
+    Ok(())
+}
+
+pub fn message_ordinal(
+    conn: &Connection,
+    session: i64,
+    message_id: &str,
+) -> Result<Option<(i64, bool)>> {
     Ok(conn
-        .prepare_cached("SELECT ordinal FROM messages WHERE session = ?1 AND message_id = ?2")?
-        .query_row(params![session, message_id], |r| r.get(0))
+        .prepare_cached(
+            "SELECT ordinal, keep_reasoning FROM messages WHERE session = ?1 AND message_id = ?2",
+        )?
+        .query_row(params![session, message_id], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?)
 }
 
@@ -181,6 +233,9 @@ struct RawTag {
     tool_name: Option<String>,
     tokens: i64,
     input_tokens: i64,
+    bytes: i64,
+    caveman_depth: u8,
+    nudge: Option<String>,
 }
 
 fn tag_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawTag> {
@@ -193,6 +248,9 @@ fn tag_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawTag> {
         tool_name: r.get(5)?,
         tokens: r.get(6)?,
         input_tokens: r.get(7)?,
+        bytes: r.get(8)?,
+        caveman_depth: r.get(9)?,
+        nudge: r.get(10)?,
     })
 }
 
@@ -216,11 +274,15 @@ fn build_tag(raw: RawTag) -> Result<TagRow> {
         tool_name: raw.tool_name,
         tokens: raw.tokens,
         input_tokens: raw.input_tokens,
+        bytes: raw.bytes,
+        caveman_depth: raw.caveman_depth,
+        nudge: raw.nudge,
     })
 }
 
 const TAG_COLUMNS: &str =
-    "number, kind, identity, status, drop_mode, tool_name, tokens, input_tokens";
+    "number, kind, identity, status, drop_mode, tool_name, tokens, input_tokens,
+     byte_size + input_bytes + reasoning_bytes, caveman_depth, nudge";
 
 /// Tags hosted by messages from `from_ordinal` on: the visible window.
 pub fn load_tags_from_ordinal(

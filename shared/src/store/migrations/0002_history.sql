@@ -123,6 +123,9 @@ CREATE TABLE heads (
     m1_memory_updates      INTEGER NOT NULL DEFAULT 0
 );
 
+-- Set when a pinned message's reasoning was exempt as the clearing watermark passed it.
+ALTER TABLE messages ADD COLUMN keep_reasoning INTEGER NOT NULL DEFAULT 0;
+
 ALTER TABLE tags ADD COLUMN caveman_depth INTEGER NOT NULL DEFAULT 0;
 -- Channel 1 reduce nudge appended to this tag's tool output (replayed).
 ALTER TABLE tags ADD COLUMN nudge TEXT;

@@ -1,0 +1,130 @@
+//! The tiered emergency drop: at or above the force band, evict tool outputs
+//! until the prompt is back to a target well under the threshold. Pure
+//! selection; the pass applies it with the ordinary drop primitives.
+
+/// A droppable tool tag (closed, visible, outside the protected window).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub number: i64,
+    pub tool_name: Option<String>,
+    /// Tokens dropping it gives back (bytes of output and input / 4).
+    pub reclaim: u64,
+}
+
+/// Drop nothing unless at least this much must go.
+pub const MIN_RECLAIM: u64 = 2_000;
+const RESERVE_SHARE: f64 = 0.20;
+
+/// 1 = keep longest (navigation), 2 = edits and searches, 3 = drop first.
+pub fn tier(tool_name: Option<&str>) -> u8 {
+    let name = tool_name.unwrap_or_default().to_ascii_lowercase();
+    let name = name.strip_prefix("mcp_").unwrap_or(&name);
+    match name {
+        "read" | "todowrite" | "task" | "aft_outline" | "aft_zoom" => 1,
+        "edit" | "write" | "apply_patch" | "grep" | "glob" | "aft_search" => 2,
+        _ => 3,
+    }
+}
+
+/// How many tokens must go: `current − (floor + 0.30 × (ceiling − floor))`
+/// where the floor is what isn't tagged content (system, tools, head).
+pub fn reclaim_needed(current: u64, tagged_tokens: u64, ceiling: u64) -> u64 {
+    let floor = current.saturating_sub(tagged_tokens);
+    let target = floor as f64 + 0.30 * ceiling.saturating_sub(floor) as f64;
+    let need = (current as f64 - target).round();
+    if need <= MIN_RECLAIM as f64 {
+        0
+    } else {
+        need as u64
+    }
+}
+
+/// Pick tags to drop: tier 3 first, then 2, then 1, oldest first inside a
+/// tier, never the newest 20 % of tier 1 or tier 2, until `needed` is covered.
+pub fn plan(candidates: &[Candidate], needed: u64) -> Vec<i64> {
+    if needed == 0 {
+        return Vec::new();
+    }
+    let mut picked = Vec::new();
+    let mut reclaimed = 0;
+    for t in [3u8, 2, 1] {
+        let mut in_tier: Vec<&Candidate> = candidates
+            .iter()
+            .filter(|c| tier(c.tool_name.as_deref()) == t)
+            .collect();
+        in_tier.sort_by_key(|c| c.number);
+        let reserve = if t == 3 {
+            0
+        } else {
+            (in_tier.len() as f64 * RESERVE_SHARE).ceil() as usize
+        };
+        let evictable = in_tier.len() - reserve;
+        for c in &in_tier[..evictable] {
+            if reclaimed >= needed {
+                break;
+            }
+            picked.push(c.number);
+            reclaimed += c.reclaim;
+        }
+    }
+    picked.sort_unstable();
+    picked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(number: i64, name: &str, reclaim: u64) -> Candidate {
+        Candidate {
+            number,
+            tool_name: Some(name.into()),
+            reclaim,
+        }
+    }
+
+    #[test]
+    fn tiers_normalise_names() {
+        assert_eq!(tier(Some("mcp_Read")), 1);
+        assert_eq!(tier(Some("grep")), 2);
+        assert_eq!(tier(Some("bash")), 3);
+        assert_eq!(tier(None), 3);
+    }
+
+    #[test]
+    fn worked_example_of_the_target() {
+        // limit 150,000 at threshold 65: ceiling 97,500; 130,000 in use, 100,000 tagged.
+        assert_eq!(reclaim_needed(130_000, 100_000, 97_500), 79_750);
+        assert_eq!(
+            reclaim_needed(30_000, 20_000, 97_500),
+            0,
+            "already under target"
+        );
+        assert_eq!(
+            reclaim_needed(36_000, 28_000, 97_500),
+            0,
+            "within the minimum worth dropping"
+        );
+    }
+
+    #[test]
+    fn misc_goes_first_then_edits_then_reads_with_a_reserve() {
+        let candidates = vec![
+            c(1, "read", 1000),
+            c(2, "read", 1000),
+            c(3, "read", 1000),
+            c(4, "read", 1000),
+            c(5, "read", 1000),
+            c(6, "grep", 1000),
+            c(7, "bash", 1000),
+            c(8, "bash", 1000),
+        ];
+        assert_eq!(plan(&candidates, 1500), vec![7, 8]);
+        // Tier 2 has one tag: its 20 % reserve (rounded up) keeps it, so reads go next.
+        assert_eq!(plan(&candidates, 2500), vec![1, 7, 8]);
+        assert_eq!(plan(&candidates, 3500), vec![1, 2, 7, 8]);
+        // Everything needed: the newest read (20 % of 5) and the lone grep stay.
+        assert_eq!(plan(&candidates, 100_000), vec![1, 2, 3, 4, 7, 8]);
+        assert!(plan(&candidates, 0).is_empty());
+    }
+}

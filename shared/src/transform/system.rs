@@ -1,0 +1,130 @@
+//! The system prompt: guidance about `§N§` tags and ctx_reduce, and a
+//! `Today's date:` line that only moves on passes that bust the cache anyway.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+const DATE_PREFIX: &str = "Today's date:";
+/// Marks our section, so it is appended once.
+const HEADING: &str = "## Context management (mc)";
+
+/// The guidance appended to the first system part.
+pub fn guidance(reduce_callable: bool, protected_tags: u32) -> String {
+    let mut text = format!(
+        "{HEADING}\n\
+         This session's history is managed for you. Older turns may appear at the start of the \
+         conversation as <session-history> summaries (## start-end headings name the message \
+         ranges they cover), followed by <session-history-since> with what changed since; \
+         <project-memory> holds durable facts about this project and <pinned-messages> holds \
+         messages the user asked to keep. Treat them as reliable context. The history omits most \
+         tool calls: never invent tool calls or their outputs from it."
+    );
+    if reduce_callable {
+        text.push_str(&format!(
+            "\n\nEvery message and tool output starts with a tag like §12§. When a large tool \
+             output or an exploratory detour is no longer needed, call ctx_reduce with the tags \
+             to drop, e.g. drop \"12-15,20\". Drops are queued and applied later, so keep \
+             working normally and don't mention them. The newest {protected_tags} tags are \
+             protected. Keep the user's requests and your own conclusions; drop spent output \
+             (file dumps already acted on, long logs, search results you have used). A \
+             [dropped §N§] marker is what is left of a dropped item; never write one yourself."
+        ));
+    }
+    text
+}
+
+/// The first `Today's date:` line of the system parts.
+pub fn today_line(system: &Value) -> Option<String> {
+    system
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .flat_map(str::lines)
+        .find(|l| l.trim_start().starts_with(DATE_PREFIX))
+        .map(|l| l.trim().to_string())
+}
+
+/// The system parts with the guidance appended to the first string part and
+/// every `Today's date:` line replaced by `today` (when given).
+pub fn render(system: &Value, guidance: Option<&str>, today: Option<&str>) -> Value {
+    let Some(parts) = system.as_array() else {
+        return system.clone();
+    };
+    let mut out = Vec::with_capacity(parts.len());
+    let mut guided = guidance.is_none();
+    for part in parts {
+        let Some(text) = part.as_str() else {
+            out.push(part.clone());
+            continue;
+        };
+        let mut text = match today {
+            Some(line) if text.contains(DATE_PREFIX) => text
+                .split('\n')
+                .map(|l| {
+                    if l.trim_start().starts_with(DATE_PREFIX) {
+                        line
+                    } else {
+                        l
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => text.to_string(),
+        };
+        if !guided {
+            if !text.contains(HEADING) {
+                text.push_str("\n\n");
+                text.push_str(guidance.unwrap_or_default());
+            }
+            guided = true;
+        }
+        out.push(Value::String(text));
+    }
+    Value::Array(out)
+}
+
+/// A short stable hash of the system parts as sent.
+pub fn hash(system: &Value) -> String {
+    let digest = Sha256::digest(system.to_string().as_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn guidance_is_appended_once_and_date_is_frozen() {
+        let system = json!([
+            "You are an agent.\nToday's date: Mon Nov 30 2026\nBe brief.",
+            "second"
+        ]);
+        assert_eq!(
+            today_line(&system).as_deref(),
+            Some("Today's date: Mon Nov 30 2026")
+        );
+        let g = guidance(true, 20);
+        let out = render(&system, Some(&g), Some("Today's date: Sun Nov 29 2026"));
+        let first = out[0].as_str().unwrap();
+        assert!(first.starts_with(
+            "You are an agent.\nToday's date: Sun Nov 29 2026\nBe brief.\n\n## Context"
+        ));
+        assert!(first.contains("ctx_reduce"));
+        assert_eq!(out[1], "second");
+        // Rendering the rendered output again adds nothing.
+        assert_eq!(
+            render(&out, Some(&g), Some("Today's date: Sun Nov 29 2026")),
+            out
+        );
+        assert_ne!(hash(&out), hash(&system));
+    }
+
+    #[test]
+    fn no_reduce_variant_omits_the_tool() {
+        let g = guidance(false, 20);
+        assert!(!g.contains("ctx_reduce"));
+        assert!(!g.contains('§'));
+        assert!(g.contains("<session-history>"));
+    }
+}
