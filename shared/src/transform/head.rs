@@ -209,8 +209,11 @@ pub fn must_materialize(
     if signals.system_hash.is_some() && cache.system_hash.as_deref() != signals.system_hash {
         return Some("system_change");
     }
+    // The provider's cache of this head has expired: rebuilding it (and
+    // re-tiering the decay) costs nothing. Once per idle window, because a
+    // busting pass moves the response reference to its own time.
     if ttl_expired(signals.ttl, signals.last_response_ms, signals.now_ms)
-        && signals.last_response_ms > cache.materialized_ms
+        && signals.last_response_ms >= cache.materialized_ms
     {
         return Some("ttl_idle");
     }

@@ -24,3 +24,6 @@ pub use status::{StatusReport, status};
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tests_head;

@@ -35,6 +35,24 @@ pub struct LastBust {
     pub at_ms: Option<i64>,
 }
 
+/// The cached head of the prompt.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HeadStatus {
+    pub m0_tokens: i64,
+    pub m1_tokens: i64,
+    pub m0_bytes: usize,
+    pub m1_bytes: usize,
+    /// Why m[0] was last rebuilt, and when.
+    pub materialized_reason: String,
+    pub materialized_ms: i64,
+    /// Raw messages up to this ordinal are folded into the head.
+    pub covered_through: i64,
+    /// Tier number → compartments rendered at it in m[0] (5 = archived).
+    pub tiers: serde_json::Value,
+    pub compartments: i64,
+    pub memories_in_m0: usize,
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct StatusReport {
     pub harness: String,
@@ -57,6 +75,9 @@ pub struct StatusReport {
     pub reasoning_cleared_through: i64,
     pub tool_reclaim_watermark: i64,
     pub execute_owed: bool,
+    pub head: Option<HeadStatus>,
+    pub pins: usize,
+    pub passes_materialized: i64,
 }
 
 pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<StatusReport>> {
@@ -116,6 +137,35 @@ pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<S
     }
     let (last_decision, last_reason, bust, cause, at_ms, last_error, passes, pct, input, window) =
         row;
+    let head = super::head::load_head(conn, session.id)?.map(|h| HeadStatus {
+        m0_tokens: h.m0_tokens,
+        m1_tokens: h.m1_tokens,
+        m0_bytes: h.m0.len(),
+        m1_bytes: h.m1.len(),
+        materialized_reason: h.reason,
+        materialized_ms: h.materialized_ms,
+        covered_through: h.covered_through,
+        tiers: serde_json::from_str(&h.tiers).unwrap_or_default(),
+        compartments: 0,
+        memories_in_m0: h.memory_ids.len(),
+    });
+    let head = match head {
+        Some(mut h) => {
+            h.compartments = conn.query_row(
+                "SELECT count(*) FROM compartments WHERE session = ?1",
+                params![session.id],
+                |r| r.get(0),
+            )?;
+            Some(h)
+        }
+        None => None,
+    };
+    let pins = crate::history::store::pins(conn, session.id)?.len();
+    let passes_materialized: i64 = conn.query_row(
+        "SELECT passes_materialized FROM sessions WHERE id = ?1",
+        params![session.id],
+        |r| r.get(0),
+    )?;
     let exact_share = if tags.total == 0 {
         0.0
     } else {
@@ -140,5 +190,8 @@ pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<S
         reasoning_cleared_through: session.reasoning_cleared_through,
         tool_reclaim_watermark: session.tool_reclaim_watermark,
         execute_owed: session.deferred_execute_ms.is_some(),
+        head,
+        pins,
+        passes_materialized,
     }))
 }

@@ -1,0 +1,598 @@
+//! The head of the prompt (m[0]/m[1]) in the pass: a test per HARD trigger
+//! and per non-trigger, splicing, pins, the system prompt, markers, nudges.
+
+use serde_json::{Value, json};
+
+use crate::config::TransformConfig;
+use crate::history::store::{self as history, NewCompartment};
+use crate::store::Store;
+
+use super::envelope::{Bust, Decision, Envelope, PassOutput};
+use super::state;
+use super::tests::*;
+use super::{run_pass, status};
+
+fn session_row(store: &Store) -> i64 {
+    state::find_session(store.conn(), "opencode", SESSION)
+        .unwrap()
+        .unwrap()
+        .id
+}
+
+fn project(store: &Store) -> String {
+    state::find_session(store.conn(), "opencode", SESSION)
+        .unwrap()
+        .unwrap()
+        .project_identity
+        .expect("sessions in these tests have a project")
+}
+
+/// An envelope like `envelope()` with a project folder and optional system prompt.
+fn envelope_in(
+    dir: &std::path::Path,
+    messages: &[Value],
+    percent: u64,
+    now_ms: i64,
+    system: Option<Value>,
+) -> Envelope {
+    let mut value = json!({
+        "harness": "opencode",
+        "session_id": SESSION,
+        "project_dir": dir,
+        "model": {"provider": "anthropic", "id": "m", "context_limit": 100_000, "output_limit": 0},
+        "usage": {"input": percent * 1000},
+        "now_ms": now_ms,
+        "messages": messages,
+    });
+    if let Some(system) = system {
+        value["system"] = system;
+    }
+    Envelope::from_value(value).unwrap()
+}
+
+struct Fixture {
+    store: Store,
+    dir: tempfile::TempDir,
+    messages: Vec<Value>,
+    config: TransformConfig,
+    system: Option<Value>,
+}
+
+impl Fixture {
+    fn new(turns: usize) -> Fixture {
+        Fixture {
+            store: Store::open_in_memory().unwrap(),
+            dir: tempfile::tempdir().unwrap(),
+            messages: session(turns),
+            config: TransformConfig::default(),
+            system: None,
+        }
+    }
+
+    fn run(&mut self, percent: u64, now_ms: i64) -> PassOutput {
+        let env = envelope_in(
+            self.dir.path(),
+            &self.messages,
+            percent,
+            now_ms,
+            self.system.clone(),
+        );
+        run_pass(&mut self.store, env, &self.config, now_ms).unwrap()
+    }
+
+    fn warm(&mut self) -> PassOutput {
+        let now = warm_now(&self.messages);
+        self.run(30, now)
+    }
+
+    fn hot(&mut self) -> PassOutput {
+        let now = warm_now(&self.messages);
+        self.run(70, now)
+    }
+
+    /// Publish one compartment over the ordinals `start..=end` of the session.
+    fn publish(&mut self, start: i64, end: i64, title: &str) {
+        let session = session_row(&self.store);
+        let ids: Vec<(i64, String)> = self
+            .store
+            .conn()
+            .prepare("SELECT ordinal, message_id FROM messages WHERE session = ?1 ORDER BY ordinal")
+            .unwrap()
+            .query_map([session], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let id_of = |o: i64| ids.iter().find(|(x, _)| *x == o).unwrap().1.clone();
+        let c = NewCompartment {
+            start_ordinal: start,
+            end_ordinal: end,
+            start_message_id: id_of(start),
+            end_message_id: id_of(end),
+            start_ms: None,
+            end_ms: None,
+            title: title.into(),
+            tiers: [
+                format!("{title}: full story"),
+                format!("{title}: shorter"),
+                format!("{title}: short"),
+                format!("{title}"),
+            ],
+            importance: 50,
+            episode: Some("debugging".into()),
+        };
+        self.store
+            .write(|tx| history::publish_compartments(tx, session, &[c], T0))
+            .unwrap();
+    }
+}
+
+fn head(out: &PassOutput) -> (String, String) {
+    let text = |i: usize| {
+        out.messages[i]["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(out.messages[0]["info"]["syntheticHead"], true);
+    assert_eq!(out.messages[1]["info"]["syntheticHead"], true);
+    (text(0), text(1))
+}
+
+fn ids(out: &PassOutput) -> Vec<String> {
+    body(out)
+        .iter()
+        .map(|m| m["info"]["id"].as_str().unwrap_or("-").to_string())
+        .collect()
+}
+
+#[test]
+fn first_pass_renders_an_empty_baseline_and_a_placeholder_delta() {
+    let mut f = Fixture::new(2);
+    let out = f.warm();
+    let (m0, m1) = head(&out);
+    assert_eq!(m0, "<session-history></session-history>");
+    assert_eq!(
+        m1,
+        "<session-history-since>(no new content since last materialization)</session-history-since>"
+    );
+    assert_eq!(out.messages[0]["parts"][0]["synthetic"], true);
+    assert_eq!(out.messages[0]["info"]["role"], "user");
+    assert_eq!(out.pass.materialize_reason, Some("first_render"));
+    // A defer pass replays both byte-identically.
+    let again = f.warm();
+    assert_eq!(again.pass.decision, Decision::Defer);
+    assert_eq!(bytes(&again.messages), bytes(&out.messages));
+}
+
+fn assert_hard(out: &PassOutput, reason: &str) {
+    assert_eq!(
+        out.pass.materialize_reason.as_deref(),
+        Some(reason),
+        "{:?}",
+        out.pass
+    );
+    assert_eq!(out.pass.bust, Bust::Hard);
+    assert_eq!(out.pass.decision, Decision::Execute);
+}
+
+fn assert_replayed(out: &PassOutput, before: &PassOutput) {
+    assert_eq!(out.pass.decision, Decision::Defer, "{:?}", out.pass);
+    assert!(!out.pass.materialized);
+    assert_eq!(bytes(&out.messages), bytes(&before.messages));
+}
+
+#[test]
+fn hard_trigger_model_change() {
+    let mut f = Fixture::new(2);
+    f.warm();
+    let now = warm_now(&f.messages);
+    let mut env = envelope_in(f.dir.path(), &f.messages, 30, now, None);
+    env.model.id = Some("other-model".into());
+    let out = run_pass(&mut f.store, env, &f.config, now).unwrap();
+    assert_eq!(out.pass.materialize_reason, Some("model_change"));
+}
+
+#[test]
+fn hard_trigger_system_prompt_change() {
+    let mut f = Fixture::new(2);
+    f.system = Some(json!(["You are helpful."]));
+    f.warm();
+    f.system = Some(json!(["You are helpful and terse."]));
+    assert_hard(&f.warm(), "system_change");
+}
+
+#[test]
+fn hard_trigger_idle_past_the_cache_ttl_fires_once() {
+    let mut f = Fixture::new(2);
+    f.warm();
+    let idle = warm_now(&f.messages) + 10 * 60_000;
+    assert_hard(&f.run(30, idle), "ttl_idle");
+    let next = f.run(30, idle + 1000);
+    assert_eq!(
+        next.pass.decision,
+        Decision::Defer,
+        "the fold consumed the idle window"
+    );
+}
+
+#[test]
+fn hard_trigger_memory_epoch() {
+    let mut f = Fixture::new(2);
+    let before = f.warm();
+    let p = project(&f.store);
+    f.store
+        .write(|tx| history::bump_memory_epoch(tx, &p))
+        .unwrap();
+    let out = f.warm();
+    assert_hard(&out, "memory_epoch");
+    // Nothing else changed, so the rebuilt head has the same bytes.
+    assert_eq!(bytes(&out.messages), bytes(&before.messages));
+}
+
+#[test]
+fn hard_trigger_structural_compartment_edit() {
+    let mut f = Fixture::new(4);
+    f.warm();
+    f.publish(1, 4, "First turn");
+    f.hot(); // SOFT: lands in m[1]
+    let session = session_row(&f.store);
+    f.store
+        .write(|tx| history::delete_compartment(tx, session, 1, T0))
+        .unwrap();
+    let out = f.warm();
+    assert_hard(&out, "compartment_edit");
+    assert!(!head(&out).0.contains("First turn"));
+    assert_eq!(ids(&out)[0], "msg_000_u", "nothing is covered any more");
+}
+
+#[test]
+fn hard_trigger_render_config() {
+    let mut f = Fixture::new(2);
+    f.warm();
+    f.config.history_budget_percentage = 0.3;
+    assert_hard(&f.warm(), "render_config");
+}
+
+#[test]
+fn hard_trigger_force_band() {
+    let mut f = Fixture::new(2);
+    f.warm();
+    let now = warm_now(&f.messages);
+    let out = f.run(86, now);
+    assert_eq!(out.pass.materialize_reason, Some("force_band"));
+}
+
+#[test]
+fn non_triggers_never_rebuild_m0() {
+    let mut f = Fixture::new(4);
+    f.system = Some(json!(["Agent.\nToday's date: Mon Nov 30 2026"]));
+    let before = f.warm();
+    let p = project(&f.store);
+    // A new compartment, a new memory, a profile entry, edited project docs and a new date.
+    f.publish(1, 4, "Turn zero");
+    f.store
+        .write(|tx| {
+            history::write_memory(tx, &p, "NAMING", "Tags are written §N§.", None, T0).map(|_| ())
+        })
+        .unwrap();
+    f.store
+        .write(|tx| history::add_profile_item(tx, "Prefers short answers.", T0).map(|_| ()))
+        .unwrap();
+    std::fs::write(f.dir.path().join("ARCHITECTURE.md"), "# Arch\nnew text\n").unwrap();
+    f.system = Some(json!(["Agent.\nToday's date: Tue Dec 01 2026"]));
+    let out = f.warm();
+    assert_replayed(&out, &before);
+    assert_eq!(
+        out.system,
+        Some(json!([format!(
+            "Agent.\nToday's date: Mon Nov 30 2026\n\n{}",
+            super::system::guidance(true, 20)
+        )]))
+    );
+    // The next busting pass surfaces them in m[1] (SOFT), m[0] untouched.
+    let soft = f.hot();
+    assert_eq!(soft.pass.bust, Bust::Soft, "{:?}", soft.pass);
+    assert!(!soft.pass.materialized);
+    let (m0, m1) = head(&soft);
+    assert_eq!(m0, head(&before).0);
+    assert!(
+        m1.contains("<new-compartments>\n## 1-4 · Turn zero\nTurn zero: full story"),
+        "{m1}"
+    );
+    assert!(
+        m1.contains("<new-memories>\n<NAMING>\n#1: Tags are written §N§.\n</NAMING>"),
+        "{m1}"
+    );
+    assert!(
+        m1.contains("<new-user-profile>\n- Prefers short answers."),
+        "{m1}"
+    );
+    assert!(!m1.contains("new text"), "docs edits wait for a HARD fold");
+    // The date moved on with the bust.
+    assert!(
+        soft.system.unwrap()[0]
+            .as_str()
+            .unwrap()
+            .contains("Tue Dec 01 2026")
+    );
+}
+
+#[test]
+fn a_historian_publish_between_defer_passes_waits_for_the_next_bust() {
+    let mut f = Fixture::new(6);
+    let first = f.warm();
+    f.publish(1, 8, "Turns zero and one");
+    let deferred = f.warm();
+    assert_replayed(&deferred, &first);
+    assert_eq!(
+        ids(&deferred)[0],
+        "msg_000_u",
+        "raw history still on the wire"
+    );
+    let soft = f.hot();
+    let (_, m1) = head(&soft);
+    assert!(m1.contains("## 1-8 · Turns zero and one"), "{m1}");
+    assert_eq!(ids(&soft)[0], "msg_002_u", "covered messages left the wire");
+    // And it replays from then on.
+    let replay = f.warm();
+    assert_replayed(&replay, &soft);
+}
+
+#[test]
+fn a_fold_renders_compartments_by_decay_and_memories_by_category() {
+    let mut f = Fixture::new(6);
+    f.warm();
+    let p = project(&f.store);
+    f.publish(1, 4, "Zero");
+    f.publish(5, 8, "One");
+    f.store
+        .write(|tx| {
+            history::write_memory(
+                tx,
+                &p,
+                "PROJECT_RULES",
+                "Run cargo fmt & clippy.",
+                Some(90),
+                T0,
+            )?;
+            history::write_memory(tx, &p, "ARCHITECTURE", "Core never prints.", None, T0)?;
+            history::bump_memory_epoch(tx, &p)
+        })
+        .unwrap();
+    let out = f.warm();
+    assert_hard(&out, "memory_epoch");
+    let (m0, m1) = head(&out);
+    assert_eq!(
+        m0,
+        "<session-history>\n## 1-4 · Zero\nZero: full story\n\n## 5-8 · One\nOne: full story\n</session-history>\n\n\
+         <project-memory>\n<PROJECT_RULES>\n#1: Run cargo fmt &amp; clippy.\n</PROJECT_RULES>\n\
+         <ARCHITECTURE>\n#2: Core never prints.\n</ARCHITECTURE>\n</project-memory>"
+    );
+    assert!(m1.contains("no new content"));
+    assert_eq!(ids(&out)[0], "msg_002_u");
+    // An update of a rendered memory is a delta in m[1] on the next bust.
+    f.store
+        .write(|tx| history::update_memory(tx, 2, "Core never prints or reads env.", T0))
+        .unwrap();
+    let soft = f.hot();
+    assert!(
+        head(&soft)
+            .1
+            .contains("<updated id=\"2\">Core never prints or reads env.</updated>")
+    );
+    let report = status(&f.store, "opencode", SESSION).unwrap().unwrap();
+    let h = report.head.unwrap();
+    assert_eq!(
+        (h.compartments, h.memories_in_m0, h.covered_through),
+        (2, 2, 8)
+    );
+    assert_eq!(h.tiers, json!({"1": 2}));
+    assert_eq!(h.materialized_reason, "memory_epoch");
+}
+
+#[test]
+fn project_docs_render_in_m0() {
+    let mut f = Fixture::new(1);
+    std::fs::write(
+        f.dir.path().join("ARCHITECTURE.md"),
+        "\u{feff}# Map\r\ncore <-> cli  \n\n\n",
+    )
+    .unwrap();
+    let (m0, _) = head(&f.warm());
+    assert_eq!(
+        m0,
+        "<project-docs>\n<file name=\"ARCHITECTURE.md\">\n# Map\ncore &lt;-&gt; cli\n</file>\n</project-docs>\n\n<session-history></session-history>"
+    );
+}
+
+#[test]
+fn pressure_backstop_folds_a_large_m1() {
+    let mut f = Fixture::new(12);
+    f.config.history_budget_percentage = 0.05; // budget = 100k × 65 % × 5 % = 3250 tokens
+    f.warm();
+    for t in 0..6 {
+        let start = t * 4 + 1;
+        let long = "detail ".repeat(150);
+        let session = session_row(&f.store);
+        let ids: Vec<String> = [start, start + 3]
+            .iter()
+            .map(|o| {
+                f.store
+                    .conn()
+                    .query_row(
+                        "SELECT message_id FROM messages WHERE session=?1 AND ordinal=?2",
+                        [session, *o],
+                        |r| r.get(0),
+                    )
+                    .unwrap()
+            })
+            .collect();
+        let c = NewCompartment {
+            start_ordinal: start,
+            end_ordinal: start + 3,
+            start_message_id: ids[0].clone(),
+            end_message_id: ids[1].clone(),
+            start_ms: None,
+            end_ms: None,
+            title: format!("Part {t}"),
+            tiers: [long.clone(), "medium".into(), "short".into(), "line".into()],
+            importance: 50,
+            episode: None,
+        };
+        f.store
+            .write(|tx| history::publish_compartments(tx, session, &[c], T0))
+            .unwrap();
+    }
+    let out = f.hot();
+    assert_eq!(
+        out.pass.materialize_reason,
+        Some("pressure_backstop"),
+        "{:?}",
+        out.pass
+    );
+    assert!(
+        head(&out).1.contains("no new content"),
+        "m[1] folded into m[0]"
+    );
+}
+
+#[test]
+fn pinned_messages_survive_an_emergency_drop_and_a_fold() {
+    let mut f = Fixture::new(10);
+    f.warm();
+    let session = session_row(&f.store);
+    // Pin the first tool step (tag 2) and the first user message.
+    f.store
+        .write(|tx| {
+            history::pin(tx, session, "msg_000_s0", "assistant", T0 + 1000)?;
+            history::pin(tx, session, "msg_000_u", "user", T0)
+        })
+        .unwrap();
+    queue(&mut f.store, &[1, 2]);
+    let now = warm_now(&f.messages);
+    let out = f.run(96, now);
+    assert!(
+        !out.pass.dropped.contains(&1) && !out.pass.dropped.contains(&2),
+        "{:?}",
+        out.pass.dropped
+    );
+    assert!(
+        out.pass.dropped.contains(&3),
+        "the unpinned neighbour went: {:?}",
+        out.pass.dropped
+    );
+    assert!(
+        tool_parts(&out, "call_0_0")[0]["state"]["output"]
+            .as_str()
+            .unwrap()
+            .starts_with("§2§ line 0.0")
+    );
+    // The historian folds turn zero; the pinned messages come back verbatim in m[0].
+    f.publish(1, 4, "Turn zero");
+    let p = project(&f.store);
+    f.store
+        .write(|tx| history::bump_memory_epoch(tx, &p))
+        .unwrap();
+    let folded = f.warm();
+    assert_hard(&folded, "memory_epoch");
+    let (m0, _) = head(&folded);
+    assert!(
+        m0.contains("<pinned-messages>\n<pinned id=\"msg_000_u\" role=\"user\">\nplease do step 0\n</pinned>\n</pinned-messages>"),
+        "{m0}"
+    );
+    assert!(!ids(&folded).contains(&"msg_000_u".to_string()));
+}
+
+#[test]
+fn temporal_markers_follow_gaps_and_can_be_switched_off() {
+    let mut f = Fixture::new(3); // turns start 60 s apart: no markers
+    let late = warm_now(&f.messages) + 3 * 3_600_000;
+    f.messages.push(user("msg_late", "back again", late));
+    let out = f.run(30, late + 10);
+    let last = texts(&out).last().unwrap().clone();
+    assert!(last.starts_with("§13§ <!-- +3h -->\nback again"), "{last}");
+    assert_eq!(texts(&out).iter().filter(|t| t.contains("<!--")).count(), 1);
+    let mut g = Fixture::new(3);
+    g.config.temporal_awareness = false;
+    g.messages = f.messages.clone();
+    let out = g.run(30, late + 10);
+    assert_eq!(texts(&out).last().unwrap(), "§13§ back again");
+}
+
+#[test]
+fn channel_nudges_land_on_new_content_and_replay() {
+    let mut f = Fixture::new(1);
+    f.config.protected_tags = 1;
+    // Big old tool outputs: ~120k tokens of reducible output.
+    let big = "fn filler() { let x = 1 + 2; }\n".repeat(2000);
+    let mut messages = vec![user("msg_u0", "start", T0)];
+    for i in 0..6 {
+        messages.push(tool_step(
+            &format!("msg_t{i}"),
+            &format!("c{i}"),
+            "bash",
+            &big,
+            T0 + 1000 * (i + 1),
+        ));
+    }
+    f.messages = messages;
+    let out = f.run(30, T0 + 10_000);
+    let last_output = tool_parts(&out, "c5")[0]["state"]["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        last_output.contains("<system-reminder>"),
+        "channel 1 on the newest new output"
+    );
+    assert!(last_output.contains("ctx_reduce"));
+    // Channel 2: a synthetic reminder after the finished step.
+    let reminder = out.messages.last().unwrap();
+    assert_eq!(reminder["info"]["role"], "user");
+    assert_eq!(reminder["parts"][0]["synthetic"], true);
+    assert!(
+        reminder["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("ctx_reduce")
+    );
+    // Next pass: both replay in place, byte for byte.
+    let again = f.run(30, T0 + 11_000);
+    assert_eq!(again.pass.decision, Decision::Defer);
+    assert_eq!(bytes(&again.messages), bytes(&out.messages));
+}
+
+#[test]
+fn caveman_compresses_old_long_prose_and_replays() {
+    let mut f = Fixture::new(1);
+    f.config.caveman = true;
+    f.config.protected_tags = 2;
+    let prose = "I think we should basically just run the tests in order to see what is really happening with the build. ".repeat(8);
+    let mut messages = Vec::new();
+    for i in 0..10 {
+        messages.push(user(&format!("msg_{i:02}"), &prose, T0 + i * 1000));
+    }
+    f.messages = messages;
+    let out = f.run(70, T0 + 20_000);
+    let t = texts(&out);
+    assert!(
+        !t[0].contains("basically") && t[0].len() < prose.len(),
+        "oldest compressed: {}",
+        t[0]
+    );
+    assert!(t[9].contains("basically"), "newest untouched");
+    let again = f.run(30, T0 + 21_000);
+    assert_eq!(again.pass.decision, Decision::Defer);
+    assert_eq!(bytes(&again.messages), bytes(&out.messages));
+}
+
+#[test]
+fn subagents_get_no_head() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(2);
+    let mut env = envelope(&messages, 30, warm_now(&messages));
+    env.subagent = true;
+    let out = run_pass(&mut store, env, &config(), warm_now(&messages)).unwrap();
+    assert_eq!(out.messages[0]["info"]["id"], "msg_000_u");
+    assert!(!out.pass.materialized);
+}
