@@ -5,6 +5,8 @@
 
 use mc_core::config::TransformConfig;
 use mc_core::store::Store;
+use mc_core::history::store::{self as history, NewCompartment};
+use mc_core::transform::state;
 use mc_core::transform::{Decision, Envelope, ReduceRequest, reduce, run_pass};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -24,6 +26,12 @@ enum Step {
     Reduce(Vec<u16>),
     /// A pass at this usage (% of the window), `idle_min` minutes after the last message.
     Pass { percent: u64, idle_min: i64 },
+    /// The historian publishes a compartment over the next `share` of the unfolded messages.
+    Publish { share: u8 },
+    /// A memory is written (or, with `update`, the oldest one is rewritten).
+    Memory { update: bool },
+    /// The user pins a message (index taken modulo the messages so far).
+    Pin(u16),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -33,6 +41,9 @@ fn step() -> impl Strategy<Value = Step> {
         2 => prop::collection::vec(any::<u16>(), 1..6).prop_map(Step::Reduce),
         5 => (prop_oneof![Just(20u64), Just(40), Just(66), Just(88), Just(96)], prop_oneof![3 => Just(0i64), 1 => Just(7)])
             .prop_map(|(percent, idle_min)| Step::Pass { percent, idle_min }),
+        1 => (1u8..=100).prop_map(|share| Step::Publish { share }),
+        1 => any::<bool>().prop_map(|update| Step::Memory { update }),
+        1 => any::<u16>().prop_map(Step::Pin),
     ]
 }
 
@@ -98,6 +109,72 @@ impl Builder {
     }
 }
 
+/// Publish a compartment over the next `share` % of the session's messages
+/// that no compartment covers yet (the historian's job, done by hand).
+fn publish(store: &mut Store, share: u8, now: i64) {
+    let Some(session) = state::find_session(store.conn(), "opencode", SESSION).unwrap() else {
+        return;
+    };
+    store
+        .write(|tx| {
+            let covered: i64 = tx.query_row(
+                "SELECT coalesce(max(end_ordinal), 0) FROM compartments WHERE session = ?1",
+                [session.id],
+                |r| r.get(0),
+            )?;
+            let open: Vec<(i64, String)> = tx
+                .prepare("SELECT ordinal, message_id FROM messages WHERE session = ?1 AND ordinal > ?2 ORDER BY ordinal")?
+                .query_map([session.id, covered], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            let take = open.len() * usize::from(share) / 100;
+            if take == 0 {
+                return Ok(());
+            }
+            let (first, last) = (&open[0], &open[take - 1]);
+            let c = NewCompartment {
+                start_ordinal: first.0,
+                end_ordinal: last.0,
+                start_message_id: first.1.clone(),
+                end_message_id: last.1.clone(),
+                start_ms: None,
+                end_ms: None,
+                title: format!("Messages {}-{}", first.0, last.0),
+                tiers: ["p1 text".into(), "p2".into(), "p3".into(), "p4".into()],
+                importance: i64::from(share),
+                episode: None,
+            };
+            history::publish_compartments(tx, session.id, &[c], now).map(|_| ())
+        })
+        .unwrap();
+}
+
+fn remember(store: &mut Store, update: bool, n: usize, now: i64) {
+    let Some(session) = state::find_session(store.conn(), "opencode", SESSION).unwrap() else {
+        return;
+    };
+    let project = session.project_identity.expect("the envelope names a project");
+    store
+        .write(|tx| {
+            let oldest: Option<i64> = tx
+                .query_row("SELECT min(id) FROM memories WHERE project = ?1", [&project], |r| r.get(0))?;
+            match (update, oldest) {
+                (true, Some(id)) => history::update_memory(tx, id, &format!("rewritten fact {n}"), now),
+                _ => history::write_memory(tx, &project, "CONSTRAINTS", &format!("fact {n}"), None, now).map(|_| ()),
+            }
+        })
+        .unwrap();
+}
+
+fn pin(store: &mut Store, messages: &[Value], pick: u16, now: i64) {
+    let Some(session) = state::find_session(store.conn(), "opencode", SESSION).unwrap() else {
+        return;
+    };
+    let m = &messages[usize::from(pick) % messages.len()];
+    let id = m["info"]["id"].as_str().unwrap();
+    let role = m["info"]["role"].as_str().unwrap();
+    store.write(|tx| history::pin(tx, session.id, id, role, now).map(|_| ())).unwrap();
+}
+
 fn serialized(messages: &[Value]) -> Vec<String> {
     messages
         .iter()
@@ -112,6 +189,7 @@ proptest! {
     fn defer_passes_replay_every_earlier_byte(steps in prop::collection::vec(step(), 1..24)) {
         let config = TransformConfig { protected_tags: 4, clear_reasoning_age: 10, ..TransformConfig::default() };
         let mut store = Store::open_in_memory().unwrap();
+        let project = tempfile::tempdir().unwrap();
         let mut b = Builder { messages: Vec::new(), clock: 1_800_000_000_000, n: 0 };
         b.turn(&[3], true, false);
         let mut previous: Option<Vec<String>> = None;
@@ -126,17 +204,24 @@ proptest! {
                         reduce(&mut store, &request, &config, b.clock).unwrap();
                     }
                 }
+                Step::Publish { share } => publish(&mut store, share, b.clock),
+                Step::Memory { update } => remember(&mut store, update, b.n, b.clock),
+                Step::Pin(pick) => pin(&mut store, &b.messages, pick, b.clock),
                 Step::Pass { percent, idle_min } => {
                     let now = b.clock + 1000 + idle_min * 60_000;
                     let envelope = Envelope::from_value(json!({
                         "session_id": SESSION,
+                        "project_dir": project.path(),
+                        "system": [format!("You are an agent.\nToday's date: day {}", b.n)],
                         "model": {"provider": "p", "id": "m", "context_limit": 100_000},
                         "usage": {"input": percent * 1000},
                         "now_ms": now,
                         "messages": b.messages,
                     })).unwrap();
                     let out = run_pass(&mut store, envelope, &config, now).unwrap();
-                    let bytes = serialized(&out.messages);
+                    let mut bytes = serialized(&out.messages);
+                    // The system prompt is the first thing a prompt cache keys on.
+                    bytes.insert(0, serde_json::to_string(&out.system).unwrap());
                     max_tag = max_tag.max(out.pass.tags as i64);
                     if out.pass.decision == Decision::Defer {
                         prop_assert!(out.pass.dropped.is_empty(), "a defer pass dropped {:?}", out.pass.dropped);
