@@ -115,7 +115,7 @@ impl Fixture {
                 format!("{title}: full story"),
                 format!("{title}: shorter"),
                 format!("{title}: short"),
-                format!("{title}"),
+                title.to_string(),
             ],
             importance: 50,
             episode: Some("debugging".into()),
@@ -166,7 +166,7 @@ fn first_pass_renders_an_empty_baseline_and_a_placeholder_delta() {
 
 fn assert_hard(out: &PassOutput, reason: &str) {
     assert_eq!(
-        out.pass.materialize_reason.as_deref(),
+        out.pass.materialize_reason,
         Some(reason),
         "{:?}",
         out.pass
