@@ -177,6 +177,14 @@ pub fn current_markers(conn: &Connection, session: i64, project: Option<&str>) -
     })
 }
 
+/// Has anything arrived since the cached head was built that m[0] could fold in?
+pub fn has_news(cache: &HeadRow, markers: &Markers) -> bool {
+    markers.max_compartment_seq != cache.max_compartment_seq
+        || markers.max_memory_id != cache.max_memory_id
+        || markers.max_memory_mutation_id != cache.max_memory_mutation_id
+        || markers.max_profile_id != cache.max_profile_id
+}
+
 /// What the pass knows that decides whether m[0] must be rebuilt.
 pub struct HardSignals<'a> {
     pub model_key: Option<&'a str>,

@@ -378,7 +378,14 @@ fn apply(
     } else {
         None
     };
-    if hard.is_none() && head_enabled && schedule.force_band {
+    // In the force band, fold whatever arrived since m[0] (compartments,
+    // memories, profile) into a re-tiered baseline; a head with nothing new
+    // stays as it is.
+    if hard.is_none()
+        && head_enabled
+        && schedule.force_band
+        && cache.as_ref().is_some_and(|c| heads::has_news(c, &markers))
+    {
         hard = Some("force_band");
     }
     if let Some(reason) = hard
@@ -506,14 +513,18 @@ fn apply(
                 &ordinal_of,
             )?)
         } else {
-            m1_changed = row.m1 != cache.m1 || row.covered_through != cache.covered_through;
             Some(row)
         }
     } else {
-        cache
+        cache.clone()
     };
-    let head_changed = materialized.is_some();
-    if head_changed {
+    // What the provider had cached and this pass changed, byte for byte.
+    let head_changed = match (&cache, &head) {
+        (Some(old), Some(new)) => old.m0 != new.m0,
+        (None, Some(_)) => true,
+        _ => false,
+    };
+    if materialized.is_some() {
         tx.execute(
             "UPDATE sessions SET passes_materialized = passes_materialized + 1 WHERE id = ?1",
             params![session.id],
@@ -559,6 +570,9 @@ fn apply(
         nudges(tx, &mut session, &tail, &mut tags, config)?;
     }
 
+    if let (Some(old), Some(new)) = (&cache, &head) {
+        m1_changed = old.m1 != new.m1 || old.covered_through != new.covered_through;
+    }
     let bust = if head_changed {
         Bust::Hard
     } else if visible_change || m1_changed {

@@ -164,14 +164,10 @@ fn first_pass_renders_an_empty_baseline_and_a_placeholder_delta() {
     assert_eq!(bytes(&again.messages), bytes(&out.messages));
 }
 
+/// m[0] was rebuilt for `reason` (whether its bytes changed is the `bust`).
 fn assert_hard(out: &PassOutput, reason: &str) {
-    assert_eq!(
-        out.pass.materialize_reason,
-        Some(reason),
-        "{:?}",
-        out.pass
-    );
-    assert_eq!(out.pass.bust, Bust::Hard);
+    assert_eq!(out.pass.materialize_reason, Some(reason), "{:?}", out.pass);
+    assert!(out.pass.materialized);
     assert_eq!(out.pass.decision, Decision::Execute);
 }
 
@@ -225,8 +221,9 @@ fn hard_trigger_memory_epoch() {
         .unwrap();
     let out = f.warm();
     assert_hard(&out, "memory_epoch");
-    // Nothing else changed, so the rebuilt head has the same bytes.
+    // Nothing else changed, so the rebuilt head has the same bytes: no bust.
     assert_eq!(bytes(&out.messages), bytes(&before.messages));
+    assert_eq!(out.pass.bust, Bust::None);
 }
 
 #[test]
@@ -241,6 +238,8 @@ fn hard_trigger_structural_compartment_edit() {
         .unwrap();
     let out = f.warm();
     assert_hard(&out, "compartment_edit");
+    // The compartment was only in m[1]; m[0] rebuilt to the same bytes.
+    assert_eq!(out.pass.bust, Bust::Soft);
     assert!(!head(&out).0.contains("First turn"));
     assert_eq!(ids(&out)[0], "msg_000_u", "nothing is covered any more");
 }
@@ -254,12 +253,18 @@ fn hard_trigger_render_config() {
 }
 
 #[test]
-fn hard_trigger_force_band() {
-    let mut f = Fixture::new(2);
+fn hard_trigger_force_band_folds_what_arrived() {
+    let mut f = Fixture::new(4);
     f.warm();
     let now = warm_now(&f.messages);
+    // Nothing new since m[0]: the force band leaves it alone.
     let out = f.run(86, now);
-    assert_eq!(out.pass.materialize_reason, Some("force_band"));
+    assert_eq!(out.pass.materialize_reason, None, "{:?}", out.pass);
+    f.publish(1, 4, "Turn zero");
+    let out = f.run(87, now + 10);
+    assert_hard(&out, "force_band");
+    assert_eq!(out.pass.bust, Bust::Hard);
+    assert!(head(&out).0.contains("## 1-4 · Turn zero"));
 }
 
 #[test]
@@ -595,4 +600,64 @@ fn subagents_get_no_head() {
     let out = run_pass(&mut store, env, &config(), warm_now(&messages)).unwrap();
     assert_eq!(out.messages[0]["info"]["id"], "msg_000_u");
     assert!(!out.pass.materialized);
+}
+
+#[test]
+fn the_emergency_drop_acts_once_per_usage_sample() {
+    let mut f = Fixture::new(12);
+    f.warm();
+    let now = warm_now(&f.messages);
+    let first = f.run(96, now);
+    assert!(!first.pass.dropped.is_empty());
+    // The same provider sample again (no new response yet): nothing more goes.
+    let same = f.run(96, now + 10);
+    assert!(same.pass.dropped.is_empty(), "{:?}", same.pass.dropped);
+    assert_eq!(same.pass.bust, Bust::None);
+    assert_eq!(bytes(&same.messages), bytes(&first.messages));
+}
+
+#[test]
+fn historian_due_follows_the_shared_trigger_and_blocks_at_95() {
+    let mut f = Fixture::new(1);
+    // ~100k tokens of unfolded tail in a 100k window: well past 3 × the trigger budget.
+    let big = "let value = compute(input, 42);\n".repeat(1500);
+    f.messages = (0..12)
+        .map(|i| {
+            tool_step(
+                &format!("msg_t{i:02}"),
+                &format!("c{i}"),
+                "read",
+                &big,
+                T0 + i * 1000,
+            )
+        })
+        .collect();
+    f.messages.insert(0, user("msg_u", "go", T0 - 1000));
+    let out = f.run(30, T0 + 20_000);
+    assert!(out.pass.historian_due, "{:?}", out.pass);
+    assert_eq!(out.pass.historian_reason, Some("tail_size"));
+    assert!(!out.pass.blocking);
+    let urgent = f.run(96, T0 + 21_000);
+    assert_eq!(urgent.pass.historian_reason, Some("force_band"));
+    assert!(urgent.pass.blocking);
+    // A short session is not due.
+    let mut g = Fixture::new(2);
+    let out = g.warm();
+    assert!(!out.pass.historian_due && out.pass.historian_reason.is_none());
+}
+
+#[test]
+fn guidance_has_a_variant_without_ctx_reduce() {
+    let mut f = Fixture::new(1);
+    f.system = Some(json!(["Base prompt."]));
+    f.messages[0]["info"]["tools"] = json!({"ctx_reduce": false});
+    let out = f.warm();
+    let system = out.system.unwrap()[0].as_str().unwrap().to_string();
+    assert!(system.starts_with("Base prompt.\n\n## Context management (mc)"));
+    assert!(!system.contains("ctx_reduce"), "{system}");
+    f.config.system_prompt_guidance = false;
+    let mut g = Fixture::new(1);
+    g.config.system_prompt_guidance = false;
+    g.system = Some(json!(["Base prompt."]));
+    assert_eq!(g.warm().system, Some(json!(["Base prompt."])));
 }
