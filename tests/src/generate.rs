@@ -1759,6 +1759,334 @@ impl Generator {
     }
 }
 
+// ---------------------------------------------------------------------------
+// Historian output
+
+/// The texts of one historian compartment, shaped like what the historian
+/// publishes: a short title and four paraphrase tiers of falling length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompartmentText {
+    /// About eight words.
+    pub title: String,
+    /// `p1` … `p4`: about 300, 100, 35 and 12 tokens.
+    pub tiers: [String; 4],
+    /// In 20..=90.
+    pub importance: i64,
+    pub episode: &'static str,
+}
+
+/// One project memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryText {
+    /// One of mc-core's memory categories.
+    pub category: &'static str,
+    /// 15 to 40 words.
+    pub content: String,
+    /// In 30..=95.
+    pub importance: i64,
+}
+
+/// `count` compartments, the same for the same seed.
+pub fn compartment_texts(seed: u64, count: usize) -> Vec<CompartmentText> {
+    let mut rng = Rng::new(seed ^ 0xc0a1_7e47);
+    (0..count)
+        .map(|_| Topic::new(&mut rng).compartment(&mut rng))
+        .collect()
+}
+
+/// `count` distinct memories, spread evenly over the categories, the same for
+/// the same seed.
+pub fn memory_texts(seed: u64, count: usize) -> Vec<MemoryText> {
+    use mc_core::history::store::CATEGORIES;
+    let mut rng = Rng::new(seed ^ 0x3e30_5e11);
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(count);
+    while out.len() < count {
+        let index = out.len() % CATEGORIES.len();
+        let content = Topic::new(&mut rng).memory(&mut rng, index);
+        if seen.insert(content.clone()) {
+            out.push(MemoryText {
+                category: CATEGORIES[index],
+                content,
+                importance: rng.range(30, 95) as i64,
+            });
+        }
+    }
+    out
+}
+
+/// Bytes (about 4 a token) the `p1` and `p2` tiers aim for.
+const P1_BYTES: usize = 1_200;
+const P2_BYTES: usize = 400;
+
+const EPISODES: &[&str] = &[
+    "debugging",
+    "feature",
+    "refactor",
+    "testing",
+    "investigation",
+    "review",
+];
+
+/// What one compartment (or memory) is about.
+struct Topic {
+    episode: &'static str,
+    noun: &'static str,
+    other: &'static str,
+    verb: &'static str,
+    krate: &'static str,
+    function: String,
+    type_name: String,
+    file: String,
+    symptom: &'static str,
+    condition: &'static str,
+}
+
+impl Topic {
+    fn new(rng: &mut Rng) -> Topic {
+        let noun = rng.word(NOUNS);
+        let mut other = rng.word(NOUNS);
+        while other == noun {
+            other = rng.word(NOUNS);
+        }
+        let krate = rng.word(CRATES);
+        Topic {
+            episode: rng.word(EPISODES),
+            noun,
+            other,
+            verb: rng.word(VERBS),
+            krate,
+            function: fn_name(rng),
+            type_name: type_name(rng),
+            file: format!("crates/{krate}/src/{noun}.rs"),
+            symptom: rng.word(SYMPTOMS),
+            condition: rng.word(CONDITIONS),
+        }
+    }
+
+    fn compartment(&self, rng: &mut Rng) -> CompartmentText {
+        CompartmentText {
+            title: self.title(),
+            tiers: [
+                self.detail(rng),
+                self.summary(rng),
+                self.gist(),
+                self.line(),
+            ],
+            importance: rng.range(20, 90) as i64,
+            episode: self.episode,
+        }
+    }
+
+    fn title(&self) -> String {
+        let Topic {
+            noun,
+            other,
+            verb,
+            krate,
+            symptom,
+            condition,
+            ..
+        } = self;
+        match self.episode {
+            "debugging" => format!("Fix {noun} {other} that {symptom}"),
+            "feature" => format!("Add {other} support to the {krate} {noun} {verb} path"),
+            "refactor" => format!("Move {noun} {verb} logic into `{}`", self.type_name),
+            "testing" => format!("Cover {noun} {other} edge cases when {condition}"),
+            "investigation" => format!("Trace why the {noun} {symptom}"),
+            _ => format!("Review the {krate} {noun} {other} changes before release"),
+        }
+    }
+
+    /// `p1`: the story of the range, sentence by sentence, in order.
+    fn detail(&self, rng: &mut Rng) -> String {
+        let Topic {
+            noun,
+            other,
+            verb,
+            krate,
+            function,
+            type_name,
+            file,
+            symptom,
+            condition,
+            ..
+        } = self;
+        let sentences = [
+            format!(
+                "The user reported that the {noun} {symptom} when {condition}, and asked for a fix that keeps the {other} format unchanged."
+            ),
+            format!(
+                "Read `{file}` and found that `{function}` {} the {noun} before the {other} is ready, so a second call sees stale state.",
+                third_person(verb)
+            ),
+            format!(
+                "Ran `cargo test -p {krate}`: {} passed and {} failed, all of the failures in the `{noun}_{other}` tests.",
+                rng.range(40, 400),
+                rng.range(1, 6)
+            ),
+            format!(
+                "The {noun} lock is held across the {other} {verb}, which explains why it {symptom}."
+            ),
+            format!(
+                "Changed `{function}` to {verb} the {other} first and to return early on an empty {noun}; added `{verb}_{noun}_twice` as a regression test."
+            ),
+            format!(
+                "A grep for `{function}` found {} callers under `crates/{krate}`; each now passes the {other} explicitly.",
+                rng.range(2, 9)
+            ),
+            format!(
+                "Decided to keep the {noun} {other} in memory instead of re-reading `{file}` on every call, because the file rarely changes."
+            ),
+            format!(
+                "Reverted an earlier attempt that cached the {other} globally: it broke `{verb}_{noun}` in the {krate} tests."
+            ),
+            format!(
+                "Introduced `{type_name}` so the {other} and the {noun} travel together instead of as two loose arguments."
+            ),
+            format!(
+                "The whole suite passed afterwards ({} tests), and clippy stayed clean.",
+                rng.range(200, 900)
+            ),
+            format!(
+                "The user confirmed the behaviour and asked to leave the {other} retries at {} for now.",
+                rng.range(2, 8)
+            ),
+            format!(
+                "Open question: should a {noun} expire after {} minutes, or only when its {other} changes?",
+                rng.range(5, 60)
+            ),
+        ];
+        join_until(sentences, P1_BYTES, rng)
+    }
+
+    /// `p2`: the outcome in a few sentences.
+    fn summary(&self, rng: &mut Rng) -> String {
+        let Topic {
+            noun,
+            other,
+            krate,
+            function,
+            file,
+            symptom,
+            condition,
+            ..
+        } = self;
+        let sentences = [
+            format!(
+                "The {noun} {symptom} when {condition}; `{function}` touched the {other} too early."
+            ),
+            format!("Fixed `{function}` in `{file}` and added a regression test."),
+            format!(
+                "`cargo test -p {krate}` passes ({} tests).",
+                rng.range(200, 900)
+            ),
+            format!(
+                "The {noun} {other} now stays cached in memory instead of being re-read on every call."
+            ),
+            format!(
+                "Tried caching the {other} globally first; reverted because it broke the {krate} tests."
+            ),
+            format!("Still open: when stale {noun}s should expire, and who decides."),
+        ];
+        join_until(sentences, P2_BYTES, rng)
+    }
+
+    /// `p3`: one sentence.
+    fn gist(&self) -> String {
+        format!(
+            "Fixed `{}` so the {} no longer {} when {}.",
+            self.function, self.noun, self.symptom, self.condition
+        )
+    }
+
+    /// `p4`: a few words.
+    fn line(&self) -> String {
+        format!(
+            "{} {} {}: `{}`.",
+            camel(self.episode),
+            self.noun,
+            self.other,
+            self.function
+        )
+    }
+
+    /// A memory of category `CATEGORIES[index]`.
+    fn memory(&self, rng: &mut Rng, index: usize) -> String {
+        let Topic {
+            noun,
+            other,
+            verb,
+            krate,
+            function,
+            type_name,
+            file,
+            symptom,
+            condition,
+            ..
+        } = self;
+        let n = rng.range(2, 64);
+        let field = rng.word(FIELDS);
+        match (index, rng.below(2)) {
+            (0, 0) => format!(
+                "Run `cargo fmt` and `cargo clippy -p {krate} -- -D warnings` before every commit that touches the {noun} {other} code; CI rejects warnings."
+            ),
+            (0, _) => format!(
+                "Never {verb} a {noun} from the {other} handler directly: go through `{function}` so the audit log records who changed it."
+            ),
+            (1, 0) => format!(
+                "The {krate} crate owns the {noun} {other}; `{function}` in `{file}` is its only writer and every other module reads through a shared `{type_name}` handle."
+            ),
+            (1, _) => format!(
+                "`{type_name}` values flow from the {krate} crate to the web {} code as JSON; the {other} id is the stable key and never changes after insert.",
+                rng.word(WEB_AREAS)
+            ),
+            (2, 0) => format!(
+                "The {noun} {symptom} when {condition}, so `{function}` must hold the {other} lock until the write commits."
+            ),
+            (2, _) => format!(
+                "Keep every {noun} payload under {n} KiB: the {other} queue rejects larger ones without reporting an error."
+            ),
+            (3, 0) => format!(
+                "`{noun}.{field}` defaults to {n} and `{other}.{}` to {}; both are read once at startup from `config/{krate}.toml`.",
+                rng.word(FIELDS),
+                rng.range(1, 500)
+            ),
+            (3, _) => format!(
+                "The {other} worker retries {n} times with a {} ms backoff; raising it further made the {noun} tests time out.",
+                rng.range(10, 900)
+            ),
+            (_, 0) => format!(
+                "Functions that {verb} a {noun} are named `{verb}_{noun}` and return `Result<{type_name}>`; a `try_` prefix marks the variant that never blocks."
+            ),
+            (_, _) => format!(
+                "Tests for the {noun} {other} live in `crates/{krate}/tests/{noun}_{other}.rs` and are named after the behaviour, like `{verb}_{noun}_keeps_{field}`."
+            ),
+        }
+    }
+}
+
+/// Sentences in order until the text reaches `bytes` or they run out; now and
+/// then one is left out, when the rest can still make up the length.
+fn join_until<const N: usize>(sentences: [String; N], bytes: usize, rng: &mut Rng) -> String {
+    let mut rest: usize = sentences.iter().map(|s| s.len() + 1).sum();
+    let mut out = String::new();
+    for sentence in sentences {
+        if out.len() >= bytes {
+            break;
+        }
+        rest -= sentence.len() + 1;
+        if out.len() + rest >= bytes && rng.chance(0.2) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(&sentence);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
@@ -1932,5 +2260,43 @@ mod tests {
             "{counts:?}"
         );
         assert!((0..1000).all(|_| rng.range(3, 5) <= 5));
+    }
+
+    #[test]
+    fn compartment_texts_have_tiers_of_falling_length() {
+        let texts = compartment_texts(5, 200);
+        assert_eq!(texts, compartment_texts(5, 200));
+        for text in &texts {
+            let words = text.title.split_whitespace().count();
+            assert!((4..=14).contains(&words), "title {:?}", text.title);
+            let lens = text.tiers.each_ref().map(String::len);
+            assert!((800..=1_600).contains(&lens[0]), "p1 {lens:?}");
+            assert!((250..=650).contains(&lens[1]), "p2 {lens:?}");
+            assert!((60..=250).contains(&lens[2]), "p3 {lens:?}");
+            assert!((10..=90).contains(&lens[3]), "p4 {lens:?}");
+            assert!((20..=90).contains(&text.importance));
+        }
+    }
+
+    #[test]
+    fn memory_texts_are_distinct_and_spread_over_categories() {
+        use mc_core::history::store::CATEGORIES;
+        let memories = memory_texts(9, 400);
+        assert_eq!(memories, memory_texts(9, 400));
+        let distinct: HashSet<&str> = memories.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(distinct.len(), memories.len());
+        for memory in &memories {
+            let words = memory.content.split_whitespace().count();
+            assert!(
+                (15..=40).contains(&words),
+                "{words} words: {}",
+                memory.content
+            );
+            assert!((30..=95).contains(&memory.importance));
+        }
+        for category in CATEGORIES {
+            let n = memories.iter().filter(|m| m.category == category).count();
+            assert_eq!(n, memories.len() / CATEGORIES.len(), "{category}");
+        }
     }
 }

@@ -4,8 +4,8 @@
 //! only on passes that are not defer (invariant 2).
 
 use mc_core::config::TransformConfig;
-use mc_core::store::Store;
 use mc_core::history::store::{self as history, NewCompartment};
+use mc_core::store::Store;
 use mc_core::transform::state;
 use mc_core::transform::{Decision, Envelope, ReduceRequest, reduce, run_pass};
 use proptest::prelude::*;
@@ -152,14 +152,29 @@ fn remember(store: &mut Store, update: bool, n: usize, now: i64) {
     let Some(session) = state::find_session(store.conn(), "opencode", SESSION).unwrap() else {
         return;
     };
-    let project = session.project_identity.expect("the envelope names a project");
+    let project = session
+        .project_identity
+        .expect("the envelope names a project");
     store
         .write(|tx| {
-            let oldest: Option<i64> = tx
-                .query_row("SELECT min(id) FROM memories WHERE project = ?1", [&project], |r| r.get(0))?;
+            let oldest: Option<i64> = tx.query_row(
+                "SELECT min(id) FROM memories WHERE project = ?1",
+                [&project],
+                |r| r.get(0),
+            )?;
             match (update, oldest) {
-                (true, Some(id)) => history::update_memory(tx, id, &format!("rewritten fact {n}"), now),
-                _ => history::write_memory(tx, &project, "CONSTRAINTS", &format!("fact {n}"), None, now).map(|_| ()),
+                (true, Some(id)) => {
+                    history::update_memory(tx, id, &format!("rewritten fact {n}"), now)
+                }
+                _ => history::write_memory(
+                    tx,
+                    &project,
+                    "CONSTRAINTS",
+                    &format!("fact {n}"),
+                    None,
+                    now,
+                )
+                .map(|_| ()),
             }
         })
         .unwrap();
@@ -172,7 +187,9 @@ fn pin(store: &mut Store, messages: &[Value], pick: u16, now: i64) {
     let m = &messages[usize::from(pick) % messages.len()];
     let id = m["info"]["id"].as_str().unwrap();
     let role = m["info"]["role"].as_str().unwrap();
-    store.write(|tx| history::pin(tx, session.id, id, role, now).map(|_| ())).unwrap();
+    store
+        .write(|tx| history::pin(tx, session.id, id, role, now).map(|_| ()))
+        .unwrap();
 }
 
 fn serialized(messages: &[Value]) -> Vec<String> {

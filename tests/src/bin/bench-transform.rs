@@ -5,18 +5,25 @@
 //!
 //! 1. `json-floor`: parse and re-serialise the envelope, nothing else;
 //! 2. a steady-state defer pass (the session's tags are already stored);
-//! 3. a first execute pass with queued drops, on a fresh copy of a prepared DB.
+//! 3. a first execute pass with queued drops, on a fresh copy of a prepared DB;
+//! 4. and 5. the same defer and execute passes with history present: 40
+//!    compartments covering the first half of the session and 200 project
+//!    memories, written straight into the DB and folded into the head (m[0])
+//!    by an untimed pass first.
 //!
-//! Prints min / median / p90 and the ratios defer/floor and execute/floor
-//! against the targets (≤ 2× and ≤ 3×). Missing a target is reported, not an
-//! error: this is a measurement.
+//! Prints min / median / p90 and the ratios of each pass to the floor against
+//! the targets (defer ≤ 2×, execute ≤ 3×, with or without history). Missing a
+//! target is reported, not an error: this is a measurement.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output};
 use std::time::{Duration, Instant};
 
-use mc_tests::generate::{self, SessionSpec};
+use mc_core::history::store::{self as history_store, NewCompartment};
+use mc_core::store::{Store, StoreOptions};
+use mc_core::transform::state::find_session;
+use mc_tests::generate::{self, CompartmentText, MemoryText, SessionSpec};
 use mc_tests::{bin_path, pipe};
 use serde_json::Value;
 
@@ -26,12 +33,17 @@ const DEFER_USAGE_PERCENT: f64 = 40.0;
 const EXECUTE_USAGE_PERCENT: f64 = 70.0;
 /// How many old tool tags the execute pass finds queued for dropping.
 const QUEUED_DROPS: usize = 36;
+/// The history scenario: compartments over the first half of the session…
+const HISTORY_COMPARTMENTS: usize = 40;
+/// …and memories of the session's project.
+const HISTORY_MEMORIES: usize = 200;
 
 const USAGE: &str = "\
-Usage: bench-transform [--runs N] [--warmup N] [--turns N] [--tokens N] [--seed N] [--keep DIR]
+Usage: bench-transform [--runs N] [--warmup N] [--turns N] [--tokens N] [--seed N] [--keep DIR] [--no-history]
 
 Times mc-transform (a steady-state defer pass and a first execute pass) against
-json-floor, a program that only parses and re-serialises the same JSON.
+json-floor, a program that only parses and re-serialises the same JSON; then
+the same two passes with 40 compartments and 200 memories in the DB.
 Both binaries must sit beside this one: cargo build --release --workspace.
 
   --runs N     timed runs per measurement (default 30)
@@ -39,7 +51,8 @@ Both binaries must sit beside this one: cargo build --release --workspace.
   --turns N    user turns in the generated session (default 100)
   --tokens N   approximate tokens in the session (default 200000)
   --seed N     generator seed (default: the benchmark's)
-  --keep DIR   work in DIR (envelopes, databases) and keep it afterwards";
+  --keep DIR   work in DIR (envelopes, databases) and keep it afterwards
+  --no-history time only the plain passes, without compartments and memories";
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -50,6 +63,8 @@ struct Args {
     tokens: u64,
     seed: u64,
     keep: Option<PathBuf>,
+    /// Also time the passes with compartments and memories present.
+    history: bool,
 }
 
 fn parse_args() -> Result<Option<Args>> {
@@ -60,11 +75,16 @@ fn parse_args() -> Result<Option<Args>> {
         tokens: 200_000,
         seed: SessionSpec::bench().seed,
         keep: None,
+        history: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "-h" || flag == "--help" {
             return Ok(None);
+        }
+        if flag == "--no-history" {
+            args.history = false;
+            continue;
         }
         let value = it
             .next()
@@ -300,13 +320,55 @@ fn run(args: &Args, work: &Path) -> Result<()> {
         floor: bin_path("json-floor"),
         work: work.to_path_buf(),
     };
+    let inputs = build_inputs(args, work)?;
+    check_floor(&tools, &inputs.defer)?;
 
-    // The session and its two envelopes.
+    let history = History::generate(args.seed);
+    let plain = prepare(&tools, &inputs, work, &Scenario::PLAIN)?;
+    let with_history = if args.history {
+        Some(prepare(
+            &tools,
+            &inputs,
+            work,
+            &Scenario::with_history(&history),
+        )?)
+    } else {
+        None
+    };
+    print_header(args, &inputs, &plain, with_history.as_ref());
+
+    let floor = time_runs(
+        args,
+        || timed(&mut tools.floor(), &inputs.defer, "json-floor"),
+        |_, _| Ok(()),
+    )?;
+    let mut measured = vec![measure(&tools, args, &inputs, &plain)?];
+    if let Some(prepared) = &with_history {
+        measured.push(measure(&tools, args, &inputs, prepared)?);
+    }
+    print_results(&stats(&floor), &measured, &history);
+    if args.keep.is_some() {
+        println!("\n  kept      {}", work.display());
+    }
+    Ok(())
+}
+
+/// The generated session and the two envelopes every scenario is timed on.
+struct Inputs {
+    session_id: String,
+    messages: usize,
+    approx_tokens: u64,
+    /// The newest message's time: when the seeded history was "written".
+    last_ms: i64,
+    defer: Vec<u8>,
+    execute: Vec<u8>,
+}
+
+fn build_inputs(args: &Args, work: &Path) -> Result<Inputs> {
     let spec = SessionSpec::new(args.seed, args.turns, args.tokens);
     let messages = generate::session(&spec);
-    let approx = generate::approx_tokens(&messages);
     let last = generate::last_time_ms(&messages);
-    let project = work.display().to_string();
+    let project = Value::String(work.display().to_string());
 
     let mut defer_env = generate::envelope(
         &messages,
@@ -314,8 +376,8 @@ fn run(args: &Args, work: &Path) -> Result<()> {
         generate::usage_at_percent(DEFER_USAGE_PERCENT),
         last + 60_000,
     );
-    defer_env["project_dir"] = Value::String(project.clone());
-    let defer_bytes = serde_json::to_vec(&defer_env).map_err(|e| e.to_string())?;
+    defer_env["project_dir"] = project.clone();
+    let defer = serde_json::to_vec(&defer_env).map_err(|e| e.to_string())?;
 
     let mut execute_messages = messages.clone();
     let tail = generate::follow_up(
@@ -331,40 +393,167 @@ fn run(args: &Args, work: &Path) -> Result<()> {
         generate::usage_at_percent(EXECUTE_USAGE_PERCENT),
         tail_created + 1_500,
     );
-    execute_env["project_dir"] = Value::String(project);
-    let execute_bytes = serde_json::to_vec(&execute_env).map_err(|e| e.to_string())?;
+    execute_env["project_dir"] = project;
+    let execute = serde_json::to_vec(&execute_env).map_err(|e| e.to_string())?;
     if args.keep.is_some() {
         for (name, bytes) in [
-            ("defer-envelope.json", &defer_bytes),
-            ("execute-envelope.json", &execute_bytes),
+            ("defer-envelope.json", &defer),
+            ("execute-envelope.json", &execute),
         ] {
             std::fs::write(work.join(name), bytes).map_err(|e| format!("writing {name}: {e}"))?;
         }
     }
+    Ok(Inputs {
+        session_id: spec.session_id,
+        messages: messages.len(),
+        approx_tokens: generate::approx_tokens(&messages),
+        last_ms: last,
+        defer,
+        execute,
+    })
+}
 
-    // Sanity: the floor echoes the envelope.
-    let floor_out = pipe(&mut tools.floor(), &defer_bytes)
-        .map_err(|e| format!("json-floor: cannot run: {e}"))?;
-    if !floor_out.status.success() || floor_out.stdout.trim_ascii_end() != defer_bytes {
+/// Sanity: the floor echoes the envelope.
+fn check_floor(tools: &Tools, input: &[u8]) -> Result<()> {
+    let output =
+        pipe(&mut tools.floor(), input).map_err(|e| format!("json-floor: cannot run: {e}"))?;
+    if !output.status.success() || output.stdout.trim_ascii_end() != input {
         return Err("json-floor does not echo its input".into());
     }
+    Ok(())
+}
 
-    // Defer: a DB that has seen the session once.
-    let defer_db = work.join("defer.db");
-    let first = run_json(
-        &mut tools.transform(&defer_db, &[]),
-        &defer_bytes,
-        "preparing the defer DB",
+/// The historian output the history scenario writes into its DBs.
+struct History {
+    compartments: Vec<CompartmentText>,
+    memories: Vec<MemoryText>,
+}
+
+impl History {
+    fn generate(seed: u64) -> History {
+        History {
+            compartments: generate::compartment_texts(seed, HISTORY_COMPARTMENTS),
+            memories: generate::memory_texts(seed, HISTORY_MEMORIES),
+        }
+    }
+}
+
+/// What a scenario adds to the session before its passes are timed.
+struct Scenario<'a> {
+    /// Appended to its row names: "" or "+history".
+    suffix: &'static str,
+    /// Prefix of its database files.
+    files: &'static str,
+    history: Option<&'a History>,
+}
+
+impl<'a> Scenario<'a> {
+    const PLAIN: Scenario<'static> = Scenario {
+        suffix: "",
+        files: "",
+        history: None,
+    };
+
+    fn with_history(history: &'a History) -> Scenario<'a> {
+        Scenario {
+            suffix: "+history",
+            files: "history-",
+            history: Some(history),
+        }
+    }
+}
+
+/// A scenario's databases, ready to time.
+struct Prepared {
+    suffix: &'static str,
+    /// The outputs must open with a rendered head.
+    head: bool,
+    /// The DB the defer passes run on.
+    defer_db: PathBuf,
+    /// Each execute pass runs on a fresh copy of this, made at `run_db`.
+    snapshot: PathBuf,
+    run_db: PathBuf,
+    /// Tags the defer DB's last preparing pass reported.
+    tags: u64,
+    queued: usize,
+}
+
+fn prepare(
+    tools: &Tools,
+    inputs: &Inputs,
+    work: &Path,
+    scenario: &Scenario<'_>,
+) -> Result<Prepared> {
+    let Scenario {
+        suffix,
+        files,
+        history,
+    } = *scenario;
+    // Defer: a DB that has seen the session once (and folded the history).
+    let defer_db = work.join(format!("{files}defer.db"));
+    let seen = prepare_db(
+        tools,
+        &defer_db,
+        inputs,
+        history,
+        &format!("preparing the defer{suffix} DB"),
     )?;
-    let tags = first["pass"]["tags"].as_u64().unwrap_or(0);
+    let tags = seen["pass"]["tags"].as_u64().unwrap_or(0);
 
     // Execute: a snapshot with drops queued on old tool outputs.
-    let snapshot = work.join("execute-snapshot.db");
-    let seen = run_json(
-        &mut tools.transform(&snapshot, &[]),
-        &defer_bytes,
-        "preparing the execute snapshot",
+    let snapshot = work.join(format!("{files}execute-snapshot.db"));
+    let seen = prepare_db(
+        tools,
+        &snapshot,
+        inputs,
+        history,
+        &format!("preparing the execute{suffix} snapshot"),
     )?;
+    let queued = queue_drops(tools, &snapshot, &inputs.session_id, &seen)?;
+    Ok(Prepared {
+        suffix,
+        head: history.is_some(),
+        defer_db,
+        snapshot,
+        run_db: work.join(format!("{files}execute-run.db")),
+        tags,
+        queued,
+    })
+}
+
+/// Let `db` see the session once; with `history`, then seed it and run the
+/// pass that rebuilds the head from it. Returns the last pass's output.
+fn prepare_db(
+    tools: &Tools,
+    db: &Path,
+    inputs: &Inputs,
+    history: Option<&History>,
+    what: &str,
+) -> Result<Value> {
+    let seen = run_json(&mut tools.transform(db, &[]), &inputs.defer, what)?;
+    let Some(history) = history else {
+        return Ok(seen);
+    };
+    seed_history(db, &inputs.session_id, history, inputs.last_ms)
+        .map_err(|e| format!("{what}: seeding history: {e}"))?;
+    let folded = run_json(
+        &mut tools.transform(db, &[]),
+        &inputs.defer,
+        &format!("{what}: folding history"),
+    )?;
+    if folded["pass"]["materialized"] != true {
+        return Err(format!(
+            "{what}: the pass after seeding did not rebuild the head (pass: {})",
+            folded["pass"]
+        ));
+    }
+    check_head(&folded, what)?;
+    Ok(folded)
+}
+
+/// Queue drops on old tool outputs that `seen` (a pass's output) still shows:
+/// [`QUEUED_DROPS`] picks spread over the older half. Returns how many were queued.
+fn queue_drops(tools: &Tools, snapshot: &Path, session_id: &str, seen: &Value) -> Result<usize> {
     let old: Vec<u64> = {
         let all = tool_tags(&seen["messages"]);
         all[..all.len() / 2].to_vec()
@@ -379,8 +568,8 @@ fn run(args: &Args, work: &Path) -> Result<()> {
     let drop = drop.join(",");
     let queued = run_json(
         &mut tools.transform(
-            &snapshot,
-            &["reduce", "--session", &spec.session_id, "--drop", &drop],
+            snapshot,
+            &["reduce", "--session", session_id, "--drop", &drop],
         ),
         b"",
         "queueing drops",
@@ -391,121 +580,324 @@ fn run(args: &Args, work: &Path) -> Result<()> {
             "reduce queued nothing (is the session too small, every old tag still protected? try more --turns): {queued}"
         ));
     }
+    Ok(queued_count)
+}
 
-    let total = args.warmup + args.runs;
+/// A message row as the DB stores it.
+struct StoredMessage {
+    ordinal: i64,
+    id: String,
+    created_ms: Option<i64>,
+}
+
+/// Write `history` into `db` the way the historian and the memory tools would:
+/// compartments over the first half of the stored messages, memories of the
+/// session's project, then a memory-epoch bump so the next pass rebuilds m[0].
+fn seed_history(db: &Path, session_id: &str, history: &History, now_ms: i64) -> Result<()> {
+    let mut store = Store::open(db, &StoreOptions::default()).map_err(|e| e.to_string())?;
+    let session = find_session(store.conn(), "opencode", session_id)
+        .map_err(|e| e.to_string())?
+        .ok_or("the session is not in the DB")?;
+    let project = session
+        .project_identity
+        .ok_or("the session has no project identity")?;
+    let messages = stored_messages(&store, session.id)?;
+    let compartments = compartments_over(&messages[..messages.len() / 2], &history.compartments)?;
+    store
+        .write(|tx| {
+            history_store::publish_compartments(tx, session.id, &compartments, now_ms)?;
+            for memory in &history.memories {
+                history_store::write_memory(
+                    tx,
+                    &project,
+                    memory.category,
+                    &memory.content,
+                    Some(memory.importance),
+                    now_ms,
+                )?;
+            }
+            history_store::bump_memory_epoch(tx, &project)
+        })
+        .map_err(|e| e.to_string())
+}
+
+fn stored_messages(store: &Store, session: i64) -> Result<Vec<StoredMessage>> {
+    let mut statement = store
+        .conn()
+        .prepare(
+            "SELECT ordinal, message_id, created_ms FROM messages WHERE session = ?1 ORDER BY ordinal",
+        )
+        .map_err(|e| e.to_string())?;
+    let rows = statement
+        .query_map([session], |row| {
+            Ok(StoredMessage {
+                ordinal: row.get(0)?,
+                id: row.get(1)?,
+                created_ms: row.get(2)?,
+            })
+        })
+        .map_err(|e| e.to_string())?;
+    rows.collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())
+}
+
+/// One compartment per text, over contiguous, non-overlapping slices that
+/// together cover `messages`.
+fn compartments_over(
+    messages: &[StoredMessage],
+    texts: &[CompartmentText],
+) -> Result<Vec<NewCompartment>> {
+    let (n, count) = (messages.len(), texts.len());
+    if n < count {
+        return Err(format!(
+            "{n} messages are too few for {count} compartments (try more --turns)"
+        ));
+    }
+    Ok(texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            let first = &messages[i * n / count];
+            let last = &messages[(i + 1) * n / count - 1];
+            NewCompartment {
+                start_ordinal: first.ordinal,
+                end_ordinal: last.ordinal,
+                start_message_id: first.id.clone(),
+                end_message_id: last.id.clone(),
+                start_ms: first.created_ms,
+                end_ms: last.created_ms,
+                title: text.title.clone(),
+                tiers: text.tiers.clone(),
+                importance: text.importance,
+                episode: Some(text.episode.to_string()),
+            }
+        })
+        .collect())
+}
+
+/// The output must open with the two synthetic head messages, m[0] holding
+/// rendered session history and project memory. Returns m[0]'s size in bytes.
+fn check_head(value: &Value, what: &str) -> Result<usize> {
+    let messages = value["messages"].as_array().map_or(&[][..], Vec::as_slice);
+    let synthetic = |i: usize| {
+        messages
+            .get(i)
+            .is_some_and(|m| m["info"]["syntheticHead"] == true)
+    };
+    if !(synthetic(0) && synthetic(1)) {
+        return Err(format!(
+            "{what}: the output does not start with the two head messages"
+        ));
+    }
+    let m0 = messages[0]["parts"][0]["text"].as_str().unwrap_or_default();
+    // An empty history renders as `<session-history></session-history>`, so
+    // look for opening tags followed by content.
+    for open in ["<session-history>\n", "<project-memory>\n"] {
+        if !m0.contains(open) {
+            return Err(format!(
+                "{what}: m[0] has no {} block ({} bytes)",
+                open.trim_end(),
+                m0.len()
+            ));
+        }
+    }
+    Ok(m0.len())
+}
+
+fn print_header(args: &Args, inputs: &Inputs, plain: &Prepared, history: Option<&Prepared>) {
     println!("mc-transform benchmark");
     println!(
         "  session   {} turns, {} messages, {} tags, ~{} tokens (bytes/4)",
         args.turns,
-        thousands(messages.len() as u64),
-        thousands(tags),
-        thousands(approx)
+        thousands(inputs.messages as u64),
+        thousands(plain.tags),
+        thousands(inputs.approx_tokens)
     );
     println!(
-        "  input     defer {} bytes at {DEFER_USAGE_PERCENT}% usage; execute {} bytes at {EXECUTE_USAGE_PERCENT}% usage, {queued_count} drops queued",
-        thousands(defer_bytes.len() as u64),
-        thousands(execute_bytes.len() as u64),
+        "  input     defer {} bytes at {DEFER_USAGE_PERCENT}% usage; execute {} bytes at {EXECUTE_USAGE_PERCENT}% usage, {} drops queued",
+        thousands(inputs.defer.len() as u64),
+        thousands(inputs.execute.len() as u64),
+        plain.queued,
     );
+    if let Some(history) = history {
+        println!(
+            "  history   {HISTORY_COMPARTMENTS} compartments over the first half of the messages, {HISTORY_MEMORIES} memories; same inputs, {} drops queued on visible tool outputs",
+            history.queued,
+        );
+    }
     println!(
         "  runs      {} timed + {} warm-up per row, whole processes",
         args.runs, args.warmup
     );
+}
 
-    // 1. floor
-    let mut floor = Vec::with_capacity(args.runs);
-    for i in 0..total {
-        let (elapsed, _) = timed(&mut tools.floor(), &defer_bytes, "json-floor")?;
+/// Run `run` `warmup + runs` times and keep the timed runs' durations;
+/// `inspect` sees every run's index (warm-ups first) and output.
+fn time_runs(
+    args: &Args,
+    mut run: impl FnMut() -> Result<(Duration, Output)>,
+    mut inspect: impl FnMut(usize, Output) -> Result<()>,
+) -> Result<Vec<Duration>> {
+    let mut samples = Vec::with_capacity(args.runs);
+    for i in 0..args.warmup + args.runs {
+        let (elapsed, output) = run()?;
+        inspect(i, output)?;
         if i >= args.warmup {
-            floor.push(elapsed);
+            samples.push(elapsed);
         }
     }
+    Ok(samples)
+}
 
-    // 2. defer
-    let mut defer = Vec::with_capacity(args.runs);
-    let mut defer_output: Option<Vec<u8>> = None;
+/// One scenario's defer and execute timings.
+struct Measured {
+    suffix: &'static str,
+    defer: Vec<Duration>,
+    defer_out_bytes: usize,
+    defer_stable: bool,
+    /// m[0]'s size when the scenario expects a rendered head.
+    m0_bytes: Option<usize>,
+    execute: Vec<Duration>,
+    execute_out_bytes: usize,
+    dropped: usize,
+}
+
+fn measure(tools: &Tools, args: &Args, inputs: &Inputs, prepared: &Prepared) -> Result<Measured> {
+    let suffix = prepared.suffix;
+
+    // Defer, on the prepared DB; the first outputs are checked, all compared.
+    let what = format!("defer{suffix} pass");
+    let mut first_output: Option<Vec<u8>> = None;
     let mut defer_stable = true;
-    let mut defer_out_bytes = 0;
-    for i in 0..total {
-        let (elapsed, output) = timed(
-            &mut tools.transform(&defer_db, &[]),
-            &defer_bytes,
-            "defer pass",
-        )?;
-        if i <= args.warmup {
-            check_pass(&output, "defer", false, "defer pass")?;
-        }
-        match &defer_output {
-            None => {
-                defer_out_bytes = output.stdout.len();
-                defer_output = Some(output.stdout);
+    let mut m0_bytes = None;
+    let defer = time_runs(
+        args,
+        || {
+            timed(
+                &mut tools.transform(&prepared.defer_db, &[]),
+                &inputs.defer,
+                &what,
+            )
+        },
+        |i, output| {
+            if i <= args.warmup {
+                let value = check_pass(&output, "defer", false, &what)?;
+                if prepared.head {
+                    m0_bytes = Some(check_head(&value, &what)?);
+                }
             }
-            Some(previous) => defer_stable &= *previous == output.stdout,
-        }
-        if i >= args.warmup {
-            defer.push(elapsed);
-        }
-    }
+            match &first_output {
+                None => first_output = Some(output.stdout),
+                Some(previous) => defer_stable &= *previous == output.stdout,
+            }
+            Ok(())
+        },
+    )?;
 
-    // 3. execute, each on a fresh copy of the snapshot
-    let mut execute = Vec::with_capacity(args.runs);
-    let run_db = work.join("execute-run.db");
+    // Execute, each on a fresh copy of the snapshot.
+    let what = format!("execute{suffix} pass");
     let mut dropped = 0;
     let mut execute_out_bytes = 0;
-    for i in 0..total {
-        copy_db(&snapshot, &run_db)?;
-        let (elapsed, output) = timed(
-            &mut tools.transform(&run_db, &[]),
-            &execute_bytes,
-            "execute pass",
-        )?;
-        if i <= args.warmup {
-            let value = check_pass(&output, "execute", true, "execute pass")?;
-            dropped = value["pass"]["dropped"].as_array().map_or(0, Vec::len);
-            execute_out_bytes = output.stdout.len();
-        }
-        if i >= args.warmup {
-            execute.push(elapsed);
+    let execute = time_runs(
+        args,
+        || {
+            copy_db(&prepared.snapshot, &prepared.run_db)?;
+            timed(
+                &mut tools.transform(&prepared.run_db, &[]),
+                &inputs.execute,
+                &what,
+            )
+        },
+        |i, output| {
+            if i <= args.warmup {
+                let value = check_pass(&output, "execute", true, &what)?;
+                if prepared.head {
+                    check_head(&value, &what)?;
+                }
+                dropped = value["pass"]["dropped"].as_array().map_or(0, Vec::len);
+                execute_out_bytes = output.stdout.len();
+            }
+            Ok(())
+        },
+    )?;
+
+    Ok(Measured {
+        suffix,
+        defer,
+        defer_out_bytes: first_output.map_or(0, |o| o.len()),
+        defer_stable,
+        m0_bytes,
+        execute,
+        execute_out_bytes,
+        dropped,
+    })
+}
+
+fn print_results(floor: &Stats, measured: &[Measured], history: &History) {
+    for m in measured {
+        println!(
+            "  output    defer{} {} bytes ({}); execute{} {} bytes, {} tags dropped",
+            m.suffix,
+            thousands(m.defer_out_bytes as u64),
+            if m.defer_stable {
+                "byte-identical across runs"
+            } else {
+                "NOT byte-identical across runs"
+            },
+            m.suffix,
+            thousands(m.execute_out_bytes as u64),
+            m.dropped,
+        );
+        if let Some(bytes) = m.m0_bytes {
+            println!(
+                "  head      m[0] {} bytes with {} compartments and {} memories present",
+                thousands(bytes as u64),
+                history.compartments.len(),
+                history.memories.len(),
+            );
         }
     }
 
-    let (floor, defer, execute) = (stats(&floor), stats(&defer), stats(&execute));
-    println!(
-        "  output    defer {} bytes ({}); execute {} bytes, {dropped} tags dropped",
-        thousands(defer_out_bytes as u64),
-        if defer_stable {
-            "byte-identical across runs"
-        } else {
-            "NOT byte-identical across runs"
-        },
-        thousands(execute_out_bytes as u64),
-    );
+    // (name, stats, target) for every timed pass.
+    let rows: Vec<(String, Stats, f64)> = measured
+        .iter()
+        .flat_map(|m| {
+            [
+                (format!("defer{}", m.suffix), stats(&m.defer), DEFER_TARGET),
+                (
+                    format!("execute{}", m.suffix),
+                    stats(&m.execute),
+                    EXECUTE_TARGET,
+                ),
+            ]
+        })
+        .collect();
     println!();
     println!(
-        "  {:<10} {:>9} {:>9} {:>9}   ms",
+        "  {:<16} {:>9} {:>9} {:>9}   ms",
         "", "min", "median", "p90"
     );
-    for (name, s) in [("floor", floor), ("defer", defer), ("execute", execute)] {
-        println!(
-            "  {name:<10} {:>9.2} {:>9.2} {:>9.2}",
-            s.min, s.median, s.p90
-        );
+    print_row("floor", floor);
+    for (name, s, _) in &rows {
+        print_row(name, s);
     }
     println!();
     let mut summary = String::new();
-    for (name, s, target) in [
-        ("defer/floor", defer, DEFER_TARGET),
-        ("execute/floor", execute, EXECUTE_TARGET),
-    ] {
+    for (name, s, target) in &rows {
         let ratio = s.median / floor.median;
-        let verdict = if ratio <= target { "ok" } else { "MISSED" };
+        let verdict = if ratio <= *target { "ok" } else { "MISSED" };
+        let name = format!("{name}/floor");
         let _ = writeln!(
             summary,
-            "  {name:<14} {ratio:>5.2}×   (target ≤ {target}×)  {verdict}"
+            "  {name:<22} {ratio:>5.2}×   (target ≤ {target}×)  {verdict}"
         );
     }
     print!("{summary}");
-    if args.keep.is_some() {
-        println!("\n  kept      {}", work.display());
-    }
-    Ok(())
+}
+
+fn print_row(name: &str, s: &Stats) {
+    println!(
+        "  {name:<16} {:>9.2} {:>9.2} {:>9.2}",
+        s.min, s.median, s.p90
+    );
 }
