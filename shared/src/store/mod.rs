@@ -46,6 +46,40 @@ impl Default for StoreOptions {
     }
 }
 
+/// Switch the database to WAL (a persistent setting, so usually already done).
+/// Changing the journal mode needs the database to itself and SQLite does not
+/// wait for that with the busy handler, so when sibling processes open a new
+/// database at the same moment, retry until the busy timeout runs out.
+fn enable_wal(conn: &Connection, path: &Path, timeout: Duration) -> Result<()> {
+    let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+    if mode == "wal" || mode == "memory" {
+        return Ok(());
+    }
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0)) {
+            Ok(mode) if mode == "wal" => return Ok(()),
+            Ok(mode) => {
+                return Err(Error::Corrupt(format!(
+                    "database {} refused WAL mode (answered {mode})",
+                    path.display()
+                )));
+            }
+            Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
 pub struct Store {
     conn: Connection,
     path: PathBuf,
@@ -91,14 +125,7 @@ impl Store {
             rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
             true,
         )?;
-        // journal_mode answers with a row; WAL is persistent, so this is cheap after the first time.
-        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-        if mode != "wal" && mode != "memory" {
-            return Err(Error::Corrupt(format!(
-                "database {} refused WAL mode (answered {mode})",
-                path.display()
-            )));
-        }
+        enable_wal(&conn, &path, options.busy_timeout)?;
         conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")?;
         let mut store = Store { conn, path };
         store.migrate()?;
@@ -227,6 +254,27 @@ mod tests {
         drop(store);
         let again = Store::open(&path, &StoreOptions::default()).unwrap();
         assert_eq!(again.schema_version().unwrap(), SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn siblings_opening_a_new_database_at_once_all_succeed() {
+        // Switching a fresh file to WAL needs it exclusively; SQLite's busy
+        // handler does not cover that, so the open retries instead.
+        for round in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(format!("ctx-{round}.db"));
+            let barrier = std::sync::Barrier::new(8);
+            std::thread::scope(|scope| {
+                for _ in 0..8 {
+                    scope.spawn(|| {
+                        barrier.wait();
+                        Store::open(&path, &StoreOptions::default())
+                            .map(|s| s.schema_version().unwrap())
+                            .unwrap()
+                    });
+                }
+            });
+        }
     }
 
     #[test]
