@@ -8,9 +8,13 @@
 pub mod codec;
 pub mod config;
 pub mod error;
+pub mod historian;
 pub mod history;
 pub mod identity;
 mod json;
+pub mod llm;
+pub mod opencode_api;
+pub mod pin;
 pub mod store;
 pub mod tokens;
 pub mod transform;

@@ -4,6 +4,8 @@
 //! - [`bin_path`]: the workspace's binaries, found beside the running executable.
 //! - [`pipe`]: run a process with bytes on stdin and collect its output.
 
+pub mod fake_llm;
+pub mod fake_opencode;
 pub mod generate;
 
 use std::io::{self, Write};

@@ -5,6 +5,7 @@
 //! does not understand is carried through unchanged and in its place. The
 //! transform only reads through accessors and edits through setters.
 
+pub mod claude;
 pub mod opencode;
 
 pub use opencode::{Message, Part, PartKind, Role};

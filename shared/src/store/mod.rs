@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_transform.sql"),
     include_str!("migrations/0002_history.sql"),
+    include_str!("migrations/0003_pins_and_historian.sql"),
 ];
 
 /// The newest schema version this build understands (the fence).

@@ -1,0 +1,1 @@
+//! The historian: folds old conversation into compartments and facts.

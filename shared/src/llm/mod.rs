@@ -1,0 +1,1 @@
+//! The LLM client: providers configured by the user, called over HTTP or as a command.

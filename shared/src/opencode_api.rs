@@ -1,0 +1,1 @@
+//! A small client for a running OpenCode server's HTTP API.

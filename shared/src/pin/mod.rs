@@ -1,0 +1,1 @@
+//! Pins: messages that survive every compaction, and their restoration.
