@@ -6,6 +6,7 @@
 
 pub mod fake_llm;
 pub mod fake_opencode;
+pub mod fake_provider;
 pub mod generate;
 
 use std::io::{self, Write};

@@ -1,0 +1,183 @@
+// mc for OpenCode: runs mc-transform on every model call, restores pins after
+// OpenCode's own compaction, starts the historian when a pass says it is due,
+// and gives the agent the ctx_reduce tool.
+//
+// Install: copy this file into OpenCode's plugin folder
+// (~/.config/opencode/plugin/mc.js). The mc binaries are found on PATH, or
+// through MC_TRANSFORM_BIN, MC_PIN_BIN and MC_HISTORIAN_BIN; the database
+// through MC_DB as usual.
+import { spawn } from "node:child_process"
+import { tool } from "@opencode-ai/plugin"
+
+const TRANSFORM_TIMEOUT_MS = 30_000
+const HISTORIAN_TIMEOUT_MS = 300_000
+
+const bin = (name, env) => process.env[env] || name
+
+/** Run a command with `input` on stdin; resolves {code, stdout, stderr}. */
+function run(command, args, input, timeoutMs) {
+  return new Promise((resolve) => {
+    let child
+    try {
+      child = spawn(command, args, { stdio: ["pipe", "pipe", "pipe"] })
+    } catch (error) {
+      resolve({ code: -1, stdout: "", stderr: String(error) })
+      return
+    }
+    const out = []
+    const err = []
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs)
+    child.stdout.on("data", (d) => out.push(d))
+    child.stderr.on("data", (d) => err.push(d))
+    child.on("error", (error) => {
+      clearTimeout(timer)
+      resolve({ code: -1, stdout: "", stderr: String(error) })
+    })
+    child.on("close", (code, signal) => {
+      clearTimeout(timer)
+      resolve({
+        code: signal ? -1 : code,
+        stdout: Buffer.concat(out).toString("utf8"),
+        stderr: Buffer.concat(err).toString("utf8") + (signal ? `killed by ${signal}` : ""),
+      })
+    })
+    child.stdin.on("error", () => {})
+    child.stdin.end(input)
+  })
+}
+
+export const McContext = async ({ client, serverUrl, directory }) => {
+  const server = String(serverUrl ?? "").replace(/\/$/, "")
+  const limits = new Map() // "provider/model" -> {context, output}
+  const historians = new Map() // sessionID -> Promise of a running historian
+  let warned = false
+
+  const warnOnce = (message) => {
+    if (warned) return
+    warned = true
+    console.error(`mc: ${message} (messages left untouched; further failures are silent)`)
+  }
+
+  async function modelLimits(providerID, modelID) {
+    const key = `${providerID}/${modelID}`
+    if (!limits.has(key)) {
+      let limit = {}
+      try {
+        const res = await client.config.providers()
+        const providers = res.data?.providers ?? res.providers ?? []
+        const model = providers.find((p) => p.id === providerID)?.models?.[modelID]
+        limit = model?.limit ?? {}
+      } catch {}
+      limits.set(key, { context: limit.context, output: limit.output })
+    }
+    return limits.get(key)
+  }
+
+  function envelope(messages) {
+    const users = messages.filter((m) => m.info?.role === "user")
+    const lastUser = users[users.length - 1]
+    const sessionID = lastUser?.info?.sessionID ?? messages.find((m) => m.info?.sessionID)?.info?.sessionID
+    const model = lastUser?.info?.model ?? {}
+    const assistant = [...messages].reverse().find((m) => m.info?.role === "assistant" && m.info?.tokens)
+    const t = assistant?.info?.tokens
+    const usage = t
+      ? { input: t.input ?? 0, cache_read: t.cache?.read ?? 0, cache_write: t.cache?.write ?? 0, output: t.output ?? 0 }
+      : undefined
+    return { sessionID, model, usage }
+  }
+
+  async function transform(messages) {
+    const { sessionID, model, usage } = envelope(messages)
+    if (!sessionID) return null
+    const limit = model.providerID ? await modelLimits(model.providerID, model.modelID) : {}
+    const input = JSON.stringify({
+      harness: "opencode",
+      session_id: sessionID,
+      project_dir: directory,
+      model: { provider: model.providerID, id: model.modelID, context_limit: limit.context, output_limit: limit.output },
+      usage,
+      messages,
+    })
+    const result = await run(bin("mc-transform", "MC_TRANSFORM_BIN"), [], input, TRANSFORM_TIMEOUT_MS)
+    if (result.code !== 0) {
+      warnOnce(`mc-transform failed (exit ${result.code}): ${result.stderr.trim().split("\n").pop()}`)
+      return null
+    }
+    try {
+      return { sessionID, output: JSON.parse(result.stdout) }
+    } catch (error) {
+      warnOnce(`mc-transform printed no JSON: ${error}`)
+      return null
+    }
+  }
+
+  /** Start the historian for a session once; later calls share the running one. */
+  function historian(sessionID) {
+    if (!historians.has(sessionID)) {
+      const args = ["run", "--session", sessionID, "--opencode-url", server]
+      const running = run(bin("mc-historian", "MC_HISTORIAN_BIN"), args, "", HISTORIAN_TIMEOUT_MS).finally(() =>
+        historians.delete(sessionID),
+      )
+      historians.set(sessionID, running)
+    }
+    return historians.get(sessionID)
+  }
+
+  return {
+    "experimental.chat.messages.transform": async (_input, output) => {
+      // OpenCode keeps using this very array: splice in place, never reassign.
+      const messages = output.messages
+      let pass = await transform(messages)
+      if (!pass) return
+      const report = pass.output.pass ?? {}
+      if (report.historian_due && server) {
+        const running = historian(pass.sessionID)
+        if (report.blocking) {
+          // Near the limit: wait for the fold, then transform again so this
+          // very request carries the compartments.
+          await running
+          pass = (await transform(messages)) ?? pass
+        }
+      }
+      if (Array.isArray(pass.output.messages)) {
+        messages.splice(0, messages.length, ...pass.output.messages)
+      }
+    },
+
+    event: async ({ event }) => {
+      if (event?.type !== "session.compacted" || !server) return
+      const result = await run(
+        bin("mc-pin", "MC_PIN_BIN"),
+        ["restore", "--opencode-url", server],
+        JSON.stringify(event),
+        TRANSFORM_TIMEOUT_MS,
+      )
+      if (result.code !== 0) console.error(`mc: mc-pin restore failed: ${result.stderr.trim()}`)
+    },
+
+    tool: {
+      ctx_reduce: tool({
+        description:
+          "Drop messages and tool outputs you no longer need from your context, by their §N§ tags " +
+          '(e.g. "3-5,12"). Drops are queued and applied on a later turn; the newest tags are protected.',
+        args: { drop: tool.schema.string().describe("Tags or ranges to drop, e.g. 3-5,12") },
+        async execute(args, context) {
+          const result = await run(
+            bin("mc-transform", "MC_TRANSFORM_BIN"),
+            ["reduce", "--harness", "opencode", "--session", context.sessionID, "--drop", String(args.drop)],
+            "",
+            TRANSFORM_TIMEOUT_MS,
+          )
+          if (result.code !== 0) return `ctx_reduce failed: ${result.stderr.trim()}`
+          const r = JSON.parse(result.stdout)
+          const parts = []
+          if (r.queued?.length) parts.push(`queued ${r.queued.map((n) => `§${n}§`).join(", ")}`)
+          if (r.protected?.length) parts.push(`deferred (still protected) ${r.protected.map((n) => `§${n}§`).join(", ")}`)
+          if (r.already?.length) parts.push(`already handled ${r.already.map((n) => `§${n}§`).join(", ")}`)
+          if (r.unknown?.length) parts.push(`unknown ${r.unknown.map((n) => `§${n}§`).join(", ")}`)
+          return parts.length ? parts.join("; ") : "nothing to drop"
+        },
+      }),
+    },
+  }
+}

@@ -1,0 +1,188 @@
+//! A fake model provider for a real OpenCode: Anthropic's Messages API with
+//! server-sent-event streaming, on 127.0.0.1. Replies follow a script (text or
+//! a tool call, with the usage figures the test wants the provider to report);
+//! every request body is recorded so tests can assert on the exact wire bytes.
+//!
+//! Requests without tools (OpenCode's title and summary agents) get a canned
+//! text reply and do not consume the script.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use serde_json::{Value, json};
+use tiny_http::{Header, Response, Server};
+
+/// What the provider reports as the prompt's size for one reply.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Usage {
+    pub input: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+    pub output: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Text(String),
+    /// A tool call; OpenCode runs the tool and calls the provider again.
+    Tool { name: String, input: Value },
+}
+
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub path: String,
+    pub body: Value,
+    /// The raw request bytes, as OpenCode sent them.
+    pub raw: Vec<u8>,
+}
+
+impl Recorded {
+    /// A request of the main agent (it offers tools), as opposed to OpenCode's
+    /// title or summary agents.
+    pub fn is_agent(&self) -> bool {
+        self.body["tools"].as_array().is_some_and(|t| !t.is_empty())
+    }
+}
+
+#[derive(Default)]
+struct State {
+    script: VecDeque<(Reply, Option<Usage>)>,
+    usage: Usage,
+    requests: Vec<Recorded>,
+    calls: u64,
+}
+
+pub struct FakeProvider {
+    state: Arc<Mutex<State>>,
+    server: Arc<Server>,
+    thread: Option<JoinHandle<()>>,
+    port: u16,
+}
+
+impl FakeProvider {
+    pub fn start() -> FakeProvider {
+        let server = Arc::new(Server::http("127.0.0.1:0").expect("bind 127.0.0.1:0"));
+        let port = server.server_addr().to_ip().expect("an IP listener").port();
+        let state = Arc::new(Mutex::new(State {
+            usage: Usage {
+                input: 1000,
+                output: 10,
+                ..Usage::default()
+            },
+            ..State::default()
+        }));
+        let thread = {
+            let (server, state) = (server.clone(), state.clone());
+            std::thread::spawn(move || {
+                for mut request in server.incoming_requests() {
+                    let mut raw = Vec::new();
+                    let _ = request.as_reader().read_to_end(&mut raw);
+                    let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+                    let recorded = Recorded {
+                        path: request.url().to_string(),
+                        body,
+                        raw,
+                    };
+                    let sse = respond(&state, recorded);
+                    let header = Header::from_bytes("Content-Type", "text/event-stream").unwrap();
+                    let _ = request.respond(Response::from_string(sse).with_header(header));
+                }
+            })
+        };
+        FakeProvider {
+            state,
+            server,
+            thread: Some(thread),
+            port,
+        }
+    }
+
+    /// The base URL to configure as the provider's `baseURL`.
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    /// Queue a reply for the next agent request; `usage` overrides the current one.
+    pub fn push(&self, reply: Reply, usage: Option<Usage>) {
+        self.state.lock().unwrap().script.push_back((reply, usage));
+    }
+
+    /// The usage reported from now on (unless a scripted reply overrides it).
+    pub fn set_usage(&self, usage: Usage) {
+        self.state.lock().unwrap().usage = usage;
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state.lock().unwrap().requests.clone()
+    }
+
+    pub fn agent_requests(&self) -> Vec<Recorded> {
+        self.requests().into_iter().filter(Recorded::is_agent).collect()
+    }
+}
+
+impl Drop for FakeProvider {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn respond(state: &Mutex<State>, recorded: Recorded) -> String {
+    let mut state = state.lock().unwrap();
+    state.calls += 1;
+    let id = state.calls;
+    let agent = recorded.is_agent();
+    state.requests.push(recorded);
+    let (reply, usage) = if agent {
+        let usage = state.usage;
+        state
+            .script
+            .pop_front()
+            .map(|(r, u)| (r, u.unwrap_or(usage)))
+            .unwrap_or((Reply::Text("ok".into()), usage))
+    } else {
+        (Reply::Text("Test session".into()), Usage { input: 100, output: 3, ..Usage::default() })
+    };
+    stream(&reply, usage, id)
+}
+
+/// The SSE body of one streamed Messages API response.
+fn stream(reply: &Reply, usage: Usage, id: u64) -> String {
+    let mut events = vec![(
+        "message_start",
+        json!({"type": "message_start", "message": {
+            "id": format!("msg_fake_{id}"), "type": "message", "role": "assistant",
+            "model": "mock-sonnet", "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": usage.input, "output_tokens": 1,
+                      "cache_read_input_tokens": usage.cache_read,
+                      "cache_creation_input_tokens": usage.cache_write}}}),
+    )];
+    let stop = match reply {
+        Reply::Text(text) => {
+            events.push(("content_block_start", json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}})));
+            events.push(("content_block_delta", json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": text}})));
+            "end_turn"
+        }
+        Reply::Tool { name, input } => {
+            events.push(("content_block_start", json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "tool_use", "id": format!("toolu_fake_{id}"), "name": name, "input": {}}})));
+            events.push(("content_block_delta", json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": input.to_string()}})));
+            "tool_use"
+        }
+    };
+    events.push(("content_block_stop", json!({"type": "content_block_stop", "index": 0})));
+    events.push(("message_delta", json!({"type": "message_delta",
+        "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": usage.output}})));
+    events.push(("message_stop", json!({"type": "message_stop"})));
+    events
+        .into_iter()
+        .map(|(event, data)| format!("event: {event}\ndata: {data}\n\n"))
+        .collect()
+}
