@@ -26,7 +26,10 @@ pub struct Usage {
 pub enum Reply {
     Text(String),
     /// A tool call; OpenCode runs the tool and calls the provider again.
-    Tool { name: String, input: Value },
+    Tool {
+        name: String,
+        input: Value,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -49,6 +52,9 @@ impl Recorded {
 struct State {
     script: VecDeque<(Reply, Option<Usage>)>,
     usage: Usage,
+    /// Report usage from the request itself (bytes / 4, the part shared with
+    /// the previous agent request as cache reads) instead of `usage`.
+    auto_usage: bool,
     requests: Vec<Recorded>,
     calls: u64,
 }
@@ -113,12 +119,21 @@ impl FakeProvider {
         self.state.lock().unwrap().usage = usage;
     }
 
+    /// Report usage measured on each request: its bytes / 4, of which the
+    /// prefix shared with the previous agent request counts as cache reads.
+    pub fn auto_usage(&self) {
+        self.state.lock().unwrap().auto_usage = true;
+    }
+
     pub fn requests(&self) -> Vec<Recorded> {
         self.state.lock().unwrap().requests.clone()
     }
 
     pub fn agent_requests(&self) -> Vec<Recorded> {
-        self.requests().into_iter().filter(Recorded::is_agent).collect()
+        self.requests()
+            .into_iter()
+            .filter(Recorded::is_agent)
+            .collect()
     }
 }
 
@@ -136,6 +151,20 @@ fn respond(state: &Mutex<State>, recorded: Recorded) -> String {
     state.calls += 1;
     let id = state.calls;
     let agent = recorded.is_agent();
+    if agent && state.auto_usage {
+        let shared = state
+            .requests
+            .iter()
+            .rev()
+            .find(|r| r.is_agent())
+            .map_or(0, |previous| common_prefix(&previous.raw, &recorded.raw));
+        state.usage = Usage {
+            input: ((recorded.raw.len() - shared) / 4) as u64,
+            cache_read: (shared / 4) as u64,
+            cache_write: 0,
+            output: 50,
+        };
+    }
     state.requests.push(recorded);
     let (reply, usage) = if agent {
         let usage = state.usage;
@@ -145,7 +174,14 @@ fn respond(state: &Mutex<State>, recorded: Recorded) -> String {
             .map(|(r, u)| (r, u.unwrap_or(usage)))
             .unwrap_or((Reply::Text("ok".into()), usage))
     } else {
-        (Reply::Text("Test session".into()), Usage { input: 100, output: 3, ..Usage::default() })
+        (
+            Reply::Text("Test session".into()),
+            Usage {
+                input: 100,
+                output: 3,
+                ..Usage::default()
+            },
+        )
     };
     stream(&reply, usage, id)
 }
@@ -163,21 +199,33 @@ fn stream(reply: &Reply, usage: Usage, id: u64) -> String {
     )];
     let stop = match reply {
         Reply::Text(text) => {
-            events.push(("content_block_start", json!({"type": "content_block_start", "index": 0,
-                "content_block": {"type": "text", "text": ""}})));
-            events.push(("content_block_delta", json!({"type": "content_block_delta", "index": 0,
-                "delta": {"type": "text_delta", "text": text}})));
+            events.push((
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}}),
+            ));
+            events.push((
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": text}}),
+            ));
             "end_turn"
         }
         Reply::Tool { name, input } => {
             events.push(("content_block_start", json!({"type": "content_block_start", "index": 0,
                 "content_block": {"type": "tool_use", "id": format!("toolu_fake_{id}"), "name": name, "input": {}}})));
-            events.push(("content_block_delta", json!({"type": "content_block_delta", "index": 0,
-                "delta": {"type": "input_json_delta", "partial_json": input.to_string()}})));
+            events.push((
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
+            ));
             "tool_use"
         }
     };
-    events.push(("content_block_stop", json!({"type": "content_block_stop", "index": 0})));
+    events.push((
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 0}),
+    ));
     events.push(("message_delta", json!({"type": "message_delta",
         "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": usage.output}})));
     events.push(("message_stop", json!({"type": "message_stop"})));
@@ -185,4 +233,9 @@ fn stream(reply: &Reply, usage: Usage, id: u64) -> String {
         .into_iter()
         .map(|(event, data)| format!("event: {event}\ndata: {data}\n\n"))
         .collect()
+}
+
+/// Length of the longest common prefix of two byte strings.
+pub fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

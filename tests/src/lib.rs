@@ -8,6 +8,7 @@ pub mod fake_llm;
 pub mod fake_opencode;
 pub mod fake_provider;
 pub mod generate;
+pub mod opencode;
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,153 @@
+//! bench-opencode: how much of each request a provider prefix cache would serve
+//! with mc and without it, on the same scripted tool-heavy session driven
+//! through the real OpenCode; plus the time OpenCode spends in mc's hook and
+//! the bytes mc adds to a request.
+//!
+//! Needs the workspace built (`cargo build --release --workspace`) and the
+//! pinned OpenCode installed (`npm install --prefix tests/e2e`).
+
+use std::process::ExitCode;
+
+use mc_tests::fake_provider::{Recorded, Reply, common_prefix};
+use mc_tests::opencode::{CONTEXT, OpenCode, Options, cache_key};
+use serde_json::json;
+
+const USAGE: &str = "usage: bench-opencode [--turns N (default 60)] [--file-kb N (default 10)]";
+
+struct Run {
+    requests: Vec<Recorded>,
+    hook_ms: Vec<f64>,
+}
+
+/// A scripted session: each turn reads two files and answers.
+fn drive(with_mc: bool, turns: usize, file_kb: usize) -> Run {
+    let dir = tempfile::tempdir().expect("a temp folder");
+    let log = dir.path().join("hook-ms.log");
+    let oc = OpenCode::start(
+        dir.path(),
+        Options {
+            db: Some(dir.path().join("ctx.db")),
+            with_plugin: with_mc,
+            mc_config: None,
+            timing_log: with_mc.then(|| log.clone()),
+        },
+    );
+    let src = dir.path().join("project/src");
+    for i in 0..8 {
+        let line = format!("pub fn item_{i}_{{n}}() -> usize {{ {i} * 1_000 + n }}\n");
+        let body: String = (0..file_kb * 1024 / line.len())
+            .map(|n| line.replace("{n}", &n.to_string()))
+            .collect();
+        std::fs::write(src.join(format!("module_{i}.rs")), body).expect("write a project file");
+    }
+    oc.provider.auto_usage();
+    let session = oc.new_session();
+    for turn in 0..turns {
+        for k in 0..2 {
+            let file = format!("src/module_{}.rs", (turn * 2 + k) % 8);
+            oc.provider.push(
+                Reply::Tool {
+                    name: "read".into(),
+                    input: json!({"filePath": file}),
+                },
+                None,
+            );
+        }
+        oc.provider.push(
+            Reply::Text(format!("Read two modules for step {turn}; continuing.")),
+            None,
+        );
+        oc.prompt(
+            &session,
+            &format!("Step {turn}: read the next two modules and summarise them."),
+        );
+    }
+    let hook_ms = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect();
+    Run {
+        requests: oc.provider.agent_requests(),
+        hook_ms,
+    }
+}
+
+/// Share of request bytes (as a cache keys them) that the previous request's prefix covers.
+fn cache_share(requests: &[Recorded]) -> f64 {
+    let keys: Vec<String> = requests.iter().map(|r| cache_key(r).concat()).collect();
+    let total: usize = keys.iter().skip(1).map(String::len).sum();
+    let served: usize = keys
+        .windows(2)
+        .map(|w| common_prefix(w[0].as_bytes(), w[1].as_bytes()))
+        .sum();
+    served as f64 / total.max(1) as f64
+}
+
+fn max_tokens(requests: &[Recorded]) -> u64 {
+    requests
+        .iter()
+        .map(|r| r.raw.len() as u64 / 4)
+        .max()
+        .unwrap_or(0)
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn main() -> ExitCode {
+    let mut turns = 60;
+    let mut file_kb = 10;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it.next().and_then(|v| v.parse().ok());
+        match (flag.as_str(), value) {
+            ("--turns", Some(v)) => turns = v,
+            ("--file-kb", Some(v)) => file_kb = v,
+            _ => {
+                eprintln!("{USAGE}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let without = drive(false, turns, file_kb);
+    let mut with = drive(true, turns, file_kb);
+    let (share_without, share_with) = (cache_share(&without.requests), cache_share(&with.requests));
+    println!(
+        "bench-opencode: {turns} turns, 2 reads of ~{file_kb} KB per turn, real OpenCode, fake provider"
+    );
+    println!(
+        "  agent requests     without mc {:>6}   with mc {:>6}",
+        without.requests.len(),
+        with.requests.len()
+    );
+    println!(
+        "  largest request    without mc {:>6}k  with mc {:>6}k tokens (bytes/4; model limit {}k)",
+        max_tokens(&without.requests) / 1000,
+        max_tokens(&with.requests) / 1000,
+        CONTEXT / 1000
+    );
+    println!(
+        "  prefix-cache share without mc {:>5.1}%  with mc {:>5.1}%  → {:.1}% of the without-mc figure (target ≥ 95 %)",
+        share_without * 100.0,
+        share_with * 100.0,
+        share_with / share_without * 100.0
+    );
+    let first = with.hook_ms.first().copied().unwrap_or(f64::NAN);
+    println!(
+        "  mc hook time       first {first:.1} ms, median {:.1} ms over {} calls",
+        median(&mut with.hook_ms),
+        with.hook_ms.len()
+    );
+    let (a, b) = (&without.requests[0], &with.requests[0]);
+    println!(
+        "  bytes mc adds      first request +{} bytes (tools +{}, messages +{})",
+        b.raw.len() as i64 - a.raw.len() as i64,
+        b.body["tools"].to_string().len() as i64 - a.body["tools"].to_string().len() as i64,
+        b.body["messages"].to_string().len() as i64 - a.body["messages"].to_string().len() as i64
+    );
+    ExitCode::SUCCESS
+}

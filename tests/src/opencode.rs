@@ -1,0 +1,282 @@
+//! A real OpenCode (`opencode serve`) for end-to-end tests and benchmarks:
+//! an isolated home, optionally mc's plugin, and a fake Anthropic provider of
+//! ours on 127.0.0.1 that records every request.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::bin_path;
+use crate::fake_provider::{FakeProvider, Recorded, Usage};
+
+/// The model's window as configured: usable = 100 000 − 10 000 output reserve.
+pub const CONTEXT: u64 = 100_000;
+pub const OUTPUT: u64 = 10_000;
+pub const USABLE: u64 = CONTEXT - OUTPUT;
+
+pub fn opencode_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("MC_OPENCODE_BIN") {
+        return PathBuf::from(path);
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/node_modules/.bin/opencode");
+    assert!(
+        path.exists(),
+        "the real OpenCode is not installed at {}: run scripts/test, or `npm install --prefix tests/e2e`",
+        path.display()
+    );
+    path
+}
+
+pub fn plugin_source() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../mc-transform/adapters/opencode/mc.js")
+}
+
+/// A running `opencode serve` with mc's plugin, an isolated home, and a fake provider.
+pub struct OpenCode {
+    child: Child,
+    pub url: String,
+    pub provider: FakeProvider,
+    pub dir: PathBuf,
+    agent: ureq::Agent,
+}
+
+pub struct Options {
+    /// Where mc keeps its database; `None` for a path that cannot be created.
+    pub db: Option<PathBuf>,
+    pub with_plugin: bool,
+    /// mc config (JSONC text) handed to every mc process through MC_CONFIG.
+    pub mc_config: Option<String>,
+    /// Install the plugin behind a timing wrapper that logs each hook call (ms) to this file.
+    pub timing_log: Option<PathBuf>,
+}
+
+impl OpenCode {
+    /// Start in `dir` (a fresh folder the caller owns).
+    pub fn start(dir: &Path, options: Options) -> OpenCode {
+        let provider = FakeProvider::start();
+        let home = dir.join("home");
+        let config = home.join(".config/opencode");
+        std::fs::create_dir_all(config.join("plugin")).unwrap();
+        let project = dir.join("project");
+        std::fs::create_dir_all(project.join("src")).unwrap();
+        std::fs::write(
+            project.join("src/lib.rs"),
+            "pub fn answer() -> u32 {\n    42\n}\n".repeat(40),
+        )
+        .unwrap();
+        let settings = json!({
+            "autoupdate": false,
+            "share": "disabled",
+            "compaction": {"auto": false},
+            "model": "mock/mock-sonnet",
+            "provider": {"mock": {
+                "npm": "@ai-sdk/anthropic",
+                "name": "Mock",
+                "options": {"baseURL": provider.base_url(), "apiKey": "test-key"},
+                "models": {"mock-sonnet": {"name": "Mock Sonnet", "limit": {"context": CONTEXT, "output": OUTPUT}}}
+            }}
+        });
+        std::fs::write(
+            config.join("opencode.json"),
+            serde_json::to_string_pretty(&settings).unwrap(),
+        )
+        .unwrap();
+        if let Some(log) = &options.timing_log {
+            // mc's plugin lives beside the config (so it resolves the plugin
+            // package) and a wrapper in the plugin folder times its hook.
+            std::fs::create_dir_all(config.join("mc")).unwrap();
+            std::fs::copy(plugin_source(), config.join("mc/mc.js")).unwrap();
+            std::fs::write(config.join("plugin/timing.js"), timing_wrapper(log)).unwrap();
+        } else if options.with_plugin {
+            std::fs::copy(plugin_source(), config.join("plugin/mc.js")).unwrap();
+        }
+        let db = options.db.unwrap_or_else(|| {
+            // A database under a regular file cannot be created: mc must fail open.
+            let blocker = dir.join("not-a-folder");
+            std::fs::write(&blocker, "x").unwrap();
+            blocker.join("ctx.db")
+        });
+        let mc_config = dir.join("mc-config.jsonc");
+        std::fs::write(&mc_config, options.mc_config.as_deref().unwrap_or("{}")).unwrap();
+        let mut child = Command::new(opencode_bin())
+            .args(["serve", "--hostname", "127.0.0.1", "--port", "0"])
+            .current_dir(&project)
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("XDG_DATA_HOME", home.join(".local/share"))
+            .env("XDG_CACHE_HOME", home.join(".cache"))
+            .env("XDG_STATE_HOME", home.join(".local/state"))
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .env("MC_DB", &db)
+            .env("MC_CONFIG", &mc_config)
+            .env("MC_TRANSFORM_BIN", bin_path("mc-transform"))
+            .env("MC_PIN_BIN", bin_path("mc-pin"))
+            .env("MC_HISTORIAN_BIN", bin_path("mc-historian"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start opencode serve");
+        let url = listening_url(&mut child);
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .proxy(None)
+            .timeout_global(Some(Duration::from_secs(120)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        OpenCode {
+            child,
+            url,
+            provider,
+            dir: dir.to_path_buf(),
+            agent,
+        }
+    }
+
+    pub fn post(&self, path: &str, body: Value) -> Value {
+        let mut response = self
+            .agent
+            .post(&format!("{}{path}", self.url))
+            .send_json(&body)
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+        let status = response.status();
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        assert!(status.is_success(), "POST {path}: {status}: {text}");
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+
+    pub fn new_session(&self) -> String {
+        self.post("/session", json!({}))["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// Send a user message and wait for the assistant's answer.
+    pub fn prompt(&self, session: &str, text: &str) -> Value {
+        self.post(
+            &format!("/session/{session}/message"),
+            json!({"parts": [{"type": "text", "text": text}]}),
+        )
+    }
+}
+
+impl Drop for OpenCode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Read the server's stdout until it says where it listens.
+fn listening_url(child: &mut Child) -> String {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(at) = line.find("http://") {
+                let _ = tx.send(line[at..].trim().to_string());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(90))
+        .expect("opencode serve did not say where it listens within 90 s")
+}
+
+/// A request as a prompt cache keys it: tools, system, messages — with the
+/// cache_control markers (which OpenCode moves every turn) removed.
+pub fn cache_key(request: &Recorded) -> Vec<String> {
+    let mut body = request.body.clone();
+    strip_cache_control(&mut body);
+    let mut key = vec![body["tools"].to_string(), body["system"].to_string()];
+    key.extend(
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(Value::to_string),
+    );
+    key
+}
+
+pub fn strip_cache_control(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.remove("cache_control");
+            map.values_mut().for_each(strip_cache_control);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_cache_control),
+        _ => {}
+    }
+}
+
+pub fn all_text(request: &Recorded) -> String {
+    request.body["messages"].to_string()
+}
+
+/// Tool results the provider saw, as (tool_use_id, text).
+pub fn tool_results(request: &Recorded) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for message in request.body["messages"].as_array().unwrap() {
+        for block in message["content"].as_array().into_iter().flatten() {
+            if block["type"] == "tool_result" {
+                let text = match &block["content"] {
+                    Value::String(s) => s.clone(),
+                    Value::Array(items) => items
+                        .iter()
+                        .filter_map(|i| i["text"].as_str())
+                        .collect::<Vec<_>>()
+                        .join(""),
+                    other => other.to_string(),
+                };
+                out.push((
+                    block["tool_use_id"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    text,
+                ));
+            }
+        }
+    }
+    out
+}
+
+pub fn usage_at(percent: u64) -> Usage {
+    Usage {
+        input: 500,
+        cache_read: USABLE * percent / 100 - 500,
+        cache_write: 0,
+        output: 20,
+    }
+}
+
+/// The tag number a tool result starts with (`§N§ …`).
+pub fn leading_tag(text: &str) -> Option<u64> {
+    let rest = text.strip_prefix('§')?;
+    rest[..rest.find('§')?].parse().ok()
+}
+
+/// A plugin that loads mc's plugin and logs how long each messages-hook call
+/// takes, timed from outside the hook.
+fn timing_wrapper(log: &Path) -> String {
+    format!(
+        r#"import {{ appendFileSync }} from "node:fs"
+import {{ McContext }} from "../mc/mc.js"
+export const McTiming = async (input) => {{
+  const hooks = await McContext(input)
+  const inner = hooks["experimental.chat.messages.transform"]
+  hooks["experimental.chat.messages.transform"] = async (i, o) => {{
+    const start = performance.now()
+    await inner(i, o)
+    appendFileSync({log}, `${{(performance.now() - start).toFixed(3)}}\n`)
+  }}
+  return hooks
+}}
+"#,
+        log = serde_json::to_string(&log.display().to_string()).unwrap()
+    )
+}
