@@ -17,12 +17,14 @@
 //! defaults, trust and [`json_schema`] all come from it.
 
 mod keys;
+mod providers;
 mod schema;
 mod ttl;
 
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Read};
@@ -31,6 +33,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+pub use providers::{ProviderConfig, ProviderKind};
 pub use schema::json_schema;
 pub use ttl::CacheTtl;
 
@@ -97,7 +100,8 @@ pub struct Loaded {
     pub warnings: Vec<String>,
     /// Dotted keys whose effective value is not what the highest layer setting
     /// them asked for (invalid, or refused to the project tier), so they kept the
-    /// value of the lower tiers. In key-table order.
+    /// value of the lower tiers. In key-table order, then `providers` entries
+    /// (`providers.NAME`, or `providers` for a refused map) in name order.
     pub fallbacks: Vec<String>,
     /// The files that were read and applied, in merge order. Missing files,
     /// and files skipped because they could not be read or parsed, are absent.
@@ -109,6 +113,9 @@ pub struct Loaded {
 pub struct Config {
     pub transform: TransformConfig,
     pub sqlite: SqliteConfig,
+    pub historian: HistorianConfig,
+    /// `providers`: model providers by name. User-only.
+    pub providers: BTreeMap<String, ProviderConfig>,
 }
 
 /// `transform.*`: the per-call transform.
@@ -149,6 +156,42 @@ pub struct SqliteConfig {
     pub busy_timeout_ms: u64,
 }
 
+/// `historian.*`: mc-historian's models, timeouts and budgets. User-only.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HistorianConfig {
+    /// `provider/model` asked first (default none: `run` refuses to start).
+    pub model: Option<String>,
+    /// Tried in order after retryable failures of the one before.
+    pub fallback_models: Vec<String>,
+    /// Connect timeout per call, milliseconds (100..=120000, default 10000).
+    pub connect_timeout_ms: u64,
+    /// Whole-call timeout, milliseconds (100..=3600000, default 300000).
+    pub timeout_ms: u64,
+    /// Retries of one model on 429/5xx/network errors (0..=5, default 2).
+    pub retries: u32,
+    /// First retry delay, milliseconds, doubled per retry (0..=60000, default 2000).
+    pub retry_backoff_ms: u64,
+    /// max_tokens of an answer (1024..=128000, default 16000).
+    pub max_output_tokens: u32,
+    /// Transcript tokens per model call (2000..=200000, default 32000).
+    pub chunk_tokens: u32,
+    /// Chunks per run (1..=50, default 4).
+    pub max_chunks: u32,
+}
+
+impl HistorianConfig {
+    /// The models to try, in order: `model`, then `fallback_models` (duplicates dropped).
+    pub fn chain(&self) -> Vec<String> {
+        let mut chain: Vec<String> = Vec::new();
+        for name in self.model.iter().chain(&self.fallback_models) {
+            if !chain.contains(name) {
+                chain.push(name.clone());
+            }
+        }
+        chain
+    }
+}
+
 impl Default for Config {
     /// The built-in defaults, taken from the key table.
     fn default() -> Config {
@@ -169,9 +212,21 @@ impl Default for Config {
                 system_prompt_guidance: false,
             },
             sqlite: SqliteConfig { busy_timeout_ms: 0 },
+            historian: HistorianConfig {
+                model: None,
+                fallback_models: Vec::new(),
+                connect_timeout_ms: 0,
+                timeout_ms: 0,
+                retries: 0,
+                retry_backoff_ms: 0,
+                max_output_tokens: 0,
+                chunk_tokens: 0,
+                max_chunks: 0,
+            },
+            providers: BTreeMap::new(),
         };
         for key in KEYS {
-            (key.set)(&mut config, key.default);
+            (key.set)(&mut config, key.default.clone());
         }
         config
     }
@@ -186,6 +241,12 @@ impl Default for TransformConfig {
 impl Default for SqliteConfig {
     fn default() -> SqliteConfig {
         Config::default().sqlite
+    }
+}
+
+impl Default for HistorianConfig {
+    fn default() -> HistorianConfig {
+        Config::default().historian
     }
 }
 
@@ -286,6 +347,8 @@ struct Merger {
     warnings: Vec<String>,
     /// Per key of the table: the last layer that set it was refused.
     fell_back: Vec<bool>,
+    /// `providers` entries (or `providers` itself) whose last setting was refused.
+    providers_fell_back: BTreeMap<String, bool>,
     sources: Vec<PathBuf>,
 }
 
@@ -295,6 +358,7 @@ impl Merger {
             config: Config::default(),
             warnings: Vec::new(),
             fell_back: vec![false; KEYS.len()],
+            providers_fell_back: BTreeMap::new(),
             sources: Vec::new(),
         }
     }
@@ -305,6 +369,12 @@ impl Merger {
             .zip(&self.fell_back)
             .filter(|(_, fell)| **fell)
             .map(|(key, _)| key.path.to_string())
+            .chain(
+                self.providers_fell_back
+                    .iter()
+                    .filter(|(_, fell)| **fell)
+                    .map(|(path, _)| path.clone()),
+            )
             .collect();
         Loaded {
             config: self.config,
@@ -354,6 +424,10 @@ impl Merger {
             if prefix.is_empty() && member == "$schema" {
                 continue;
             }
+            if prefix.is_empty() && member == "providers" {
+                self.apply_providers(tier, name, value);
+                continue;
+            }
             let path = if prefix.is_empty() {
                 member.clone()
             } else {
@@ -392,6 +466,48 @@ impl Merger {
         }
     }
 
+    /// `providers`: each entry replaces the lower tiers' entry of that name
+    /// whole; an invalid entry is ignored (the lower tiers' one stays). The
+    /// project tier may not touch the map at all.
+    fn apply_providers(&mut self, tier: Tier, name: &str, value: &Value) {
+        if !tier.is_trusted() {
+            self.warn(
+                name,
+                "providers may not be set by a project config (a cloned repository is not \
+                 trusted); ignoring it",
+            );
+            self.providers_fell_back.insert("providers".into(), true);
+            return;
+        }
+        let Value::Object(map) = value else {
+            let message = format!("providers = {} is not an object; ignoring it", show(value));
+            self.warn(name, &message);
+            self.providers_fell_back.insert("providers".into(), true);
+            return;
+        };
+        for (provider, entry) in map {
+            let path = format!("providers.{}", show_name(provider));
+            match providers::parse(provider, entry) {
+                Ok((config, warnings)) => {
+                    for warning in warnings {
+                        self.warn(name, &format!("{path}: {warning}"));
+                    }
+                    self.config.providers.insert(provider.clone(), config);
+                    self.providers_fell_back.insert(path, false);
+                }
+                Err(problem) => {
+                    let kept = if self.config.providers.contains_key(provider) {
+                        "keeping the lower layers' definition"
+                    } else {
+                        "ignoring it"
+                    };
+                    self.warn(name, &format!("{path} {problem}; {kept}"));
+                    self.providers_fell_back.insert(path, true);
+                }
+            }
+        }
+    }
+
     fn apply_leaf(&mut self, tier: Tier, name: &str, index: usize, value: &Value) {
         let key = &KEYS[index];
         let current = (key.get)(&self.config);
@@ -404,7 +520,7 @@ impl Merger {
             Ok(new)
                 if !tier.is_trusted()
                     && key.trust == Trust::RaiseOnly
-                    && new.is_lower_than(current) =>
+                    && new.is_lower_than(&current) =>
             {
                 Some(format!(
                     "{} = {new} would lower {current}, and a project config may only raise it",
@@ -465,6 +581,7 @@ fn suggest(unknown: &str) -> Option<&'static str> {
     let known = keys::SECTIONS
         .iter()
         .map(|s| s.path)
+        .chain(["providers"])
         .chain(KEYS.iter().map(|k| k.path));
     let depth = |path: &str| path.matches('.').count();
     let whole_budget = typo_budget(unknown);

@@ -41,53 +41,90 @@ pub(super) enum Kind {
     Bool,
     /// A [`CacheTtl`] spelling: a string, or a non-negative integer of milliseconds.
     Ttl,
+    /// A model named `provider/model`, or `null` for none.
+    Model,
+    /// A list of `provider/model` names.
+    ModelList,
 }
 
 /// A validated leaf value.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) enum Val {
     Float(f64),
     Int(u64),
     Bool(bool),
     Ttl(CacheTtl),
+    Model(Option<String>),
+    ModelList(Vec<String>),
+}
+
+/// What a `provider/model` name may look like: a provider name (letters,
+/// digits, `_`, `.`, `-`), a slash, then the provider's model id (anything but
+/// whitespace; it may contain more slashes).
+pub(crate) const MODEL_PATTERN: &str = r"^[A-Za-z0-9_.-]+/\S+$";
+
+/// Whether `name` is a well-formed `provider/model` name.
+pub(crate) fn is_model_name(name: &str) -> bool {
+    match name.split_once('/') {
+        Some((provider, model)) => {
+            super::providers::is_provider_name(provider)
+                && !model.is_empty()
+                && !model.chars().any(char::is_whitespace)
+        }
+        None => false,
+    }
 }
 
 impl Val {
-    fn float(self) -> Option<f64> {
+    fn float(&self) -> Option<f64> {
         match self {
-            Val::Float(x) => Some(x),
+            Val::Float(x) => Some(*x),
             _ => None,
         }
     }
 
-    fn int(self) -> Option<u64> {
+    fn int(&self) -> Option<u64> {
         match self {
-            Val::Int(n) => Some(n),
+            Val::Int(n) => Some(*n),
             _ => None,
         }
     }
 
-    fn int_u32(self) -> Option<u32> {
+    fn int_u32(&self) -> Option<u32> {
         self.int().and_then(|n| u32::try_from(n).ok())
     }
 
-    fn bool(self) -> Option<bool> {
+    fn bool(&self) -> Option<bool> {
         match self {
-            Val::Bool(b) => Some(b),
+            Val::Bool(b) => Some(*b),
             _ => None,
         }
     }
 
-    fn ttl(self) -> Option<CacheTtl> {
+    fn ttl(&self) -> Option<CacheTtl> {
         match self {
-            Val::Ttl(t) => Some(t),
+            Val::Ttl(t) => Some(*t),
+            _ => None,
+        }
+    }
+
+    fn model(self) -> Option<Option<String>> {
+        match self {
+            Val::Model(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    fn model_list(self) -> Option<Vec<String>> {
+        match self {
+            Val::ModelList(l) => Some(l),
             _ => None,
         }
     }
 
     /// Whether `self` is strictly below `other`; values without an order
     /// (booleans, durations) are never "lower".
-    pub(super) fn is_lower_than(self, other: Val) -> bool {
+    pub(super) fn is_lower_than(&self, other: &Val) -> bool {
         match (self, other) {
             (Val::Float(a), Val::Float(b)) => a < b,
             (Val::Int(a), Val::Int(b)) => a < b,
@@ -96,12 +133,14 @@ impl Val {
     }
 
     /// The value as JSON, as a user would write it.
-    pub(super) fn to_json(self) -> Value {
+    pub(super) fn to_json(&self) -> Value {
         match self {
-            Val::Float(x) => number(x),
-            Val::Int(n) => Value::from(n),
-            Val::Bool(b) => Value::from(b),
+            Val::Float(x) => number(*x),
+            Val::Int(n) => Value::from(*n),
+            Val::Bool(b) => Value::from(*b),
             Val::Ttl(t) => Value::from(t.to_string()),
+            Val::Model(m) => m.clone().map_or(Value::Null, Value::from),
+            Val::ModelList(l) => Value::from(l.clone()),
         }
     }
 }
@@ -114,6 +153,7 @@ impl fmt::Display for Val {
             Val::Int(n) => write!(f, "{n}"),
             Val::Bool(b) => write!(f, "{b}"),
             Val::Ttl(t) => write!(f, "\"{t}\""),
+            Val::Model(_) | Val::ModelList(_) => write!(f, "{}", self.to_json()),
         }
     }
 }
@@ -184,13 +224,34 @@ impl Kind {
                     "is not a duration (\"30s\", \"5m\", \"1h\", milliseconds, or \"never\")".into()
                 })
             }
+            Kind::Model => match value {
+                Value::Null => Ok(Val::Model(None)),
+                Value::String(s) if is_model_name(s) => Ok(Val::Model(Some(s.clone()))),
+                _ => Err("is not a model name of the form \"provider/model\"".into()),
+            },
+            Kind::ModelList => {
+                let names = value
+                    .as_array()
+                    .ok_or("is not a list of \"provider/model\" names")?;
+                names
+                    .iter()
+                    .map(|n| match n.as_str() {
+                        Some(s) if is_model_name(s) => Ok(s.to_string()),
+                        _ => Err(format!(
+                            "has {}, which is not a model name of the form \"provider/model\"",
+                            super::show(n)
+                        )),
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(Val::ModelList)
+            }
         }
     }
 
     /// Whether a value belongs to this kind and lies within its bounds.
     #[cfg(test)]
-    pub(super) fn admits(self, v: Val) -> bool {
-        self.check(&v.to_json()).is_ok_and(|w| w == v)
+    pub(super) fn admits(self, v: &Val) -> bool {
+        self.check(&v.to_json()).is_ok_and(|w| w == *v)
     }
 }
 
@@ -225,6 +286,13 @@ pub(super) const SECTIONS: &[Section] = &[
     Section {
         path: "sqlite",
         description: "The SQLite database every mc tool shares.",
+    },
+    Section {
+        path: "historian",
+        description: "The historian (mc-historian): which models fold old conversation into \
+                      compartments, and how long and how often it may try. User-only: a \
+                      project file may set none of it. Models name a provider of the \
+                      top-level \"providers\" map.",
     },
 ];
 
@@ -431,6 +499,151 @@ pub(super) const KEYS: &[KeyDef] = &[
         set: |c, v| {
             if let Some(n) = v.int() {
                 c.sqlite.busy_timeout_ms = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "historian.model",
+        kind: Kind::Model,
+        default: Val::Model(None),
+        trust: Trust::UserOnly,
+        description: "The model the historian asks first, as \"provider/model\" where \
+                      provider is a name in \"providers\" (e.g. \"anthropic/claude-haiku-4-5\"). \
+                      Split at the first slash, so the model id may contain slashes. \
+                      Unset: mc-historian run refuses to start.",
+        get: |c| Val::Model(c.historian.model.clone()),
+        set: |c, v| {
+            if let Some(m) = v.model() {
+                c.historian.model = m;
+            }
+        },
+    },
+    KeyDef {
+        path: "historian.fallback_models",
+        kind: Kind::ModelList,
+        default: Val::ModelList(Vec::new()),
+        trust: Trust::UserOnly,
+        description: "Models tried in order when the one before failed in a way worth \
+                      retrying elsewhere (429, 5xx, a network error, a timeout), after its \
+                      own retries.",
+        get: |c| Val::ModelList(c.historian.fallback_models.clone()),
+        set: |c, v| {
+            if let Some(l) = v.model_list() {
+                c.historian.fallback_models = l;
+            }
+        },
+    },
+    KeyDef {
+        path: "historian.connect_timeout_ms",
+        kind: Kind::Int {
+            min: 100,
+            max: 120_000,
+        },
+        default: Val::Int(10_000),
+        trust: Trust::UserOnly,
+        description: "How long, in milliseconds, to wait for a provider's connection.",
+        get: |c| Val::Int(c.historian.connect_timeout_ms),
+        set: |c, v| {
+            if let Some(n) = v.int() {
+                c.historian.connect_timeout_ms = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "historian.timeout_ms",
+        kind: Kind::Int {
+            min: 100,
+            max: 3_600_000,
+        },
+        default: Val::Int(300_000),
+        trust: Trust::UserOnly,
+        description: "How long, in milliseconds, one model call may take in all (sending, \
+                      waiting, reading the answer; for a command provider, the whole run \
+                      of the program). A call that times out is not retried on the same \
+                      model; the next fallback model is tried.",
+        get: |c| Val::Int(c.historian.timeout_ms),
+        set: |c, v| {
+            if let Some(n) = v.int() {
+                c.historian.timeout_ms = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "historian.retries",
+        kind: Kind::Int { min: 0, max: 5 },
+        default: Val::Int(2),
+        trust: Trust::UserOnly,
+        description: "Retries of one model after a 429, a 5xx or a network error, before \
+                      the next fallback model is tried.",
+        get: |c| Val::Int(u64::from(c.historian.retries)),
+        set: |c, v| {
+            if let Some(n) = v.int_u32() {
+                c.historian.retries = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "historian.retry_backoff_ms",
+        kind: Kind::Int {
+            min: 0,
+            max: 60_000,
+        },
+        default: Val::Int(2_000),
+        trust: Trust::UserOnly,
+        description: "First retry delay in milliseconds; each further retry doubles it, \
+                      plus up to 50 % random jitter. A provider's Retry-After header wins \
+                      when it asks for longer (capped at one minute).",
+        get: |c| Val::Int(c.historian.retry_backoff_ms),
+        set: |c, v| {
+            if let Some(n) = v.int() {
+                c.historian.retry_backoff_ms = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "historian.max_output_tokens",
+        kind: Kind::Int {
+            min: 1_024,
+            max: 128_000,
+        },
+        default: Val::Int(16_000),
+        trust: Trust::UserOnly,
+        description: "The most tokens one historian answer may have (max_tokens of the request).",
+        get: |c| Val::Int(u64::from(c.historian.max_output_tokens)),
+        set: |c, v| {
+            if let Some(n) = v.int_u32() {
+                c.historian.max_output_tokens = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "historian.chunk_tokens",
+        kind: Kind::Int {
+            min: 2_000,
+            max: 200_000,
+        },
+        default: Val::Int(32_000),
+        trust: Trust::UserOnly,
+        description: "Tokens of compact transcript sent to the model in one call; a longer \
+                      eligible range is folded in several chunks.",
+        get: |c| Val::Int(u64::from(c.historian.chunk_tokens)),
+        set: |c, v| {
+            if let Some(n) = v.int_u32() {
+                c.historian.chunk_tokens = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "historian.max_chunks",
+        kind: Kind::Int { min: 1, max: 50 },
+        default: Val::Int(4),
+        trust: Trust::UserOnly,
+        description: "The most chunks one mc-historian run folds (each is one model call, \
+                      plus at most one repair call): bounds the cost of a run.",
+        get: |c| Val::Int(u64::from(c.historian.max_chunks)),
+        set: |c, v| {
+            if let Some(n) = v.int_u32() {
+                c.historian.max_chunks = n;
             }
         },
     },

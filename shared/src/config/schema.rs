@@ -22,6 +22,7 @@ pub fn json_schema() -> Value {
         }),
     );
     properties.extend(children(""));
+    properties.insert("providers".into(), super::providers::schema());
 
     let mut root = Map::new();
     root.insert(
@@ -90,6 +91,26 @@ fn leaf(key: &keys::KeyDef) -> Value {
         }
         Kind::Bool => {
             schema.insert("type".into(), "boolean".into());
+        }
+        Kind::Model => {
+            schema.insert(
+                "anyOf".into(),
+                json!([
+                    {"type": "string", "pattern": keys::MODEL_PATTERN},
+                    {"type": "null"},
+                ]),
+            );
+            schema.insert(
+                "examples".into(),
+                json!(["anthropic/claude-haiku-4-5", "local/qwen3:8b"]),
+            );
+        }
+        Kind::ModelList => {
+            schema.insert("type".into(), "array".into());
+            schema.insert(
+                "items".into(),
+                json!({"type": "string", "pattern": keys::MODEL_PATTERN}),
+            );
         }
         Kind::Ttl => {
             schema.insert(

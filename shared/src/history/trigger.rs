@@ -1,7 +1,19 @@
 //! When is a historian run due? One function, used by the transform's pass
-//! report and by `mc-historian check`, so the two can never disagree.
+//! report and by `mc-historian check`, so the two can never disagree — and
+//! the functions that measure its input ([`pressure`], [`trigger_input`]),
+//! shared the same way.
 
+use std::collections::HashSet;
+
+use rusqlite::{Connection, params};
 use serde::Serialize;
+
+use crate::codec::{Message, Part, PartKind, Role};
+use crate::error::Result;
+use crate::transform::envelope::{ModelInfo, Usage};
+use crate::transform::pass::{measure, part_identity};
+use crate::transform::scheduler;
+use crate::transform::state::TagKind;
 
 /// Fraction of the usable window protected from folding (the live tail) and its cap.
 const PROTECTED_TAIL_SHARE: f64 = 0.40;
@@ -72,6 +84,142 @@ pub fn historian_due(input: &TriggerInput) -> Due {
         trigger_budget: budget,
         eligible_tokens: eligible,
     }
+}
+
+/// Context pressure as the pass measures it: the provider-reported prompt
+/// tokens (the envelope's usage sample, else the newest assistant message's)
+/// over the usable window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pressure {
+    pub prompt_tokens: u64,
+    /// Whether any usage sample was found (else `prompt_tokens` is 0).
+    pub sampled: bool,
+    pub window: u64,
+    pub usage_percent: f64,
+}
+
+pub fn pressure(model: &ModelInfo, usage: Option<Usage>, messages: &[Message]) -> Pressure {
+    let window = scheduler::usable_window(model);
+    let prompt_tokens = usage.map(|u| u.prompt_tokens()).or_else(|| {
+        messages
+            .iter()
+            .rev()
+            .filter(|m| m.role() == Role::Assistant)
+            .find_map(Message::usage_input_tokens)
+    });
+    Pressure {
+        prompt_tokens: prompt_tokens.unwrap_or(0),
+        sampled: prompt_tokens.is_some(),
+        window,
+        usage_percent: scheduler::usage_percent(prompt_tokens.unwrap_or(0), window),
+    }
+}
+
+/// The text of a message as a reader sees it: its non-empty, non-ignored
+/// text parts, trimmed, joined by blank lines.
+pub fn message_text(message: &Message) -> String {
+    message
+        .parts
+        .iter()
+        .filter(|p| p.kind == PartKind::Text && !p.is_ignored())
+        .filter_map(Part::text)
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+/// The session's messages as the trigger reads them.
+#[derive(Debug, Clone, Copy)]
+pub struct Tail<'a> {
+    pub messages: &'a [Message],
+    /// Per message: its ordinal (`None` without an id). Messages no tool has
+    /// seen yet carry the ordinal they will get, so they are above `covered_through`.
+    pub ordinals: &'a [Option<i64>],
+    /// Messages up to this ordinal are folded into compartments.
+    pub covered_through: i64,
+}
+
+impl Tail<'_> {
+    fn unfolded(&self) -> impl Iterator<Item = &Message> {
+        self.messages
+            .iter()
+            .zip(self.ordinals)
+            .filter(|(_, o)| o.is_some_and(|o| o > self.covered_through))
+            .map(|(m, _)| m)
+    }
+}
+
+/// The trigger's input. `tail_tokens` is what the transform has stored for
+/// the unfolded tail (active tags above `covered_through`) plus
+/// `untagged_tokens`: content of the input the transform has not tagged yet,
+/// estimated as a pass would store it ([`untagged_tokens`]; 0 for the pass
+/// itself, which tags everything first).
+pub fn trigger_input(
+    conn: &Connection,
+    session: Option<i64>,
+    pressure: &Pressure,
+    threshold: f64,
+    subagent: bool,
+    tail: &Tail<'_>,
+    untagged_tokens: u64,
+) -> Result<TriggerInput> {
+    let stored: i64 = match session {
+        Some(session) => conn
+            .prepare_cached(
+                "SELECT coalesce(sum(tokens + input_tokens), 0) FROM tags
+                 WHERE session = ?1 AND status = 'active' AND ordinal > ?2",
+            )?
+            .query_row(params![session, tail.covered_through], |r| r.get(0))?,
+        None => 0,
+    };
+    let texts: Vec<String> = tail
+        .unfolded()
+        .filter(|m| m.role() == Role::Assistant)
+        .map(message_text)
+        .collect();
+    Ok(TriggerInput {
+        usage_percent: pressure.usage_percent,
+        threshold,
+        force_band: scheduler::force_band(threshold),
+        window: pressure.window,
+        tail_tokens: stored.max(0) as u64 + untagged_tokens,
+        commit_clusters: commit_clusters(texts.iter().map(String::as_str)),
+        subagent,
+    })
+}
+
+/// Estimated tokens of the unfolded tail's content that has no tag yet, as the
+/// pass would store it on first sight (finished tool calls only).
+pub fn untagged_tokens(conn: &Connection, session: Option<i64>, tail: &Tail<'_>) -> Result<u64> {
+    let tagged: HashSet<String> = match session {
+        Some(session) => {
+            let mut stmt = conn
+                .prepare_cached("SELECT identity FROM tags WHERE session = ?1 AND ordinal > ?2")?;
+            let rows = stmt.query_map(params![session, tail.covered_through], |r| r.get(0))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        }
+        None => HashSet::new(),
+    };
+    let mut total = 0u64;
+    let mut seen = HashSet::new();
+    for message in tail.unfolded() {
+        let Some(id) = message.id() else { continue };
+        for (index, part) in message.parts.iter().enumerate() {
+            let Some((kind, identity)) = part_identity(id, index, part) else {
+                continue;
+            };
+            if kind == TagKind::Tool && part.tool_output().is_none() {
+                continue; // open calls get a tag once they finish
+            }
+            if tagged.contains(&identity) || !seen.insert(identity) {
+                continue;
+            }
+            let (_, tokens, _, input_tokens) = measure(kind, part);
+            total += (tokens + input_tokens).max(0) as u64;
+        }
+    }
+    Ok(total)
 }
 
 /// Count runs of commit mentions: a commit verb with a 7–12 hex hash in a

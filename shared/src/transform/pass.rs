@@ -14,7 +14,7 @@ use crate::config::TransformConfig;
 use crate::error::Result;
 use crate::history::head::PinnedText;
 use crate::history::store as history;
-use crate::history::trigger::{self, Due, TriggerInput};
+use crate::history::trigger::{self, Due, Pressure, message_text};
 use crate::identity::project_identity;
 use crate::store::Store;
 use crate::tokens;
@@ -150,6 +150,8 @@ pub fn session_from_messages(messages: &[Message]) -> Option<String> {
 
 /// What the pass reads off the input once.
 struct InputFacts {
+    /// What the historian trigger reads too.
+    pressure: Pressure,
     usage_percent: f64,
     prompt_tokens: u64,
     window: u64,
@@ -172,14 +174,8 @@ impl InputFacts {
         usage: Option<Usage>,
         config: &TransformConfig,
     ) -> InputFacts {
-        let window = scheduler::usable_window(model);
-        let prompt_tokens = usage.map(|u| u.prompt_tokens()).or_else(|| {
-            messages
-                .iter()
-                .rev()
-                .filter(|m| m.role() == Role::Assistant)
-                .find_map(Message::usage_input_tokens)
-        });
+        let pressure = trigger::pressure(model, usage, messages);
+        let window = pressure.window;
         let response_ms = messages
             .iter()
             .filter(|m| m.role() == Role::Assistant)
@@ -191,8 +187,9 @@ impl InputFacts {
             .min(scheduler::MAX_THRESHOLD_PERCENT);
         let ceiling = (window as f64 * threshold / 100.0).floor() as u64;
         InputFacts {
-            usage_percent: scheduler::usage_percent(prompt_tokens.unwrap_or(0), window),
-            prompt_tokens: prompt_tokens.unwrap_or(0),
+            pressure,
+            usage_percent: pressure.usage_percent,
+            prompt_tokens: pressure.prompt_tokens,
             window,
             mid_turn: scheduler::is_mid_turn(messages),
             response_ms,
@@ -257,19 +254,6 @@ struct SessionKey<'a> {
     system: Option<&'a Value>,
 }
 
-/// The text of a message as a pin shows it: its non-empty, non-ignored text parts.
-fn message_text(message: &Message) -> String {
-    message
-        .parts
-        .iter()
-        .filter(|p| p.kind == PartKind::Text && !p.is_ignored())
-        .filter_map(Part::text)
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .collect::<Vec<_>>()
-        .join("\n\n")
-}
-
 fn apply(
     tx: &Transaction<'_>,
     key: &SessionKey<'_>,
@@ -296,7 +280,7 @@ fn apply(
     }
     let prefixes = session.reduce_callable.unwrap_or(true);
 
-    let (ordinals, mut keep_reasoning) = register_messages(tx, &mut session, messages)?;
+    let (ordinals, mut keep_reasoning) = state::register_messages(tx, &mut session, messages)?;
     let counter_before = session.tag_counter;
     let (mut tags, bindings) = bind_tags(tx, &mut session, messages, &ordinals, now_ms)?;
 
@@ -531,30 +515,22 @@ fn apply(
         )?;
     }
 
-    // Historian due? Measured on the raw tail the head does not cover yet.
-    let tail_tokens: i64 = tx
-        .prepare_cached(
-            "SELECT coalesce(sum(tokens + input_tokens), 0) FROM tags
-             WHERE session = ?1 AND status = 'active' AND ordinal > ?2",
-        )?
-        .query_row(params![session.id, markers.covered_through], |r| r.get(0))?;
-    let tail_texts = messages
-        .iter()
-        .zip(&ordinals)
-        .filter(|(m, o)| {
-            m.role() == Role::Assistant && o.is_some_and(|o| o > markers.covered_through)
-        })
-        .map(|(m, _)| message_text(m));
-    let tail_texts: Vec<String> = tail_texts.collect();
-    let due = trigger::historian_due(&TriggerInput {
-        usage_percent: facts.usage_percent,
-        threshold: config.execute_threshold_percentage,
-        force_band: scheduler::force_band(config.execute_threshold_percentage),
-        window: facts.window,
-        tail_tokens: tail_tokens.max(0) as u64,
-        commit_clusters: trigger::commit_clusters(tail_texts.iter().map(String::as_str)),
+    // Historian due? Measured on the raw tail the head does not cover yet,
+    // by the same functions `mc-historian check` uses.
+    let tail = trigger::Tail {
+        messages,
+        ordinals: &ordinals,
+        covered_through: markers.covered_through,
+    };
+    let due = trigger::historian_due(&trigger::trigger_input(
+        tx,
+        Some(session.id),
+        &facts.pressure,
+        config.execute_threshold_percentage,
         subagent,
-    });
+        &tail,
+        0,
+    )?);
 
     // Reduce nudges, on content the provider has not cached yet.
     let covered_final = head.as_ref().map_or(0, |h| h.covered_through);
@@ -762,60 +738,6 @@ fn nudges(
     Ok(())
 }
 
-/// Give every message with an id a stable ordinal (assigned on first sight).
-/// Returns the ordinals and, per message, whether its reasoning is kept.
-fn register_messages(
-    tx: &Transaction<'_>,
-    session: &mut SessionRow,
-    messages: &[Message],
-) -> Result<(Vec<Option<i64>>, Vec<bool>)> {
-    // Load the known window in one range scan, starting from the first visible
-    // message we have seen before (probe a few, in case the head is new).
-    let mut from = None;
-    for id in messages.iter().filter_map(Message::id).take(8) {
-        if let Some((ordinal, _)) = state::message_ordinal(tx, session.id, id)? {
-            from = Some(ordinal);
-            break;
-        }
-    }
-    let mut known = match from {
-        Some(ordinal) => state::load_message_ordinals(tx, session.id, ordinal)?,
-        None => HashMap::new(),
-    };
-    let mut ordinals = Vec::with_capacity(messages.len());
-    let mut keep = Vec::with_capacity(messages.len());
-    for message in messages {
-        let Some(id) = message.id() else {
-            ordinals.push(None);
-            keep.push(false);
-            continue;
-        };
-        let (ordinal, kept) = match known.get(id) {
-            Some(&entry) => entry,
-            None => match state::message_ordinal(tx, session.id, id)? {
-                Some(entry) => entry,
-                None => {
-                    session.ordinal_counter += 1;
-                    let o = session.ordinal_counter;
-                    state::insert_message(
-                        tx,
-                        session.id,
-                        id,
-                        o,
-                        message.role().as_str(),
-                        message.created_ms(),
-                    )?;
-                    known.insert(id.to_string(), (o, false));
-                    (o, false)
-                }
-            },
-        };
-        ordinals.push(Some(ordinal));
-        keep.push(kept);
-    }
-    Ok((ordinals, keep))
-}
-
 /// The identity of a taggable part, or `None` for parts that never get a tag.
 pub(crate) fn part_identity(
     message_id: &str,
@@ -934,7 +856,7 @@ fn bind_tags(
 }
 
 /// (bytes, estimated tokens, input bytes, estimated input tokens) of a part.
-fn measure(kind: TagKind, part: &Part) -> (i64, i64, i64, i64) {
+pub(crate) fn measure(kind: TagKind, part: &Part) -> (i64, i64, i64, i64) {
     match kind {
         TagKind::Message => {
             let text = strip_leading_tags(part.text().unwrap_or_default());

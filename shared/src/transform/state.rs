@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use crate::codec::Message;
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -414,4 +415,96 @@ pub fn queue_drop(conn: &Connection, session: i64, tag: i64, now_ms: i64) -> Res
         )?
         .execute(params![session, tag, now_ms])?;
     Ok(n > 0)
+}
+
+/// Give every message with an id a stable ordinal (assigned on first sight)
+/// and record new ones in `messages`. Returns the ordinals and, per message,
+/// whether its reasoning is kept. `session.ordinal_counter` moves past the new
+/// ordinals; the caller writes it back to the session row.
+pub fn register_messages(
+    conn: &Connection,
+    session: &mut SessionRow,
+    messages: &[Message],
+) -> Result<(Vec<Option<i64>>, Vec<bool>)> {
+    assign_ordinals(
+        conn,
+        Some(session.id),
+        &mut session.ordinal_counter,
+        messages,
+        true,
+    )
+}
+
+/// The ordinals [`register_messages`] would give, without writing anything:
+/// known messages keep theirs, new ones get the next free numbers in input
+/// order. `session` is `None` for a session no tool has seen yet.
+pub fn preview_ordinals(
+    conn: &Connection,
+    session: Option<&SessionRow>,
+    messages: &[Message],
+) -> Result<Vec<Option<i64>>> {
+    let mut counter = session.map_or(0, |s| s.ordinal_counter);
+    let (ordinals, _) =
+        assign_ordinals(conn, session.map(|s| s.id), &mut counter, messages, false)?;
+    Ok(ordinals)
+}
+
+fn assign_ordinals(
+    conn: &Connection,
+    session: Option<i64>,
+    counter: &mut i64,
+    messages: &[Message],
+    write: bool,
+) -> Result<(Vec<Option<i64>>, Vec<bool>)> {
+    // Load the known window in one range scan, starting from the first visible
+    // message we have seen before (probe a few, in case the head is new).
+    let mut known = HashMap::new();
+    if let Some(session) = session {
+        let mut from = None;
+        for id in messages.iter().filter_map(Message::id).take(8) {
+            if let Some((ordinal, _)) = message_ordinal(conn, session, id)? {
+                from = Some(ordinal);
+                break;
+            }
+        }
+        if let Some(ordinal) = from {
+            known = load_message_ordinals(conn, session, ordinal)?;
+        }
+    }
+    let mut ordinals = Vec::with_capacity(messages.len());
+    let mut keep = Vec::with_capacity(messages.len());
+    for message in messages {
+        let Some(id) = message.id() else {
+            ordinals.push(None);
+            keep.push(false);
+            continue;
+        };
+        let stored = match (known.get(id), session) {
+            (Some(&entry), _) => Some(entry),
+            (None, Some(session)) => message_ordinal(conn, session, id)?,
+            (None, None) => None,
+        };
+        let (ordinal, kept) = match stored {
+            Some(entry) => entry,
+            None => {
+                *counter += 1;
+                let o = *counter;
+                if write && let Some(session) = session {
+                    insert_message(
+                        conn,
+                        session,
+                        id,
+                        o,
+                        message.role().as_str(),
+                        message.created_ms(),
+                    )?;
+                }
+                known.insert(id.to_string(), (o, false));
+                (o, false)
+            }
+        };
+        ordinals.push(Some(ordinal));
+        keep.push(kept);
+    }
+    Ok((ordinals, keep))
 }

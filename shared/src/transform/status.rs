@@ -78,6 +78,8 @@ pub struct StatusReport {
     pub head: Option<HeadStatus>,
     pub pins: usize,
     pub passes_materialized: i64,
+    /// The historian's last run and last failure (with its cause), if it ever ran.
+    pub historian: Option<crate::historian::HistorianStatus>,
 }
 
 pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<StatusReport>> {
@@ -193,5 +195,6 @@ pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<S
         head,
         pins,
         passes_materialized,
+        historian: crate::historian::status(conn, session.id)?,
     }))
 }

@@ -1,0 +1,415 @@
+//! Argument parsing, input sources and the commands.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, anyhow};
+use clap::{Args as ClapArgs, Parser, Subcommand};
+use serde_json::Value;
+
+use mc_core::codec::claude;
+use mc_core::config::{self, Config};
+use mc_core::historian::{self, Input, RunParams, RunStatus, Settings};
+use mc_core::llm::{self, Client, ProxyEnv};
+use mc_core::opencode_api::OpenCode;
+use mc_core::paths::{self, EnvPaths};
+use mc_core::store::{Store, StoreOptions};
+use mc_core::transform::Envelope;
+
+use crate::progress::Progress;
+
+const ABOUT: &str = "Folds old conversation of a coding session into compartments and facts.
+
+A compartment summarises a finished piece of work at four levels of detail (p1 verbose
+… p4 one line) with an importance and an episode type; mc-transform renders it by a decay
+curve instead of the raw messages. Facts become project memory.
+
+Input: the mc-transform envelope (JSON) on stdin, or --transcript FILE (a Claude Code
+session JSONL), or --opencode-url URL --session ID (a running OpenCode server).
+Models and providers come from the user config (historian.model, providers).";
+
+#[derive(Parser, Debug)]
+#[command(name = "mc-historian", version, about = ABOUT)]
+struct Args {
+    /// SQLite database [default: $MC_DB, else $XDG_DATA_HOME/mc/context.db]
+    #[arg(long, global = true, value_name = "PATH")]
+    db: Option<PathBuf>,
+
+    /// Extra config file, above user and project config [default: $MC_CONFIG]
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+
+    /// Pretty-print the JSON output
+    #[arg(long, global = true)]
+    pretty: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Fold the eligible history above the last compartment: call the model,
+    /// validate, repair once, publish in one transaction.
+    ///
+    /// Answers {"status": published | nothing_to_do | failed, "compartments",
+    /// "facts_promoted", "tokens", "model", …}. A failed run exits 1 and is
+    /// recorded with its cause (mc-transform status shows it).
+    Run(Source),
+    /// Say whether a run is due and why (the transform's own rule); no model call.
+    Check(Source),
+    /// Print the exact request a run would send first; no call, nothing written.
+    Prompt(Source),
+}
+
+/// Where the session comes from. Without flags: the envelope on stdin.
+#[derive(ClapArgs, Debug)]
+struct Source {
+    /// A Claude Code session transcript (JSONL)
+    #[arg(long, value_name = "FILE", conflicts_with = "opencode_url")]
+    transcript: Option<PathBuf>,
+    /// A running OpenCode server to fetch the session's messages from
+    #[arg(long, value_name = "URL", requires = "session")]
+    opencode_url: Option<String>,
+    /// Session id (with --opencode-url; overrides the transcript's own)
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+    /// The project the session works in [default: the envelope's project_dir,
+    /// the transcript's cwd, else the working directory]
+    #[arg(long, value_name = "DIR")]
+    project_dir: Option<PathBuf>,
+    /// The model's context window in tokens, for pressure (the envelope's
+    /// model.context_limit)
+    #[arg(long, value_name = "TOKENS")]
+    context_limit: Option<u64>,
+    /// The clock, in milliseconds since the epoch (the envelope's now_ms)
+    #[arg(long, value_name = "MS")]
+    now_ms: Option<i64>,
+}
+
+/// A failure with its exit code: 2 for bad input or usage, 1 otherwise.
+struct Failure {
+    code: u8,
+    error: anyhow::Error,
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(error: anyhow::Error) -> Self {
+        let input = error.chain().any(|cause| {
+            matches!(
+                cause.downcast_ref::<mc_core::Error>(),
+                Some(mc_core::Error::Input(_))
+            ) || cause
+                .downcast_ref::<llm::LlmError>()
+                .is_some_and(|e| e.kind == llm::ErrorKind::Config)
+        });
+        Failure {
+            code: if input { 2 } else { 1 },
+            error,
+        }
+    }
+}
+
+impl From<mc_core::Error> for Failure {
+    fn from(error: mc_core::Error) -> Self {
+        anyhow::Error::from(error).into()
+    }
+}
+
+fn input_failure(error: anyhow::Error) -> Failure {
+    Failure { code: 2, error }
+}
+
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = match &args.command {
+        Command::Run(source) => run(&args, source),
+        Command::Check(source) => check(&args, source),
+        Command::Prompt(source) => prompt(&args, source),
+    };
+    match result {
+        Ok(code) => code,
+        Err(failure) if is_broken_pipe(&failure.error) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("mc-historian: error: {:#}", failure.error);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn system_now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn env_paths() -> EnvPaths {
+    EnvPaths::from_lookup(&|name| std::env::var_os(name), std::env::current_dir().ok())
+}
+
+fn read_stdin() -> Result<String, Failure> {
+    let mut stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Err(input_failure(anyhow!(
+            "expected the envelope (JSON) on stdin, or --transcript FILE, or --opencode-url URL \
+             --session ID (see mc-historian --help)"
+        )));
+    }
+    let mut text = String::new();
+    stdin
+        .read_to_string(&mut text)
+        .context("cannot read stdin")
+        .map_err(input_failure)?;
+    Ok(text)
+}
+
+fn write_json(value: &Value, pretty: bool) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    if pretty {
+        serde_json::to_writer_pretty(&mut out, value)?;
+    } else {
+        serde_json::to_writer(&mut out, value)?;
+    }
+    out.write_all(b"\n")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The session to work on, and the clock its envelope fixed (if any).
+struct Loaded {
+    input: Input,
+    now_ms: Option<i64>,
+}
+
+fn load_input(source: &Source) -> Result<Loaded, Failure> {
+    let mut loaded = if let Some(path) = &source.transcript {
+        from_transcript(path, source)?
+    } else if let Some(url) = &source.opencode_url {
+        from_opencode(url, source)?
+    } else {
+        if source.session.is_some() {
+            return Err(input_failure(anyhow!(
+                "--session goes with --opencode-url or --transcript; an envelope names its own session"
+            )));
+        }
+        let text = read_stdin()?;
+        let value: Value = serde_json::from_str(&text)
+            .context("input is not JSON")
+            .map_err(input_failure)?;
+        let envelope = Envelope::from_value(value).map_err(|e| input_failure(e.into()))?;
+        let now_ms = envelope.now_ms;
+        Loaded {
+            input: Input::from_envelope(envelope).map_err(|e| input_failure(e.into()))?,
+            now_ms,
+        }
+    };
+    if let Some(dir) = &source.project_dir {
+        loaded.input.project_dir = Some(dir.clone());
+    }
+    if loaded.input.project_dir.is_none() {
+        loaded.input.project_dir = std::env::current_dir().ok();
+    }
+    if let Some(limit) = source.context_limit {
+        loaded.input.model.context_limit = Some(limit);
+    }
+    if source.now_ms.is_some() {
+        loaded.now_ms = source.now_ms;
+    }
+    Ok(loaded)
+}
+
+fn from_transcript(path: &Path, source: &Source) -> Result<Loaded, Failure> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read transcript {}", path.display()))
+        .map_err(input_failure)?;
+    let entries = claude::parse_transcript(&text)
+        .with_context(|| format!("transcript {}", path.display()))
+        .map_err(input_failure)?;
+    let session_id = source
+        .session
+        .clone()
+        .or_else(|| entries.iter().find_map(|e| e.session_id.clone()))
+        .ok_or_else(|| {
+            input_failure(anyhow!(
+                "transcript {} names no sessionId; pass --session",
+                path.display()
+            ))
+        })?;
+    let messages = claude::to_messages(&entries, &session_id);
+    let mut input = Input::from_messages(historian::CLAUDE_CODE, &session_id, messages)
+        .map_err(|e| input_failure(e.into()))?;
+    // The session's working directory, as the transcript recorded it.
+    input.project_dir = entries
+        .iter()
+        .rev()
+        .find_map(|e| e.raw.get("cwd").and_then(Value::as_str))
+        .filter(|cwd| !cwd.is_empty())
+        .map(PathBuf::from);
+    Ok(Loaded {
+        input,
+        now_ms: None,
+    })
+}
+
+fn from_opencode(url: &str, source: &Source) -> Result<Loaded, Failure> {
+    let session = source.session.as_deref().expect("clap requires --session");
+    let client =
+        OpenCode::new(url).with_directory(source.project_dir.as_deref().and_then(Path::to_str));
+    let messages = client
+        .list_messages(session)
+        .with_context(|| format!("fetching session {session} from {url}"))?;
+    let mut input =
+        Input::from_messages("opencode", session, messages).map_err(|e| input_failure(e.into()))?;
+    // OpenCode records the working directory on assistant messages.
+    input.project_dir = input.messages.iter().rev().find_map(|m| {
+        m.info()
+            .get("path")
+            .and_then(|p| p.get("cwd"))
+            .and_then(Value::as_str)
+            .map(PathBuf::from)
+    });
+    Ok(Loaded {
+        input,
+        now_ms: None,
+    })
+}
+
+fn load_config(args: &Args, project_dir: Option<&Path>) -> Config {
+    let layers = paths::config_layers(args.config.as_deref(), project_dir, &env_paths());
+    let loaded = config::load(&layers);
+    for warning in &loaded.warnings {
+        eprintln!("mc-historian: warning: {warning}");
+    }
+    loaded.config
+}
+
+fn open_store(args: &Args, config: &Config) -> anyhow::Result<Store> {
+    let path = paths::db_path(args.db.as_deref(), &env_paths())?;
+    let options = StoreOptions {
+        busy_timeout: Duration::from_millis(config.sqlite.busy_timeout_ms),
+    };
+    Store::open(&path, &options).with_context(|| format!("opening {}", path.display()))
+}
+
+/// The model chain, with each provider's key read from the variable the user
+/// config names (an unset variable leaves that provider without a key).
+fn client(config: &Config) -> Result<Client, llm::LlmError> {
+    let chain = config.historian.chain();
+    let mut keys = BTreeMap::new();
+    for name in &chain {
+        let Some(model) = llm::ModelRef::parse(name) else {
+            continue;
+        };
+        let var = config
+            .providers
+            .get(&model.provider)
+            .and_then(|p| p.api_key_env.as_deref());
+        if let Some(key) = var
+            .and_then(|v| std::env::var(v).ok())
+            .filter(|k| !k.trim().is_empty())
+        {
+            keys.insert(model.provider, key.trim().to_string());
+        }
+    }
+    let proxy = ProxyEnv::from_lookup(&|name| std::env::var(name).ok());
+    let options = llm::Options::from_config(&config.historian, proxy);
+    Client::new(&config.providers, &chain, &keys, options)
+}
+
+fn check(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
+    let loaded = load_input(source)?;
+    let config = load_config(args, loaded.input.project_dir.as_deref());
+    let store = open_store(args, &config)?;
+    let report = historian::check(store.conn(), &loaded.input, &config.transform)?;
+    write_json(
+        &serde_json::to_value(report).map_err(anyhow::Error::from)?,
+        args.pretty,
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn prompt(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
+    let loaded = load_input(source)?;
+    let config = load_config(args, loaded.input.project_dir.as_deref());
+    let client = match client(&config) {
+        Ok(client) => Some(client),
+        Err(error) => {
+            eprintln!("mc-historian: warning: {error}; showing the prompt without a request");
+            None
+        }
+    };
+    let store = open_store(args, &config)?;
+    let settings = Settings {
+        historian: &config.historian,
+        transform: &config.transform,
+    };
+    let now = loaded.now_ms.unwrap_or_else(system_now_ms);
+    let report = historian::prompt(store.conn(), &loaded.input, &settings, client.as_ref(), now)?;
+    write_json(
+        &serde_json::to_value(report).map_err(anyhow::Error::from)?,
+        args.pretty,
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
+    let loaded = load_input(source)?;
+    let config = load_config(args, loaded.input.project_dir.as_deref());
+    let client = client(&config).map_err(anyhow::Error::from)?;
+    let mut store = open_store(args, &config)?;
+    let fixed = loaded.now_ms;
+    let now = move || fixed.unwrap_or_else(system_now_ms);
+    // The lease outlives the longest model call (with its retries and
+    // fallbacks) by a minute; it is renewed before every call.
+    let lease = client.options().worst_case(client.chain().len()) + Duration::from_secs(60);
+    let params = RunParams {
+        settings: Settings {
+            historian: &config.historian,
+            transform: &config.transform,
+        },
+        lease_ms: i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
+        holder: historian::publish::process_holder(
+            std::process::id(),
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        ),
+        now: &now,
+    };
+    let mut progress = Progress::new(std::io::stderr().is_terminal());
+    let report = historian::run(&mut store, &loaded.input, &client, &params, &mut |event| {
+        progress.show(&event)
+    });
+    progress.finish();
+    let report = report?;
+    for warning in &report.warnings {
+        eprintln!("mc-historian: warning: {warning}");
+    }
+    write_json(
+        &serde_json::to_value(&report).map_err(anyhow::Error::from)?,
+        args.pretty,
+    )?;
+    match (report.status, &report.error) {
+        (RunStatus::Failed, Some(error)) => {
+            eprintln!("mc-historian: error: {error}");
+            Ok(ExitCode::from(1))
+        }
+        (_, Some(error)) => {
+            eprintln!("mc-historian: warning: published part of the range: {error}");
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => Ok(ExitCode::SUCCESS),
+    }
+}

@@ -1,0 +1,1294 @@
+//! mc-historian as adapters and users run it: real processes, a fake LLM
+//! server on 127.0.0.1, temp databases and a fixed clock. Also the LLM client
+//! in-process against the same fake server.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use mc_core::config::{HistorianConfig, ProviderConfig, ProviderKind};
+use mc_core::llm::{self, Client, ErrorKind, Model, Options, Prompt, ProxyEnv};
+use mc_core::store::{Store, StoreOptions};
+use mc_tests::fake_llm::{ANY_MODEL, FakeLlm, Reply, user_text};
+use mc_tests::fake_opencode::FakeOpenCode;
+use mc_tests::{bin_path, pipe};
+
+const NOW: i64 = 1_796_000_000_000;
+const KEY: &str = "sk-test-not-a-real-key-123";
+/// 30 turns of this many words are ~18k tokens, against a 20k window whose
+/// protected live tail is 8k: about 10k tokens are eligible.
+const WORDS: usize = 300;
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+/// A hermetic environment: temp HOME, XDG dirs and project, a fake LLM server.
+struct Env {
+    dir: tempfile::TempDir,
+    fake: FakeLlm,
+}
+
+impl Env {
+    fn new() -> Env {
+        let env = Env {
+            dir: tempfile::tempdir().unwrap(),
+            fake: FakeLlm::start(),
+        };
+        std::fs::create_dir_all(env.project()).unwrap();
+        env.user_config(env.default_config());
+        env
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn db(&self) -> PathBuf {
+        self.path("ctx.db")
+    }
+
+    fn project(&self) -> PathBuf {
+        self.path("project")
+    }
+
+    /// Anthropic-format `cloud` with a key, OpenAI-format `local` without one.
+    fn default_config(&self) -> Value {
+        json!({
+            "providers": {
+                "cloud": {"kind": "anthropic", "base_url": self.fake.url(), "api_key_env": "MC_TEST_KEY"},
+                "local": {"kind": "openai", "base_url": format!("{}/v1", self.fake.url())},
+            },
+            "historian": {"model": "cloud/big", "fallback_models": ["local/small"],
+                          "retries": 1, "retry_backoff_ms": 0, "timeout_ms": 10_000},
+        })
+    }
+
+    fn user_config(&self, config: Value) {
+        let path = self.path("config").join("mc").join("config.jsonc");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, format!("// test config\n{config:#}\n")).unwrap();
+    }
+
+    fn command(&self, bin: &str, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bin_path(bin));
+        cmd.arg("--db").arg(self.db()).args(args);
+        for var in [
+            "MC_DB",
+            "MC_CONFIG",
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.env("HOME", self.dir.path())
+            .env("XDG_DATA_HOME", self.path("data"))
+            .env("XDG_CONFIG_HOME", self.path("config"))
+            .env("MC_TEST_KEY", KEY)
+            .current_dir(self.dir.path());
+        cmd
+    }
+
+    fn run(&self, bin: &str, args: &[&str], stdin: &str) -> Output {
+        pipe(&mut self.command(bin, args), stdin.as_bytes()).unwrap()
+    }
+
+    /// `mc-historian ARGS` with `stdin`: its exit code, JSON and stderr.
+    fn historian(&self, args: &[&str], stdin: &str) -> (i32, Value, String) {
+        let out = self.run("mc-historian", args, stdin);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "no JSON on stdout ({e}): {}\nstderr: {stderr}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        });
+        (out.status.code().unwrap_or(-1), json, stderr)
+    }
+
+    fn transform(&self, args: &[&str], stdin: &str) -> Value {
+        let out = self.run("mc-transform", args, stdin);
+        assert!(
+            out.status.success(),
+            "mc-transform {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn status(&self, harness: &str, session: &str) -> Value {
+        self.transform(&["status", "--session", session, "--harness", harness], "")
+    }
+
+    fn compartments(&self) -> i64 {
+        let store = Store::open(&self.db(), &StoreOptions::default()).unwrap();
+        store
+            .conn()
+            .query_row("SELECT count(*) FROM compartments", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    /// An envelope of `turns` user/assistant turns at `usage` prompt tokens.
+    fn envelope(&self, session: &str, turns: usize, usage: u64, now: i64) -> String {
+        json!({
+            "harness": "opencode", "session_id": session,
+            "project_dir": self.project(),
+            "model": {"provider": "p", "id": "m", "context_limit": 20_000},
+            "usage": {"input": usage}, "now_ms": now,
+            "messages": messages(session, turns),
+        })
+        .to_string()
+    }
+}
+
+fn messages(session: &str, turns: usize) -> Vec<Value> {
+    let mut out = Vec::new();
+    for t in 0..turns {
+        let at = NOW - 10_000_000 + t as i64 * 60_000;
+        let filler = format!("{} ", ["alpha", "beta", "gamma", "delta"][t % 4]).repeat(WORDS);
+        out.push(json!({"info": {"id": format!("msg_{t:04}_u"), "sessionID": session, "role": "user",
+                                 "time": {"created": at}},
+                        "parts": [{"id": format!("prt_{t:04}_u"), "type": "text", "text": format!("Task {t}: {filler}")}]}));
+        out.push(json!({"info": {"id": format!("msg_{t:04}_a"), "sessionID": session, "role": "assistant",
+                                 "finish": "stop", "time": {"created": at + 1_000, "completed": at + 5_000}},
+                        "parts": [{"id": format!("prt_{t:04}_a"), "type": "text", "text": format!("Did task {t}. {filler}")},
+                                  {"id": format!("prt_{t:04}_t"), "type": "tool", "callID": format!("call_{t}"), "tool": "read",
+                                   "state": {"status": "completed", "input": {"filePath": format!("src/f{t}.rs")},
+                                             "output": "fn x() {}"}}]}));
+    }
+    out
+}
+
+/// `first` and `last` of the prompt's `<messages>` element.
+fn chunk_range(user: &str) -> (i64, i64) {
+    let attr = |name: &str| -> i64 {
+        let key = format!("{name}=\"");
+        let at = user.find("<messages first=").expect("a <messages> element");
+        let rest = &user[at..];
+        let rest = &rest[rest.find(&key).unwrap() + key.len()..];
+        rest[..rest.find('"').unwrap()].parse().unwrap()
+    };
+    (attr("first"), attr("last"))
+}
+
+fn compartment(start: i64, end: i64, importance: u8) -> String {
+    format!(
+        "<compartment start=\"{start}\" end=\"{end}\" importance=\"{importance}\" episode=\"feature\">\n\
+         <title>Work {start}-{end}</title>\n<p1>Everything about messages {start} to {end}: paths, \
+         commands & code like Vec<String>.</p1>\n<p2>Messages {start}-{end}, shorter.</p2>\n\
+         <p3>Work on {start}-{end}.</p3>\n<p4>Work {start}-{end}</p4>\n</compartment>\n"
+    )
+}
+
+const FACT: &str =
+    "<fact category=\"CONSTRAINTS\">Tests never touch the real home directory.</fact>";
+
+/// A valid answer folding the request's chunk in two compartments.
+fn fold(body: &Value, facts: &str) -> String {
+    let (first, last) = chunk_range(&user_text(body));
+    let mid = (first + last) / 2;
+    format!(
+        "<history>\n{}{}<facts>\n{facts}\n</facts>\n<unprocessed_from>{}</unprocessed_from>\n</history>",
+        compartment(first, mid, 70),
+        compartment(mid + 1, last, 40),
+        last + 1
+    )
+}
+
+fn folding(facts: &'static str) -> Reply {
+    Reply::with(move |body| Reply::text(fold(body, facts)))
+}
+
+// ---------------------------------------------------------------------------
+// Runs against the fake server
+
+#[test]
+fn prompt_shows_the_exact_request_and_run_publishes() {
+    let env = Env::new();
+    env.fake.always("big", folding(FACT));
+    let envelope = env.envelope("ses_clean", 30, 5_000, NOW);
+
+    let (code, prompt, stderr) = env.historian(&["prompt"], &envelope);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(prompt["status"], "ready");
+    assert_eq!(prompt["model"], "cloud/big");
+    let request = &prompt["request"];
+    assert_eq!(request["url"], format!("{}/v1/messages", env.fake.url()));
+    assert_eq!(
+        request["headers"]["x-api-key"], "<$MC_TEST_KEY>",
+        "never the key itself"
+    );
+    assert_eq!(request["headers"]["anthropic-version"], "2023-06-01");
+    assert!(!prompt.to_string().contains(KEY));
+    assert!(env.fake.requests().is_empty(), "prompt calls nothing");
+    assert_eq!(env.compartments(), 0, "prompt writes nothing");
+
+    let (code, report, stderr) = env.historian(&["run"], &envelope);
+    assert_eq!(code, 0, "{report}\n{stderr}");
+    assert_eq!(
+        stderr, "",
+        "no progress on a pipe, and nothing to warn about"
+    );
+    assert_eq!(report["status"], "published");
+    assert_eq!(report["model"], "cloud/big");
+    let written = report["compartments"].as_array().unwrap();
+    assert!(!written.is_empty());
+    let first = &written[0];
+    assert_eq!(first["sequence"], 1);
+    assert_eq!(first["start"], 1);
+    assert_eq!(first["importance"], 70);
+    assert_eq!(first["episode"], "feature");
+    assert!(first["title"].as_str().unwrap().starts_with("Work 1-"));
+    assert_eq!(report["facts_promoted"], 1);
+    assert!(report["tokens"]["input"].as_u64().unwrap() > 1_000);
+    assert!(report["tokens"]["output"].as_u64().unwrap() > 10);
+
+    // Exactly the request prompt showed, with the real key.
+    let requests = env.fake.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].path, "/v1/messages");
+    assert_eq!(requests[0].body, request["body"]);
+    assert_eq!(requests[0].header("x-api-key"), Some(KEY));
+    assert_eq!(requests[0].header("anthropic-version"), Some("2023-06-01"));
+    assert!(
+        requests[0].body["system"]
+            .as_str()
+            .unwrap()
+            .contains("<unprocessed_from>")
+    );
+    assert!(user_text(&requests[0].body).contains("\n[1] U: Task 0: alpha"));
+
+    // mc-transform status shows the run.
+    let status = env.status("opencode", "ses_clean");
+    assert_eq!(status["historian"]["last_run"]["status"], "published");
+    assert_eq!(status["historian"]["last_failure"], Value::Null);
+    assert_eq!(status["historian"]["lease"], Value::Null, "released");
+}
+
+#[test]
+fn bad_answers_publish_nothing_and_status_shows_the_cause() {
+    let env = Env::new();
+    let overlapping = Reply::with(|body| {
+        let (first, last) = chunk_range(&user_text(body));
+        Reply::text(format!(
+            "<history>{}{}<unprocessed_from>{}</unprocessed_from></history>",
+            compartment(first, first + 5, 50),
+            compartment(first + 3, last, 50),
+            last + 1
+        ))
+    });
+    let truncated = Reply::with(|body| {
+        let full = fold(body, FACT);
+        Reply::Truncated(full[..full.len() / 2].to_string())
+    });
+    let cases = [
+        (
+            "malformed",
+            Reply::text("<history><compartment start=\"one\" end=\"2\"></compartment></history>"),
+            "is not an integer",
+        ),
+        ("truncated", truncated, "output limit"),
+        ("overlapping", overlapping, "overlaps compartment"),
+        ("empty", Reply::text(""), "the answer is empty"),
+    ];
+    for (name, reply, cause) in cases {
+        let session = format!("ses_{name}");
+        env.fake.script("big", [reply.clone(), reply]);
+        let before = env.fake.requests().len();
+        let (code, report, stderr) =
+            env.historian(&["run"], &env.envelope(&session, 30, 5_000, NOW));
+        assert_eq!(code, 1, "{name}: {report}");
+        assert_eq!(report["status"], "failed", "{name}");
+        let error = report["error"].as_str().unwrap();
+        assert!(error.contains(cause), "{name}: {error}");
+        assert!(
+            error.contains("rejected too"),
+            "{name}: repaired once: {error}"
+        );
+        assert_eq!(
+            env.fake.requests().len() - before,
+            2,
+            "{name}: one repair round"
+        );
+        assert_eq!(
+            stderr
+                .lines()
+                .filter(|l| l.starts_with("mc-historian: error: "))
+                .count(),
+            1,
+            "{name}: {stderr}"
+        );
+        assert!(report["compartments"].as_array().unwrap().is_empty());
+        assert_eq!(env.compartments(), 0, "{name}: nothing published");
+        let status = env.status("opencode", &session);
+        let failure = &status["historian"]["last_failure"];
+        assert_eq!(failure["status"], "failed", "{name}");
+        assert_eq!(failure["error"], error, "{name}");
+        assert_eq!(status["historian"]["failures_since_success"], 1);
+    }
+}
+
+#[test]
+fn a_rejected_answer_is_repaired_once() {
+    let env = Env::new();
+    env.fake.script(
+        "big",
+        [
+            Reply::text("<history>\n<compartment start=\"1\">oops</history>"),
+            folding(""),
+        ],
+    );
+    let (code, report, stderr) = env.historian(&["run"], &env.envelope("ses_r", 30, 5_000, NOW));
+    assert_eq!(code, 0, "{report}\n{stderr}");
+    assert_eq!(report["status"], "published");
+    let requests = env.fake.requests();
+    assert_eq!(requests.len(), 2);
+    let repair = user_text(&requests[1].body);
+    assert!(repair.contains("<rejected_answer>\n<history>\n<compartment start=\"1\">oops"));
+    assert!(repair.contains("was rejected: "), "{repair}");
+    assert!(
+        repair.starts_with(&user_text(&requests[0].body)),
+        "the same request, then the rejected answer"
+    );
+}
+
+#[test]
+fn falls_back_to_the_second_model_on_429_and_5xx() {
+    for (code, body) in [
+        (
+            429,
+            r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down, tester"}}"#,
+        ),
+        (
+            503,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"try later, tester"}}"#,
+        ),
+    ] {
+        let env = Env::new();
+        env.fake.always(
+            "big",
+            Reply::Status {
+                code,
+                body: body.into(),
+                retry_after: Some(0),
+            },
+        );
+        env.fake.always("small", folding(""));
+        let (exit, report, stderr) =
+            env.historian(&["run"], &env.envelope("ses_fb", 30, 5_000, NOW));
+        assert_eq!(exit, 0, "{report}\n{stderr}");
+        assert_eq!(report["status"], "published");
+        assert_eq!(report["model"], "local/small");
+        // One retry of the first model (historian.retries = 1), then the fallback.
+        assert_eq!(env.fake.models_asked(), ["big", "big", "small"]);
+        let requests = env.fake.requests();
+        assert_eq!(requests[2].path, "/v1/chat/completions");
+        assert_eq!(
+            requests[2].header("authorization"),
+            None,
+            "no api_key_env: no key"
+        );
+        assert_eq!(requests[2].body["messages"][0]["role"], "system");
+        // The provider's error body is in the warning.
+        let warning = report["warnings"][0].as_str().unwrap();
+        assert!(warning.contains(&format!("HTTP {code}")), "{warning}");
+        assert!(warning.contains("tester"), "{warning}");
+        assert!(stderr.contains("tester"), "{stderr}");
+    }
+}
+
+#[test]
+fn timeouts_move_on_or_fail() {
+    let env = Env::new();
+    let mut config = env.default_config();
+    config["historian"]["timeout_ms"] = json!(400);
+    env.user_config(config.clone());
+    env.fake
+        .always("big", Reply::slow(Duration::from_secs(5), folding("")));
+    env.fake.always("small", folding(""));
+    let started = Instant::now();
+    let (code, report, stderr) = env.historian(&["run"], &env.envelope("ses_t1", 30, 5_000, NOW));
+    assert_eq!(code, 0, "{report}\n{stderr}");
+    assert_eq!(report["model"], "local/small");
+    assert!(
+        report["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("within 400 ms")
+    );
+    assert_eq!(
+        env.fake.models_asked(),
+        ["big", "small"],
+        "a timeout is not retried on the same model"
+    );
+    assert!(started.elapsed() < Duration::from_secs(4));
+
+    // With no fallback, the run fails with the timeout as its cause.
+    config["historian"]["fallback_models"] = json!([]);
+    env.user_config(config);
+    let started = Instant::now();
+    let (code, report, _) = env.historian(&["run"], &env.envelope("ses_t2", 30, 5_000, NOW));
+    assert_eq!(code, 1);
+    assert_eq!(report["status"], "failed");
+    assert!(
+        report["error"].as_str().unwrap().contains("within 400 ms"),
+        "{report}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(4));
+    let status = env.status("opencode", "ses_t2");
+    assert!(
+        status["historian"]["last_failure"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("timeout")
+    );
+}
+
+#[cfg(unix)]
+fn write_script(path: &Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[cfg(unix)]
+#[test]
+fn the_command_provider_runs_a_real_program() {
+    let env = Env::new();
+    let dir = env.dir.path().display().to_string();
+    let script = env.path("fake-claude");
+    write_script(
+        &script,
+        &format!(
+            "printf '%s\\n' \"$@\" > '{dir}/args.txt'\ncat > '{dir}/stdin.txt'\ncat '{dir}/answer.xml'\n"
+        ),
+    );
+    env.user_config(json!({
+        "providers": {"cli": {"kind": "command", "command": [script, "--model", "{model}"]}},
+        "historian": {"model": "cli/haiku"},
+    }));
+    let envelope = env.envelope("ses_cmd", 30, 5_000, NOW);
+    let (_, prompt, _) = env.historian(&["prompt"], &envelope);
+    let request = &prompt["request"];
+    assert_eq!(request["kind"], "command");
+    assert_eq!(request["argv"][2], "haiku");
+    let (first, last) = (
+        prompt["chunk"]["first"].as_i64().unwrap(),
+        prompt["chunk"]["last"].as_i64().unwrap(),
+    );
+    let answer = format!(
+        "<history>\n{}<unprocessed_from>{}</unprocessed_from>\n</history>\n",
+        compartment(first, last, 60),
+        last + 1
+    );
+    std::fs::write(env.path("answer.xml"), answer).unwrap();
+
+    let (code, report, stderr) = env.historian(&["run"], &envelope);
+    assert_eq!(code, 0, "{report}\n{stderr}");
+    assert_eq!(report["status"], "published");
+    assert_eq!(report["model"], "cli/haiku");
+    assert_eq!(
+        std::fs::read_to_string(env.path("args.txt")).unwrap(),
+        "--model\nhaiku\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("stdin.txt")).unwrap(),
+        request["stdin"].as_str().unwrap(),
+        "the program reads exactly the prompt shown"
+    );
+    assert!(report["tokens"]["input"].as_u64().unwrap() > 1_000);
+
+    // A program that fails: its exit status and stderr are the cause.
+    write_script(
+        &script,
+        "cat > /dev/null\necho 'login expired: run claude login' >&2\nexit 3\n",
+    );
+    let (code, report, _) = env.historian(&["run"], &env.envelope("ses_cmd2", 30, 5_000, NOW));
+    assert_eq!(code, 1);
+    let error = report["error"].as_str().unwrap();
+    assert!(
+        error.contains("exited with status 3: login expired: run claude login"),
+        "{error}"
+    );
+}
+
+#[test]
+fn concurrent_runs_on_one_session_one_wins() {
+    let env = Env::new();
+    env.fake.always(
+        "big",
+        Reply::slow(Duration::from_millis(2_500), folding("")),
+    );
+    let envelope = env.envelope("ses_both", 30, 5_000, NOW);
+    let results: Vec<(i32, Value, String)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..2)
+            .map(|_| scope.spawn(|| env.historian(&["run"], &envelope)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let statuses: Vec<&str> = results
+        .iter()
+        .map(|(_, r, _)| r["status"].as_str().unwrap())
+        .collect();
+    let winner = results
+        .iter()
+        .find(|(_, r, _)| r["status"] == "published")
+        .unwrap_or_else(|| panic!("{statuses:?}"));
+    let loser = results
+        .iter()
+        .find(|(_, r, _)| r["status"] == "nothing_to_do")
+        .unwrap_or_else(|| panic!("{statuses:?}"));
+    assert_eq!(winner.0, 0);
+    assert_eq!(loser.0, 0);
+    assert_eq!(loser.1["reason"], "lease_held");
+    let holder = loser.1["lease"]["holder"].as_str().unwrap();
+    assert!(holder.starts_with("mc-historian pid "), "{holder}");
+    assert_eq!(
+        env.fake.requests().len(),
+        1,
+        "only the winner called the model"
+    );
+}
+
+#[test]
+fn a_pass_after_a_run_renders_the_new_compartments() {
+    let env = Env::new();
+    env.fake.always("big", folding(""));
+    let pass = env.transform(&[], &env.envelope("ses_x", 30, 5_000, NOW));
+    assert_eq!(pass["pass"]["decision"], "execute");
+    assert!(pass.to_string().contains("Task 0: alpha"));
+
+    let (code, report, _) = env.historian(&["run"], &env.envelope("ses_x", 30, 5_000, NOW));
+    assert_eq!(code, 0);
+    let written = report["compartments"].as_array().unwrap();
+    let last_folded = written.last().unwrap()["end"].as_i64().unwrap();
+
+    // The next pass that busts anyway (the cache expired) renders them.
+    let later = NOW + 30 * 60_000;
+    let pass = env.transform(&[], &env.envelope("ses_x", 30, 5_000, later));
+    let text = pass.to_string();
+    for c in written {
+        assert!(
+            text.contains(c["title"].as_str().unwrap()),
+            "{}",
+            c["title"]
+        );
+    }
+    assert!(text.contains("<session-history>"));
+    // The folded raw messages left the wire; the unfolded ones stay.
+    let ids: Vec<&str> = pass["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["info"]["id"].as_str())
+        .collect();
+    assert!(!ids.contains(&"msg_0000_u"), "{ids:?}");
+    let first_kept = format!(
+        "msg_{:04}_{}",
+        last_folded / 2,
+        if last_folded % 2 == 0 { "u" } else { "a" }
+    );
+    assert!(
+        ids.contains(&first_kept.as_str()),
+        "{first_kept} in {ids:?}"
+    );
+    let status = env.status("opencode", "ses_x");
+    assert_eq!(status["head"]["covered_through"], last_folded);
+    assert_eq!(status["head"]["compartments"], written.len());
+}
+
+#[test]
+fn check_agrees_with_the_pass() {
+    let env = Env::new();
+    for (i, (usage, due, reason)) in [
+        (5_000, false, Value::Null),
+        (13_000, true, json!("projected_headroom")),
+        (18_000, true, json!("force_band")),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let session = format!("ses_check_{i}");
+        let envelope = env.envelope(&session, 30, usage, NOW);
+        let (code, before, stderr) = env.historian(&["check"], &envelope);
+        assert_eq!(code, 0, "{stderr}");
+        let pass = env.transform(&[], &envelope);
+        let (_, after, _) = env.historian(&["check"], &envelope);
+        for report in [&before, &after] {
+            assert_eq!(report["due"], due, "{usage}: {report}");
+            assert_eq!(report["reason"], reason, "{usage}: {report}");
+        }
+        assert_eq!(pass["pass"]["historian_due"], due, "{usage}");
+        assert_eq!(
+            pass["pass"]
+                .get("historian_reason")
+                .cloned()
+                .unwrap_or(Value::Null),
+            reason
+        );
+        assert_eq!(before["known_session"], false);
+        assert_eq!(after["known_session"], true);
+        assert_eq!(before["protected_tail"], 8_000);
+        assert_eq!(before["trigger_budget"], 5_000);
+        assert!(before["eligible_tokens"].as_u64().unwrap() > 2_000);
+    }
+    assert!(env.fake.requests().is_empty(), "check never calls a model");
+}
+
+/// Claude Code transcript lines in the real JSONL shape.
+struct Transcript {
+    session: String,
+    cwd: String,
+    lines: Vec<Value>,
+    last: Option<String>,
+    minute: u32,
+}
+
+impl Transcript {
+    fn stamp(&mut self) -> String {
+        self.minute += 1;
+        format!(
+            "2025-10-09T{:02}:{:02}:00.000Z",
+            9 + self.minute / 60,
+            self.minute % 60
+        )
+    }
+
+    fn common(&mut self, kind: &str, uuid: &str) -> serde_json::Map<String, Value> {
+        let line = json!({
+            "parentUuid": self.last, "isSidechain": false, "type": kind, "uuid": uuid,
+            "timestamp": self.stamp(), "userType": "external", "entrypoint": "cli",
+            "cwd": self.cwd, "sessionId": self.session, "version": "2.1.210", "gitBranch": "main",
+        });
+        self.last = Some(uuid.to_string());
+        line.as_object().unwrap().clone()
+    }
+
+    fn push(&mut self, line: serde_json::Map<String, Value>) {
+        self.lines.push(Value::Object(line));
+    }
+
+    fn user(&mut self, uuid: &str, text: &str) {
+        let mut line = self.common("user", uuid);
+        line.insert("promptId".into(), json!(format!("p-{uuid}")));
+        line.insert("message".into(), json!({"role": "user", "content": text}));
+        self.push(line);
+    }
+
+    fn assistant(&mut self, uuid: &str, id: &str, content: Value, stop: &str) {
+        let mut line = self.common("assistant", uuid);
+        line.insert("requestId".into(), json!(format!("req_{uuid}")));
+        line.insert(
+            "message".into(),
+            json!({"id": id, "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                   "content": content, "stop_reason": stop, "stop_sequence": null,
+                   "usage": {"input_tokens": 12, "cache_creation_input_tokens": 300,
+                             "cache_read_input_tokens": 1_000, "output_tokens": 40}}),
+        );
+        self.push(line);
+    }
+
+    fn tool_result(&mut self, uuid: &str, call: &str, output: &str) {
+        let mut line = self.common("user", uuid);
+        line.insert(
+            "message".into(),
+            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": call,
+                                                 "content": output, "is_error": false}]}),
+        );
+        line.insert(
+            "toolUseResult".into(),
+            json!({"stdout": output, "stderr": "", "interrupted": false, "isImage": false}),
+        );
+        self.push(line);
+    }
+
+    fn turn(&mut self, n: usize, words: usize) {
+        let filler = format!("{} ", ["lock", "store", "lease", "chunk"][n % 4]).repeat(words);
+        self.user(
+            &format!("u-{n}"),
+            &format!("Step {n}: please handle {filler}"),
+        );
+        let call = format!("toolu_{n:02}");
+        self.assistant(
+            &format!("a-{n}-1"),
+            &format!("msg_{n:02}"),
+            json!([{"type": "thinking", "thinking": "private reasoning", "signature": "sig"}]),
+            "tool_use",
+        );
+        self.assistant(
+            &format!("a-{n}-2"),
+            &format!("msg_{n:02}"),
+            json!([{"type": "tool_use", "id": call, "name": "Bash",
+                    "input": {"command": format!("cargo test step_{n}"), "description": format!("Run step {n} tests")}}]),
+            "tool_use",
+        );
+        self.tool_result(
+            &format!("r-{n}"),
+            &call,
+            "test result: ok. TOOL OUTPUT NEVER SHOWN",
+        );
+        self.assistant(
+            &format!("a-{n}-3"),
+            &format!("msg_{n:02}b"),
+            json!([{"type": "text", "text": format!("Step {n} is done: {filler}")}]),
+            "end_turn",
+        );
+    }
+
+    fn text(&self) -> String {
+        self.lines.iter().map(|l| l.to_string() + "\n").collect()
+    }
+}
+
+#[test]
+fn a_claude_code_transcript_is_imported_across_a_compaction() {
+    let env = Env::new();
+    env.fake.always("big", folding(FACT));
+    let mut t = Transcript {
+        session: "0b8a3c1e-5f7d-4d2a-9c6b-1e2f3a4b5c6d".into(),
+        cwd: env.project().display().to_string(),
+        lines: Vec::new(),
+        last: None,
+        minute: 0,
+    };
+    // Lines that are not conversation, as Claude Code writes them.
+    t.lines.push(json!({"type": "queue-operation", "operation": "enqueue", "timestamp": "2025-10-09T09:00:00.000Z",
+                        "sessionId": t.session, "content": "Step 0"}));
+    t.lines
+        .push(json!({"type": "mode", "mode": "default", "sessionId": t.session}));
+    let mut meta = t.common("user", "meta-1");
+    meta.insert("isMeta".into(), json!(true));
+    meta.insert("message".into(), json!({"role": "user", "content": "<local-command-caveat>META LINE</local-command-caveat>"}));
+    t.push(meta);
+    for n in 0..10 {
+        t.turn(n, 250);
+    }
+    // The compaction: a boundary that cuts the chain, then the summary.
+    let pre = t.last.clone();
+    let mut boundary = t.common("system", "cb-1");
+    boundary.insert("parentUuid".into(), Value::Null);
+    boundary.insert("logicalParentUuid".into(), json!(pre));
+    boundary.insert("subtype".into(), json!("compact_boundary"));
+    boundary.insert("content".into(), json!("Conversation compacted"));
+    boundary.insert("level".into(), json!("info"));
+    boundary.insert("isMeta".into(), json!(false));
+    boundary.insert(
+        "compactMetadata".into(),
+        json!({"trigger": "auto", "preTokens": 166_909, "postTokens": 6_060}),
+    );
+    t.push(boundary);
+    let mut summary = t.common("user", "s-1");
+    summary.insert("isCompactSummary".into(), json!(true));
+    summary.insert("isVisibleInTranscriptOnly".into(), json!(true));
+    summary.insert(
+        "message".into(),
+        json!({"role": "user", "content": "This session is being continued from a previous conversation that ran out of context. SUMMARY TEXT"}),
+    );
+    t.push(summary);
+    for n in 10..16 {
+        t.turn(n, 250);
+    }
+    t.lines.push(json!({"type": "last-prompt", "lastPrompt": "Step 15", "leafUuid": t.last, "sessionId": t.session}));
+    let file = env.path("session.jsonl");
+    std::fs::write(&file, t.text()).unwrap();
+    let file = file.display().to_string();
+    let args = [
+        "--transcript",
+        file.as_str(),
+        "--context-limit",
+        "6000",
+        "--now-ms",
+        "1760000000000",
+    ];
+
+    let mut run_args = vec!["run"];
+    run_args.extend(args);
+    let (code, report, stderr) = env.historian(&run_args, "");
+    assert_eq!(code, 0, "{report}\n{stderr}");
+    assert_eq!(report["status"], "published", "{report}");
+    assert_eq!(report["harness"], "claude-code");
+    assert_eq!(report["session_id"], t.session);
+    assert_eq!(report["facts_promoted"], 1);
+    let prompt = env.fake.requests()[0].user_text();
+    assert!(
+        prompt.contains("\n[1] U: Step 0: please handle lock"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("A: TC: Bash: Run step 0 tests / Step 0 is done"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("Step 9: please handle"),
+        "pre-compaction history is folded: {report}"
+    );
+    // The compaction's two records show nothing; their ordinals join the
+    // next block, so the lines still cover every message.
+    let after = prompt
+        .lines()
+        .find(|l| l.contains("U: Step 10: please handle"))
+        .unwrap_or_else(|| panic!("{prompt}"));
+    let range = &after[1..after.find(']').unwrap()];
+    let (start, end) = range.split_once('-').expect("a range");
+    assert_eq!(
+        end.parse::<i64>().unwrap() - start.parse::<i64>().unwrap(),
+        2,
+        "{after:.60}"
+    );
+    for hidden in [
+        "TOOL OUTPUT NEVER SHOWN",
+        "private reasoning",
+        "META LINE",
+        "SUMMARY TEXT",
+    ] {
+        assert!(
+            !prompt.contains(hidden),
+            "{hidden} must not reach the model"
+        );
+    }
+    let status = env.status("claude-code", &t.session);
+    assert_eq!(status["historian"]["last_run"]["status"], "published");
+    // Facts land in the memory of the transcript's project (its cwd).
+    let project = mc_core::identity::project_identity(&env.project());
+    let store = Store::open(&env.db(), &StoreOptions::default()).unwrap();
+    let memories = mc_core::history::store::live_memories(store.conn(), &project, NOW).unwrap();
+    assert_eq!(memories.len(), 1);
+
+    // check reads the same transcript.
+    let mut check_args = vec!["check"];
+    check_args.extend(args);
+    let (code, check, _) = env.historian(&check_args, "");
+    assert_eq!(code, 0);
+    assert_eq!(check["harness"], "claude-code");
+    assert!(check["covered_through"].as_i64().unwrap() > 0);
+}
+
+#[test]
+fn an_opencode_server_session_is_fetched_and_folded() {
+    let env = Env::new();
+    env.fake.always("big", folding(""));
+    let opencode = FakeOpenCode::start();
+    opencode.add_session(json!({"id": "ses_oc", "title": "t", "directory": env.project()}));
+    for message in messages("ses_oc", 30) {
+        opencode.add_message(message);
+    }
+    let (code, report, stderr) = env.historian(
+        &[
+            "run",
+            "--opencode-url",
+            opencode.url(),
+            "--session",
+            "ses_oc",
+            "--context-limit",
+            "20000",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{report}\n{stderr}");
+    assert_eq!(report["status"], "published");
+    assert_eq!(report["harness"], "opencode");
+    assert!(
+        opencode
+            .requests()
+            .iter()
+            .any(|r| r.method == "GET" && r.path == "/session/ses_oc/message")
+    );
+    // The same session through an envelope is the same session (one ordinal space).
+    let (_, check, _) = env.historian(&["check"], &env.envelope("ses_oc", 30, 5_000, NOW));
+    assert_eq!(check["known_session"], true);
+    assert_eq!(
+        check["covered_through"],
+        report["compartments"].as_array().unwrap().last().unwrap()["end"]
+    );
+}
+
+#[test]
+fn only_the_user_config_may_configure_the_historian() {
+    let env = Env::new();
+    env.user_config(json!({}));
+    // A cloned repository's config tries to name providers and models.
+    let project_config = env.project().join(".mc").join("config.jsonc");
+    std::fs::create_dir_all(project_config.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(env.project().join(".git")).unwrap();
+    std::fs::write(
+        &project_config,
+        json!({
+            "providers": {"evil": {"kind": "command", "command": ["sh", "-c", "touch PWNED"]}},
+            "historian": {"model": "evil/x"},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let out = env.run(
+        "mc-historian",
+        &["run"],
+        &env.envelope("ses_p", 30, 5_000, NOW),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("providers may not be set by a project config"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("historian.model may not be set by a project config"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("mc-historian: error: no historian model: set historian.model"),
+        "{stderr}"
+    );
+    assert!(!env.dir.path().join("PWNED").exists());
+    assert!(!env.project().join("PWNED").exists());
+    // Bad input exits 2 too.
+    let out = env.run("mc-historian", &["run"], "not json");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with("mc-historian: error: input is not JSON")
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn progress_shows_only_on_a_terminal() {
+    // On a pipe (every other test): stderr stays empty. On a terminal
+    // (`script` gives the run a pseudo-terminal), progress is drawn.
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` to make a pseudo-terminal");
+        return;
+    }
+    let env = Env::new();
+    env.fake.always("big", folding(""));
+    let envelope = env.path("envelope.json");
+    std::fs::write(&envelope, env.envelope("ses_tty", 30, 5_000, NOW)).unwrap();
+    let shell = format!(
+        "'{}' --db '{}' run < '{}'",
+        bin_path("mc-historian").display(),
+        env.db().display(),
+        envelope.display()
+    );
+    let mut script = Command::new("script");
+    script
+        .args(["-qec", &shell, "/dev/null"])
+        .env("HOME", env.dir.path())
+        .env("XDG_DATA_HOME", env.path("data"))
+        .env("XDG_CONFIG_HOME", env.path("config"))
+        .env("MC_TEST_KEY", KEY)
+        .env("TERM", "xterm-256color")
+        .env_remove("MC_DB")
+        .env_remove("MC_CONFIG")
+        .current_dir(env.dir.path());
+    let out = pipe(&mut script, b"").unwrap();
+    let terminal = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{terminal}");
+    assert!(terminal.contains("\"status\":\"published\""), "{terminal}");
+    assert!(terminal.contains("published 1 compartment"), "{terminal}");
+}
+
+// ---------------------------------------------------------------------------
+// The client in-process
+
+fn provider(kind: ProviderKind, url: String, key_env: Option<&str>) -> ProviderConfig {
+    ProviderConfig {
+        kind,
+        base_url: Some(url),
+        api_key_env: key_env.map(str::to_string),
+        command: None,
+    }
+}
+
+fn client(
+    fake: &FakeLlm,
+    chain: &[&str],
+    keys: &[(&str, &str)],
+    tweak: impl Fn(&mut Options),
+) -> Client {
+    let providers = BTreeMap::from([
+        (
+            "a".to_string(),
+            provider(ProviderKind::Anthropic, fake.url().into(), Some("A_KEY")),
+        ),
+        (
+            "o".to_string(),
+            provider(ProviderKind::Openai, format!("{}/v1", fake.url()), None),
+        ),
+        (
+            "k".to_string(),
+            provider(
+                ProviderKind::Openai,
+                format!("{}/v1", fake.url()),
+                Some("K_KEY"),
+            ),
+        ),
+    ]);
+    let keys = keys
+        .iter()
+        .map(|(p, k)| (p.to_string(), k.to_string()))
+        .collect();
+    let mut options = Options::from_config(&HistorianConfig::default(), ProxyEnv::default());
+    options.backoff = Duration::from_millis(1);
+    options.timeout = Duration::from_secs(5);
+    tweak(&mut options);
+    let chain: Vec<String> = chain.iter().map(|s| s.to_string()).collect();
+    Client::new(&providers, &chain, &keys, options).unwrap()
+}
+
+fn ask(client: &Client) -> (Result<llm::Completion, llm::LlmError>, Vec<llm::Event>) {
+    let prompt = Prompt {
+        system: "sys".into(),
+        user: "user".into(),
+        max_tokens: 100,
+    };
+    let mut events = Vec::new();
+    let result = client.complete(&prompt, &mut |e| events.push(e));
+    (result, events)
+}
+
+#[test]
+fn client_reads_both_formats_and_flags_truncation() {
+    let fake = FakeLlm::start();
+    fake.script(
+        "m",
+        [
+            Reply::text("anthropic answer"),
+            Reply::Truncated("cut sh".into()),
+        ],
+    );
+    let c = client(&fake, &["a/m"], &[("a", KEY)], |_| {});
+    let (answer, _) = ask(&c);
+    let answer = answer.unwrap();
+    assert_eq!(answer.text, "anthropic answer");
+    assert!(!answer.truncated);
+    assert!(answer.tokens_in > 0 && answer.tokens_out > 0);
+    assert!(ask(&c).0.unwrap().truncated);
+    let request = &fake.requests()[0];
+    assert_eq!(request.body["max_tokens"], 100);
+    assert_eq!(request.body["system"], "sys");
+    assert_eq!(request.header("x-api-key"), Some(KEY));
+
+    fake.script("n", [Reply::text("openai answer")]);
+    let c = client(&fake, &["k/n"], &[("k", KEY)], |_| {});
+    assert_eq!(ask(&c).0.unwrap().text, "openai answer");
+    let request = fake.requests().pop().unwrap();
+    assert_eq!(
+        request.header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    assert_eq!(request.body["max_tokens"], 100);
+}
+
+#[test]
+fn client_error_bodies_are_shown_with_keys_redacted_and_4xx_stops_the_chain() {
+    let fake = FakeLlm::start();
+    fake.always(
+        "m",
+        Reply::status(
+            401,
+            format!("{{\"error\":{{\"message\":\"invalid x-api-key {KEY}\"}}}}"),
+        ),
+    );
+    fake.always(ANY_MODEL, Reply::text("never asked"));
+    let c = client(&fake, &["a/m", "o/other"], &[("a", KEY)], |_| {});
+    let (result, events) = ask(&c);
+    let error = result.unwrap_err();
+    assert_eq!(error.kind, ErrorKind::Status(401));
+    let text = error.to_string();
+    assert!(
+        text.starts_with("a/m: HTTP 401 Unauthorized: {\"error\":"),
+        "{text}"
+    );
+    assert!(text.contains("invalid x-api-key [redacted]"), "{text}");
+    assert!(!text.contains(KEY));
+    assert!(
+        events
+            .iter()
+            .all(|e| matches!(e, llm::Event::Calling { .. }))
+    );
+    assert_eq!(fake.models_asked(), ["m"], "not retried, no fallback");
+}
+
+#[test]
+fn client_retries_honour_retry_after_and_report_every_failure() {
+    let fake = FakeLlm::start();
+    fake.script(
+        "m",
+        [
+            Reply::Status {
+                code: 429,
+                body: "{}".into(),
+                retry_after: Some(1),
+            },
+            Reply::text("after waiting"),
+        ],
+    );
+    let c = client(&fake, &["a/m"], &[("a", KEY)], |o| o.retries = 2);
+    let started = Instant::now();
+    let (result, events) = ask(&c);
+    assert_eq!(result.unwrap().text, "after waiting");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "Retry-After: 1 is honoured"
+    );
+    assert!(
+        matches!(&events[1], llm::Event::Retrying { delay, .. } if *delay >= Duration::from_secs(1))
+    );
+
+    // Everything fails: the error names each model's failure.
+    fake.always("x", Reply::status(500, "{\"e\":\"boom-x\"}"));
+    fake.always("y", Reply::status(502, "{\"e\":\"boom-y\"}"));
+    let c = client(&fake, &["a/x", "o/y"], &[("a", KEY)], |o| o.retries = 0);
+    let error = ask(&c).0.unwrap_err().to_string();
+    assert!(error.starts_with("o/y: HTTP 502 Bad Gateway"), "{error}");
+    assert!(error.contains("after: a/x: HTTP 500"), "{error}");
+}
+
+#[test]
+fn client_unset_keys_and_router_errors_fall_back() {
+    let fake = FakeLlm::start();
+    fake.always("m", Reply::text("from the second"));
+    // k's key variable is unset: it is skipped without a request.
+    let c = client(&fake, &["k/first", "o/m"], &[], |_| {});
+    let (result, events) = ask(&c);
+    assert_eq!(result.unwrap().text, "from the second");
+    assert_eq!(fake.models_asked(), ["m"]);
+    let fell = events
+        .iter()
+        .find_map(|e| match e {
+            llm::Event::FallingBack { error, .. } => Some(error.to_string()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        fell.contains("environment variable K_KEY is not set"),
+        "{fell}"
+    );
+
+    // A router's 200 carrying an error object counts as that error.
+    fake.script(
+        "r",
+        [Reply::Raw(
+            r#"{"error":{"code":503,"message":"upstream down"}}"#.into(),
+        )],
+    );
+    let c = client(&fake, &["o/r", "o/m"], &[], |o| o.retries = 0);
+    assert_eq!(ask(&c).0.unwrap().text, "from the second");
+    // An answer in no known format stops the chain (another model would not help).
+    fake.script("bad", [Reply::Raw("<html>proxy error</html>".into())]);
+    let c = client(&fake, &["o/bad", "o/m"], &[], |_| {});
+    let error = ask(&c).0.unwrap_err();
+    assert_eq!(error.kind, ErrorKind::Protocol);
+    assert!(error.to_string().contains("<html>proxy error</html>"));
+}
+
+#[test]
+fn client_switches_to_max_completion_tokens_when_asked() {
+    let fake = FakeLlm::start();
+    fake.script(
+        "reasoner",
+        [
+            Reply::status(
+                400,
+                r#"{"error":{"message":"Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead."}}"#,
+            ),
+            Reply::text("ok"),
+        ],
+    );
+    let c = client(&fake, &["o/reasoner"], &[], |_| {});
+    assert_eq!(ask(&c).0.unwrap().text, "ok");
+    let requests = fake.requests();
+    assert_eq!(requests[1].body["max_completion_tokens"], 100);
+    assert!(requests[1].body.get("max_tokens").is_none());
+}
+
+#[test]
+fn client_connection_errors_are_retried_then_fall_back() {
+    let fake = FakeLlm::start();
+    fake.always("m", Reply::text("alive"));
+    // A port nothing listens on.
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let providers = BTreeMap::from([
+        (
+            "dead".to_string(),
+            provider(
+                ProviderKind::Openai,
+                format!("http://127.0.0.1:{dead}/v1"),
+                None,
+            ),
+        ),
+        (
+            "o".to_string(),
+            provider(ProviderKind::Openai, format!("{}/v1", fake.url()), None),
+        ),
+    ]);
+    let mut options = Options::from_config(&HistorianConfig::default(), ProxyEnv::default());
+    options.backoff = Duration::from_millis(1);
+    options.retries = 1;
+    let chain = vec!["dead/x".to_string(), "o/m".to_string()];
+    let c = Client::new(&providers, &chain, &BTreeMap::new(), options).unwrap();
+    let (result, events) = ask(&c);
+    assert_eq!(result.unwrap().text, "alive");
+    let retried = events
+        .iter()
+        .filter(|e| matches!(e, llm::Event::Retrying { .. }))
+        .count();
+    assert_eq!(retried, 1);
+}
+
+#[cfg(unix)]
+#[test]
+fn client_command_timeout_kills_the_program() {
+    let providers = BTreeMap::from([(
+        "cli".to_string(),
+        ProviderConfig {
+            kind: ProviderKind::Command,
+            base_url: None,
+            api_key_env: None,
+            command: Some(vec!["sleep".into(), "30".into()]),
+        },
+    )]);
+    let mut options = Options::from_config(&HistorianConfig::default(), ProxyEnv::default());
+    options.timeout = Duration::from_millis(300);
+    let c = Client::new(
+        &providers,
+        &["cli/x".to_string()],
+        &BTreeMap::new(),
+        options,
+    )
+    .unwrap();
+    let started = Instant::now();
+    let error = ask(&c).0.unwrap_err();
+    assert_eq!(error.kind, ErrorKind::Timeout);
+    assert!(
+        error.to_string().contains("did not finish within 300 ms"),
+        "{error}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // A program that is not there is unavailable (the next model would be tried).
+    let providers = BTreeMap::from([(
+        "cli".to_string(),
+        ProviderConfig {
+            kind: ProviderKind::Command,
+            base_url: None,
+            api_key_env: None,
+            command: Some(vec!["/nonexistent/mc-test-program".into()]),
+        },
+    )]);
+    let options = Options::from_config(&HistorianConfig::default(), ProxyEnv::default());
+    let c = Client::new(
+        &providers,
+        &["cli/x".to_string()],
+        &BTreeMap::new(),
+        options,
+    )
+    .unwrap();
+    assert_eq!(ask(&c).0.unwrap_err().kind, ErrorKind::Unavailable);
+}
