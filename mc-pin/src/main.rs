@@ -1,1 +1,11 @@
-fn main() {}
+//! mc-pin: pinned messages survive every compaction. Thin: arguments, env,
+//! stdin, mc-core, stdout.
+
+mod cli;
+mod paths;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    cli::main()
+}

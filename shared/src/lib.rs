@@ -14,6 +14,7 @@ pub mod identity;
 mod json;
 pub mod llm;
 pub mod opencode_api;
+pub mod paths;
 pub mod pin;
 pub mod store;
 pub mod tokens;

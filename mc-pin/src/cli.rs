@@ -1,0 +1,477 @@
+//! Argument parsing and the commands.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, anyhow};
+use clap::{Args as ClapArgs, Parser, Subcommand};
+use serde_json::Value;
+
+use mc_core::config::{self, Config};
+use mc_core::opencode_api::OpenCode;
+use mc_core::pin::{
+    self, Action, Event, Harness, PinOutcome, PinRequest, RequestFields, RestoreReport, Target,
+    hook, local, opencode,
+};
+use mc_core::store::{Store, StoreOptions};
+
+use crate::paths;
+
+const ABOUT: &str = "Pinned messages survive every compaction.
+
+`pin`, `unpin` and `list` answer the session's full pin list as
+{\"pins\": [{\"id\", \"created_at\", \"role\"}]}. For OpenCode with a server
+(--opencode-url or OPENCODE_URL) the list lives in the session metadata,
+shared with OpenChamber, and is mirrored into mc's database, which the
+transform reads to keep pinned messages out of every drop. Without a server,
+and for Claude Code and Codex, mc's database is the only store.
+
+`restore` reads one event on stdin: after an OpenCode `session.compacted` it
+sends the pinned messages back through prompt_async; for a Claude Code or Codex
+SessionStart hook with source \"compact\" it prints them as additionalContext.
+Any other event does nothing.";
+
+#[derive(Parser, Debug)]
+#[command(name = "mc-pin", version, about = ABOUT)]
+struct Args {
+    /// SQLite database [default: $MC_DB, else $XDG_DATA_HOME/mc/context.db]
+    #[arg(long, global = true, value_name = "PATH")]
+    db: Option<PathBuf>,
+
+    /// Extra config file, above user and project config [default: $MC_CONFIG]
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+
+    /// Pretty-print the JSON output
+    #[arg(long, global = true)]
+    pretty: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Pin a message so it survives every compaction (pinning it again is a no-op).
+    ///
+    /// Without --session, reads the same fields as JSON on stdin:
+    /// {"harness", "session_id", "message_id" | "last", "role", "created_at",
+    /// "transcript", "opencode_url", "directory"}.
+    Pin(TargetArgs),
+    /// Unpin a message (unpinning one that is not pinned is a no-op).
+    Unpin(TargetArgs),
+    /// The session's pins, oldest first.
+    List(TargetArgs),
+    /// Read one event on stdin and restore the pins if it is a compaction.
+    ///
+    /// An OpenCode `session.compacted` event (bare, or as {"directory", "payload"}
+    /// from /global/event): one prompt_async with the pinned messages, then the
+    /// cursor in the session metadata. A Claude Code or Codex SessionStart hook
+    /// input with source "compact": {"hookSpecificOutput": {"hookEventName":
+    /// "SessionStart", "additionalContext": …}} on stdout (at most 10,000
+    /// characters). Anything else: no work, no request, exit 0.
+    Restore(RestoreArgs),
+}
+
+#[derive(ClapArgs, Debug)]
+struct TargetArgs {
+    /// Harness of the session: opencode, claude-code or codex [default: opencode]
+    #[arg(long)]
+    harness: Option<String>,
+    /// Session id
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+    /// The message: an OpenCode message id, or a Claude Code transcript line uuid
+    #[arg(long, value_name = "ID", conflicts_with = "last")]
+    message: Option<String>,
+    /// Pin the newest message of this role that has text
+    #[arg(long, value_name = "ROLE", value_parser = ["user", "assistant"])]
+    last: Option<String>,
+    /// The message's role, when no server or transcript can tell it
+    #[arg(long, value_parser = ["user", "assistant"])]
+    role: Option<String>,
+    /// The message's creation time in epoch milliseconds, when no server or transcript can tell it
+    #[arg(long, value_name = "MS")]
+    created_at: Option<i64>,
+    /// A Claude Code session JSONL, to find the message in by its uuid
+    #[arg(long, value_name = "FILE")]
+    transcript: Option<PathBuf>,
+    /// The OpenCode server [default: $OPENCODE_URL]
+    #[arg(long, value_name = "URL")]
+    opencode_url: Option<String>,
+    /// The folder of the OpenCode instance (sent as ?directory=)
+    #[arg(long, value_name = "DIR")]
+    directory: Option<String>,
+    /// Print what would change and the request(s) it would send; change nothing
+    #[arg(long)]
+    dry_run: bool,
+}
+
+#[derive(ClapArgs, Debug)]
+struct RestoreArgs {
+    /// The harness the event comes from [default: from the event]; claude-code
+    /// or codex also means the hook never exits 2
+    #[arg(long)]
+    harness: Option<String>,
+    /// The OpenCode server [default: $OPENCODE_URL]
+    #[arg(long, value_name = "URL")]
+    opencode_url: Option<String>,
+    /// The folder of the OpenCode instance [default: from the event]
+    #[arg(long, value_name = "DIR")]
+    directory: Option<String>,
+    /// Read the pinned texts from this transcript instead of the hook's transcript_path
+    #[arg(long, value_name = "FILE")]
+    transcript: Option<PathBuf>,
+    /// Print the request(s) or hook output it would produce; send nothing, advance no cursor
+    #[arg(long)]
+    dry_run: bool,
+    /// OpenCode: let the restoration start a model turn (as OpenChamber does)
+    /// instead of waiting for the next one
+    #[arg(long)]
+    reply: bool,
+}
+
+/// A failure with its exit code: 2 for bad input or usage, 1 otherwise.
+struct Failure {
+    code: u8,
+    error: anyhow::Error,
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(error: anyhow::Error) -> Self {
+        let code = match error.downcast_ref::<mc_core::Error>() {
+            Some(mc_core::Error::Input(_)) => 2,
+            _ => 1,
+        };
+        Failure { code, error }
+    }
+}
+
+impl From<mc_core::Error> for Failure {
+    fn from(error: mc_core::Error) -> Self {
+        anyhow::Error::from(error).into()
+    }
+}
+
+fn usage(error: anyhow::Error) -> Failure {
+    Failure { code: 2, error }
+}
+
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = match &args.command {
+        Command::Pin(target) => run_pins(&args, Action::Pin, target),
+        Command::Unpin(target) => run_pins(&args, Action::Unpin, target),
+        Command::List(target) => run_pins(&args, Action::List, target),
+        Command::Restore(restore) => run_restore(&args, restore),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) if is_broken_pipe(&failure.error) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("mc-pin: error: {}", describe(&failure.error));
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+/// The error and its causes on one line; a cause that only repeats the text
+/// before it (a wrapped I/O error says the same thing twice) is left out.
+fn describe(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.ends_with(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn warn(warnings: &[String]) {
+    for warning in warnings {
+        eprintln!("mc-pin: warning: {warning}");
+    }
+}
+
+fn read_stdin(what: &str) -> Result<String, Failure> {
+    let mut stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Err(usage(anyhow!(
+            "expected {what} as JSON on stdin (see mc-pin --help)"
+        )));
+    }
+    let mut text = String::new();
+    stdin
+        .read_to_string(&mut text)
+        .context("cannot read stdin")
+        .map_err(usage)?;
+    Ok(text)
+}
+
+fn write_json(value: &Value, pretty: bool) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    if pretty {
+        serde_json::to_writer_pretty(&mut out, value)?;
+    } else {
+        serde_json::to_writer(&mut out, value)?;
+    }
+    out.write_all(b"\n")?;
+    out.flush()?;
+    Ok(())
+}
+
+fn load_config(args: &Args) -> Config {
+    let loaded = config::load(&paths::config_layers(args.config.as_deref()));
+    warn(&loaded.warnings);
+    loaded.config
+}
+
+fn open_store(args: &Args) -> anyhow::Result<Store> {
+    let config = load_config(args);
+    let path = paths::db_path(args.db.as_deref())?;
+    let options = StoreOptions {
+        busy_timeout: Duration::from_millis(config.sqlite.busy_timeout_ms),
+    };
+    Ok(Store::open(&path, &options)?)
+}
+
+/// The request from the flags, completed from JSON on stdin when `--session`
+/// is not given; and the server URL, if the session is an OpenCode one.
+fn request_of(
+    action: Action,
+    flags: &TargetArgs,
+) -> Result<(PinRequest, Option<String>, Option<String>), Failure> {
+    let fields = if flags.session.is_none() {
+        let text = read_stdin("the request (or pass --session)")?;
+        let value: Value = serde_json::from_str(&text)
+            .context("the request on stdin is not JSON")
+            .map_err(usage)?;
+        RequestFields::from_value(&value)?
+    } else {
+        RequestFields::default()
+    };
+    let harness_name = flags
+        .harness
+        .clone()
+        .or(fields.harness)
+        .unwrap_or_else(|| "opencode".into());
+    let harness = Harness::parse(&harness_name)?;
+    let session_id = flags
+        .session
+        .clone()
+        .or(fields.session_id)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| usage(anyhow!("no session: pass --session ID")))?;
+    let target = match (&flags.message, &flags.last, fields.message_id, fields.last) {
+        (Some(id), _, _, _) => Some(Target::Id(id.clone())),
+        (None, Some(role), _, _) => Some(Target::Last(pin::check_role(role)?)),
+        (None, None, Some(id), _) => Some(Target::Id(id)),
+        (None, None, None, Some(role)) => Some(Target::Last(pin::check_role(&role)?)),
+        (None, None, None, None) => None,
+    };
+    match (action, &target) {
+        (Action::Pin, None) => {
+            return Err(usage(anyhow!(
+                "pin needs --message ID or --last user|assistant"
+            )));
+        }
+        (Action::Unpin, None | Some(Target::Last(_))) => {
+            return Err(usage(anyhow!("unpin needs --message ID")));
+        }
+        _ => {}
+    }
+    let explicit_url = flags.opencode_url.clone().or(fields.opencode_url);
+    let url = match harness {
+        Harness::OpenCode => explicit_url.or_else(paths::opencode_url_from_env),
+        _ if explicit_url.is_some() => {
+            return Err(usage(anyhow!(
+                "--opencode-url is for OpenCode sessions; {} pins live in mc's database",
+                harness.as_str()
+            )));
+        }
+        _ => None,
+    };
+    let request = PinRequest {
+        harness,
+        session_id,
+        target,
+        role: flags.role.clone().or(fields.role),
+        created_at: flags.created_at.or(fields.created_at),
+        transcript: flags
+            .transcript
+            .clone()
+            .or(fields.transcript.map(PathBuf::from)),
+    };
+    Ok((request, url, flags.directory.clone().or(fields.directory)))
+}
+
+fn run_pins(args: &Args, action: Action, flags: &TargetArgs) -> Result<(), Failure> {
+    let (request, url, directory) = request_of(action, flags)?;
+    let mut store = open_store(args)?;
+    let cwd = paths::working_dir();
+    let outcome: PinOutcome = match url {
+        Some(url) => {
+            let api = OpenCode::new(&url).with_directory(directory.as_deref());
+            opencode::run(
+                &mut store,
+                &api,
+                action,
+                &request,
+                flags.dry_run,
+                now_ms(),
+                cwd.as_deref(),
+            )?
+        }
+        None => local::run(
+            &mut store,
+            action,
+            &request,
+            flags.dry_run,
+            now_ms(),
+            cwd.as_deref(),
+        )?,
+    };
+    warn(&outcome.warnings);
+    write_json(
+        &serde_json::to_value(&outcome).map_err(anyhow::Error::from)?,
+        args.pretty,
+    )?;
+    Ok(())
+}
+
+fn run_restore(args: &Args, flags: &RestoreArgs) -> Result<(), Failure> {
+    let harness = flags.harness.as_deref().map(Harness::parse).transpose()?;
+    let hook_harness = matches!(harness, Some(Harness::ClaudeCode | Harness::Codex));
+    let result = restore(args, flags, harness);
+    match result {
+        // A SessionStart hook's exit 2 would only show an error: never use it there.
+        Err(mut failure) if failure.code == 2 && hook_harness => {
+            failure.code = 1;
+            Err(failure)
+        }
+        other => other,
+    }
+}
+
+fn restore(args: &Args, flags: &RestoreArgs, harness: Option<Harness>) -> Result<(), Failure> {
+    let text = read_stdin("one event")?;
+    let value: Value = serde_json::from_str(&text)
+        .context("the event on stdin is not JSON")
+        .map_err(usage)?;
+    let looks_like_hook = value.get("hook_event_name").is_some();
+    let event = match pin::classify(&value) {
+        Ok(event) => event,
+        // A hook input is never answered with exit 2 (it would only show an error).
+        Err(e) if looks_like_hook => {
+            return Err(Failure {
+                code: 1,
+                error: e.into(),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match event {
+        Event::OtherHook { .. } => Ok(()),
+        Event::OtherEvent { kind } => {
+            let report = RestoreReport::none("not_a_compaction", None);
+            let mut value = serde_json::to_value(&report).map_err(anyhow::Error::from)?;
+            value["event"] = Value::String(kind);
+            write_json(&value, args.pretty)?;
+            Ok(())
+        }
+        Event::Compacted(compacted) => {
+            if harness.is_some_and(|h| h != Harness::OpenCode) {
+                return Err(usage(anyhow!(
+                    "a session.compacted event is an OpenCode event, not {}",
+                    harness.map_or("", Harness::as_str)
+                )));
+            }
+            let url = flags
+                .opencode_url
+                .clone()
+                .or_else(paths::opencode_url_from_env)
+                .ok_or_else(|| {
+                    usage(anyhow!(
+                        "restoring after an OpenCode compaction needs the server: pass --opencode-url or set OPENCODE_URL"
+                    ))
+                })?;
+            let mut api = OpenCode::new(&url);
+            if flags.directory.is_some() {
+                api = api.with_directory(flags.directory.as_deref());
+            }
+            let options = opencode::RestoreOptions {
+                dry_run: flags.dry_run,
+                reply: flags.reply,
+            };
+            let report = opencode::restore(&api, &compacted, options)?;
+            warn(&report.warnings);
+            write_json(
+                &serde_json::to_value(&report).map_err(anyhow::Error::from)?,
+                args.pretty,
+            )?;
+            Ok(())
+        }
+        Event::SessionStartCompact(input) => {
+            let harness = match harness {
+                Some(h @ (Harness::ClaudeCode | Harness::Codex)) => h,
+                _ if input.codex => Harness::Codex,
+                _ => Harness::ClaudeCode,
+            };
+            restore_hook(args, flags, harness, &input).map_err(|mut f| {
+                f.code = 1;
+                f
+            })
+        }
+    }
+}
+
+fn restore_hook(
+    args: &Args,
+    flags: &RestoreArgs,
+    harness: Harness,
+    input: &pin::HookInput,
+) -> Result<(), Failure> {
+    let mut store = open_store(args)?;
+    let report = hook::restore(
+        &store,
+        harness,
+        input,
+        flags.transcript.as_deref().map(Path::new),
+        flags.dry_run,
+        now_ms(),
+    )?;
+    warn(&report.warnings);
+    let Some(output) = &report.hook_output else {
+        return Ok(());
+    };
+    write_json(output, args.pretty)?;
+    // The context is out; only now does the cursor move.
+    if let Err(e) = hook::commit(&mut store, &report, now_ms()) {
+        eprintln!(
+            "mc-pin: warning: the pins were restored, but the cursor could not be saved: {e}"
+        );
+    }
+    Ok(())
+}
