@@ -135,6 +135,8 @@ pub struct TransformConfig {
     pub tool_reclaim_min_tokens: u32,
     /// Age-based reclaim of old tool outputs on execute passes (default true).
     pub tool_reclaim: bool,
+    /// Tiered drop to well under the threshold on busting passes at or above it (default true).
+    pub relief_drop: bool,
     /// Gap markers on user messages and dates on compartments (default true).
     pub temporal_awareness: bool,
     /// History budget as a share of the threshold's tokens (0.05..=0.5, default 0.15).
@@ -204,6 +206,7 @@ impl Default for Config {
                 clear_reasoning_age: 0,
                 tool_reclaim_min_tokens: 0,
                 tool_reclaim: false,
+                relief_drop: false,
                 temporal_awareness: false,
                 history_budget_percentage: 0.0,
                 memory_budget_tokens: 0,

@@ -1297,7 +1297,9 @@ fn a_pinned_message_survives_a_ctx_reduce_drop_and_an_emergency_drop() {
         "{}",
         emergency["pass"]
     );
-    let dropped = dropped_tags(&emergency);
+    // (At 70 % the relief drop may already have taken it: either pass counts.)
+    let mut dropped = dropped_tags(&executed);
+    dropped.extend(dropped_tags(&emergency));
     assert!(
         dropped.contains(&older_tag),
         "the oldest unpinned bash output went: {dropped:?}"

@@ -395,6 +395,21 @@ pub(super) const KEYS: &[KeyDef] = &[
         },
     },
     KeyDef {
+        path: "transform.relief_drop",
+        kind: Kind::Bool,
+        default: Val::Bool(true),
+        trust: Trust::Any,
+        description: "When a pass at or above the execute threshold changes the prompt anyway, \
+                      drop old tool outputs (misc first, reads last, the newest kept) down to \
+                      well under the threshold, so the next cache bust is many turns away.",
+        get: |c| Val::Bool(c.transform.relief_drop),
+        set: |c, v| {
+            if let Some(b) = v.bool() {
+                c.transform.relief_drop = b;
+            }
+        },
+    },
+    KeyDef {
         path: "transform.temporal_awareness",
         kind: Kind::Bool,
         default: Val::Bool(true),

@@ -423,7 +423,11 @@ fn apply(
                 .collect(),
         };
         mutation.apply_pending()?;
-        if schedule.force_band {
+        // In the force band this is the emergency drop. At the threshold, when
+        // this pass busts anyway, the same tiered drop buys headroom (relief),
+        // so the next bust is many turns away instead of on the next turn.
+        let over_threshold = facts.usage_percent >= config.execute_threshold_percentage;
+        if schedule.force_band || (config.relief_drop && over_threshold) {
             let sample = facts.prompt_tokens as i64;
             if session.last_emergency_sample != Some(sample) {
                 mutation.emergency_drop(facts.prompt_tokens, facts.ceiling)?;

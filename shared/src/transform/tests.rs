@@ -103,8 +103,13 @@ pub fn envelope(messages: &[Value], percent: u64, now_ms: i64) -> Envelope {
     .unwrap()
 }
 
+/// Defaults, less the relief drop: these tests pin down which tags one
+/// mechanism drops, and relief would add its own (it has its own test).
 pub(super) fn config() -> TransformConfig {
-    TransformConfig::default()
+    TransformConfig {
+        relief_drop: false,
+        ..TransformConfig::default()
+    }
 }
 
 pub(super) fn pass(store: &mut Store, messages: &[Value], percent: u64, now_ms: i64) -> PassOutput {
@@ -695,4 +700,47 @@ fn the_emergency_band_executes_mid_turn_and_warns() {
         (Decision::Execute, "force_band")
     );
     assert!(forced.pass.warnings.is_empty());
+}
+
+#[test]
+fn at_the_threshold_a_busting_pass_buys_headroom() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(20); // 80 tags, 40 tool outputs of ~400 tokens
+    start(&mut store, &messages);
+    let with_relief = TransformConfig::default();
+    let now = warm_now(&messages);
+    // 70 % of a 100k window while the tagged content is ~17k tokens: the target
+    // leaves the untagged floor plus 30 % of the way to the 65k ceiling.
+    let out = run_pass(&mut store, envelope(&messages, 70, now), &with_relief, now).unwrap();
+    assert_eq!(
+        (out.pass.decision, out.pass.reason),
+        (Decision::Execute, "threshold")
+    );
+    let dropped = out.pass.dropped.clone();
+    assert!(!dropped.is_empty(), "relief dropped nothing");
+    // Only tool outputs outside the protected window, oldest first.
+    assert!(
+        dropped.iter().all(|n| n % 4 == 2 || n % 4 == 3),
+        "{dropped:?}"
+    );
+    assert!(dropped.iter().all(|&n| n < 61), "{dropped:?}");
+    assert_eq!(dropped[0], 2);
+    // The same usage sample again drops nothing more (latched), and a pass
+    // below the threshold defers.
+    let again = run_pass(
+        &mut store,
+        envelope(&messages, 70, now + 10),
+        &with_relief,
+        now + 10,
+    )
+    .unwrap();
+    assert!(again.pass.dropped.is_empty(), "{:?}", again.pass.dropped);
+    let calm = run_pass(
+        &mut store,
+        envelope(&messages, 40, now + 20),
+        &with_relief,
+        now + 20,
+    )
+    .unwrap();
+    assert_eq!(calm.pass.decision, Decision::Defer);
 }
