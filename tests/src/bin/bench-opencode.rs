@@ -12,15 +12,18 @@ use mc_tests::fake_provider::{Recorded, Reply, common_prefix};
 use mc_tests::opencode::{CONTEXT, OpenCode, Options, cache_key};
 use serde_json::json;
 
-const USAGE: &str = "usage: bench-opencode [--turns N (default 60)] [--file-kb N (default 10)]";
+const USAGE: &str =
+    "usage: bench-opencode [--turns N (default 60)] [--file-kb N (default 10)] [--mc-config JSONC]";
 
 struct Run {
     requests: Vec<Recorded>,
     hook_ms: Vec<f64>,
+    /// `mc-transform status` of the session at the end (with mc).
+    status: Option<serde_json::Value>,
 }
 
 /// A scripted session: each turn reads two files and answers.
-fn drive(with_mc: bool, turns: usize, file_kb: usize) -> Run {
+fn drive(with_mc: bool, turns: usize, file_kb: usize, mc_config: Option<&str>) -> Run {
     let dir = tempfile::tempdir().expect("a temp folder");
     let log = dir.path().join("hook-ms.log");
     let oc = OpenCode::start(
@@ -28,7 +31,7 @@ fn drive(with_mc: bool, turns: usize, file_kb: usize) -> Run {
         Options {
             db: Some(dir.path().join("ctx.db")),
             with_plugin: with_mc,
-            mc_config: None,
+            mc_config: mc_config.map(str::to_string),
             timing_log: with_mc.then(|| log.clone()),
         },
     );
@@ -67,9 +70,31 @@ fn drive(with_mc: bool, turns: usize, file_kb: usize) -> Run {
         .lines()
         .filter_map(|l| l.parse().ok())
         .collect();
+    if let (true, Some(keep)) = (with_mc, std::env::var_os("MC_BENCH_KEEP_DB")) {
+        let _ = std::fs::copy(dir.path().join("ctx.db"), &keep);
+        let mut wal = keep.clone();
+        wal.push("-wal");
+        let _ = std::fs::copy(dir.path().join("ctx.db-wal"), wal);
+    }
+    let status = with_mc.then(|| {
+        let db = dir.path().join("ctx.db");
+        let out = mc_tests::run_bin(
+            "mc-transform",
+            &[
+                "--db",
+                &db.display().to_string(),
+                "status",
+                "--session",
+                &session,
+            ],
+            b"",
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_default()
+    });
     Run {
         requests: oc.provider.agent_requests(),
         hook_ms,
+        status,
     }
 }
 
@@ -82,6 +107,20 @@ fn cache_share(requests: &[Recorded]) -> f64 {
         .map(|w| common_prefix(w[0].as_bytes(), w[1].as_bytes()))
         .sum();
     served as f64 / total.max(1) as f64
+}
+
+/// The requests whose previous request's prefix covered less than 90 % (why the share drops).
+fn misses(requests: &[Recorded]) -> Vec<String> {
+    let keys: Vec<String> = requests.iter().map(|r| cache_key(r).concat()).collect();
+    keys.windows(2)
+        .enumerate()
+        .filter_map(|(i, w)| {
+            let shared = common_prefix(w[0].as_bytes(), w[1].as_bytes());
+            let share = shared as f64 / w[1].len() as f64;
+            (share < 0.9)
+                .then(|| format!("#{} {:.0}% of {}k", i + 1, share * 100.0, w[1].len() / 4000))
+        })
+        .collect()
 }
 
 fn max_tokens(requests: &[Recorded]) -> u64 {
@@ -100,21 +139,24 @@ fn median(values: &mut [f64]) -> f64 {
 fn main() -> ExitCode {
     let mut turns = 60;
     let mut file_kb = 10;
+    let mut mc_config = None;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut it = args.iter();
     while let Some(flag) = it.next() {
-        let value = it.next().and_then(|v| v.parse().ok());
-        match (flag.as_str(), value) {
+        let value = it.next();
+        let number = value.and_then(|v| v.parse().ok());
+        match (flag.as_str(), number) {
             ("--turns", Some(v)) => turns = v,
             ("--file-kb", Some(v)) => file_kb = v,
+            ("--mc-config", _) if value.is_some() => mc_config = value.cloned(),
             _ => {
                 eprintln!("{USAGE}");
                 return ExitCode::from(2);
             }
         }
     }
-    let without = drive(false, turns, file_kb);
-    let mut with = drive(true, turns, file_kb);
+    let without = drive(false, turns, file_kb, None);
+    let mut with = drive(true, turns, file_kb, mc_config.as_deref());
     let (share_without, share_with) = (cache_share(&without.requests), cache_share(&with.requests));
     println!(
         "bench-opencode: {turns} turns, 2 reads of ~{file_kb} KB per turn, real OpenCode, fake provider"
@@ -136,6 +178,16 @@ fn main() -> ExitCode {
         share_with * 100.0,
         share_with / share_without * 100.0
     );
+    println!(
+        "  cache misses (<90 %) with mc: {}",
+        misses(&with.requests).join(", ")
+    );
+    if let Some(status) = &with.status {
+        println!(
+            "  mc passes          {} (last bust: {})",
+            status["passes"], status["last_bust"]
+        );
+    }
     let first = with.hook_ms.first().copied().unwrap_or(f64::NAN);
     println!(
         "  mc hook time       first {first:.1} ms, median {:.1} ms over {} calls",
