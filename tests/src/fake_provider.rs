@@ -57,6 +57,9 @@ struct State {
     auto_usage: bool,
     requests: Vec<Recorded>,
     calls: u64,
+    /// Requests for this model are the historian's: answered (not streamed)
+    /// with one compartment over the chunk the prompt names.
+    historian_model: Option<String>,
 }
 
 pub struct FakeProvider {
@@ -90,6 +93,16 @@ impl FakeProvider {
                         body,
                         raw,
                     };
+                    let historian = state.lock().unwrap().historian_model.clone();
+                    if historian.is_some_and(|m| recorded.body["model"] == m.as_str()) {
+                        let answer = historian_answer(&recorded.body);
+                        state.lock().unwrap().requests.push(recorded);
+                        let header =
+                            Header::from_bytes("Content-Type", "application/json").unwrap();
+                        let _ = request
+                            .respond(Response::from_string(answer.to_string()).with_header(header));
+                        continue;
+                    }
                     let sse = respond(&state, recorded);
                     let header = Header::from_bytes("Content-Type", "text/event-stream").unwrap();
                     let _ = request.respond(Response::from_string(sse).with_header(header));
@@ -123,6 +136,12 @@ impl FakeProvider {
     /// prefix shared with the previous agent request counts as cache reads.
     pub fn auto_usage(&self) {
         self.state.lock().unwrap().auto_usage = true;
+    }
+
+    /// Play the historian for requests naming `model`: a non-streamed Messages
+    /// answer folding the whole chunk (`<messages first=… last=…>`) into one compartment.
+    pub fn play_historian(&self, model: &str) {
+        self.state.lock().unwrap().historian_model = Some(model.to_string());
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -238,4 +257,37 @@ fn stream(reply: &Reply, usage: Usage, id: u64) -> String {
 /// Length of the longest common prefix of two byte strings.
 pub fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// A Messages API answer (not streamed) folding the chunk the historian's
+/// prompt names into one compartment.
+fn historian_answer(body: &Value) -> Value {
+    let mut prompt = String::new();
+    for message in body["messages"].as_array().into_iter().flatten() {
+        match &message["content"] {
+            Value::String(text) => prompt.push_str(text),
+            Value::Array(blocks) => blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str())
+                .for_each(|t| prompt.push_str(t)),
+            _ => {}
+        }
+    }
+    let attr = |name: &str| -> Option<i64> {
+        let rest = &prompt[prompt.find("<messages first=")?..];
+        let key = format!("{name}=\"");
+        let rest = &rest[rest.find(&key)? + key.len()..];
+        rest[..rest.find('"')?].parse().ok()
+    };
+    let (first, last) = (attr("first").unwrap_or(1), attr("last").unwrap_or(1));
+    let text = format!(
+        "<history>\n<compartment start=\"{first}\" end=\"{last}\" importance=\"60\" episode=\"feature\">\n\
+         <title>Folded messages {first}-{last}</title>\n<p1>The user asked for reads of the library; \
+         the agent read it.</p1>\n<p2>Reads of the library.</p2>\n<p3>Library reads.</p3>\n\
+         <p4>Reads</p4>\n</compartment>\n<facts>\n</facts>\n<unprocessed_from>{}</unprocessed_from>\n</history>",
+        last + 1
+    );
+    json!({"id": "msg_fake_historian", "type": "message", "role": "assistant", "model": body["model"],
+           "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null,
+           "usage": {"input_tokens": 1000, "output_tokens": 200}})
 }

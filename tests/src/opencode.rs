@@ -40,6 +40,8 @@ pub struct OpenCode {
     pub url: String,
     pub provider: FakeProvider,
     pub dir: PathBuf,
+    /// The database mc uses.
+    pub db: PathBuf,
     agent: ureq::Agent,
 }
 
@@ -99,8 +101,15 @@ impl OpenCode {
             std::fs::write(&blocker, "x").unwrap();
             blocker.join("ctx.db")
         });
+        // `{provider}` in the mc config stands for the fake provider's root URL.
         let mc_config = dir.join("mc-config.jsonc");
-        std::fs::write(&mc_config, options.mc_config.as_deref().unwrap_or("{}")).unwrap();
+        let root = provider.base_url().trim_end_matches("/v1").to_string();
+        let text = options
+            .mc_config
+            .as_deref()
+            .unwrap_or("{}")
+            .replace("{provider}", &root);
+        std::fs::write(&mc_config, text).unwrap();
         let mut child = Command::new(opencode_bin())
             .args(["serve", "--hostname", "127.0.0.1", "--port", "0"])
             .current_dir(&project)
@@ -132,6 +141,7 @@ impl OpenCode {
             url,
             provider,
             dir: dir.to_path_buf(),
+            db,
             agent,
         }
     }
@@ -145,6 +155,29 @@ impl OpenCode {
         let status = response.status();
         let text = response.body_mut().read_to_string().unwrap_or_default();
         assert!(status.is_success(), "POST {path}: {status}: {text}");
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+
+    /// Run an mc binary the way the plugin does: same database and config.
+    pub fn mc(&self, bin: &str, args: &[&str], stdin: &[u8]) -> std::process::Output {
+        crate::pipe(
+            Command::new(bin_path(bin))
+                .args(args)
+                .env("MC_DB", &self.db)
+                .env("MC_CONFIG", self.dir.join("mc-config.jsonc"))
+                .env("NO_PROXY", "127.0.0.1,localhost"),
+            stdin,
+        )
+        .unwrap_or_else(|e| panic!("running {bin}: {e}"))
+    }
+
+    pub fn get(&self, path: &str) -> Value {
+        let mut response = self
+            .agent
+            .get(&format!("{}{path}", self.url))
+            .call()
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        let text = response.body_mut().read_to_string().unwrap_or_default();
         serde_json::from_str(&text).unwrap_or(Value::Null)
     }
 

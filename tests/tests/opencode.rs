@@ -164,3 +164,151 @@ fn ctx_reduce_then_a_busting_turn_drops_the_output_and_later_requests_keep_it() 
         }
     }
 }
+
+#[test]
+fn after_a_historian_run_the_next_busting_request_carries_compartments_not_covered_messages() {
+    let config = r#"{
+        "providers": {"fake": {"kind": "anthropic", "base_url": "{provider}"}},
+        "historian": {"model": "fake/mock-historian", "retries": 0, "timeout_ms": 30000}
+    }"#;
+    let (oc, _dir) = with_mc(Some(config));
+    oc.provider.play_historian("mock-historian");
+    oc.provider.set_usage(usage_at(20));
+    let big = "pub fn helper(x: u64) -> u64 { x.wrapping_mul(2_654_435_761) % 97 }\n".repeat(180);
+    std::fs::write(oc.dir.join("project/src/big.rs"), big).unwrap();
+    let session = oc.new_session();
+    for turn in 0..4 {
+        oc.provider.push(
+            Reply::Tool {
+                name: "read".into(),
+                input: json!({"filePath": "src/big.rs"}),
+            },
+            None,
+        );
+        oc.prompt(&session, &format!("read the big file, pass {turn}"));
+    }
+    // The historian folds the old part (a small window keeps its live tail short).
+    let out = oc.mc(
+        "mc-historian",
+        &[
+            "run",
+            "--session",
+            &session,
+            "--opencode-url",
+            &oc.url,
+            "--context-limit",
+            "8000",
+        ],
+        b"",
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(
+        report["status"],
+        "published",
+        "{report} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Nothing changes until a pass busts anyway; then the compartment is at the head.
+    oc.prompt(&session, "quiet turn");
+    let quiet = oc.provider.agent_requests().last().unwrap().clone();
+    assert!(
+        all_text(&quiet).contains("read the big file, pass 0"),
+        "still raw before the bust"
+    );
+    assert!(!all_text(&quiet).contains("Folded messages"));
+    oc.provider.set_usage(usage_at(70));
+    oc.prompt(&session, "turn that reports high usage");
+    oc.provider.set_usage(usage_at(30));
+    oc.prompt(&session, "next turn");
+    let busted = oc.provider.agent_requests().last().unwrap().clone();
+    let text = all_text(&busted);
+    assert!(
+        text.contains("Folded messages"),
+        "the compartment is at the head: {}",
+        &text[..text.len().min(800)]
+    );
+    assert!(
+        !text.contains("read the big file, pass 0"),
+        "the covered raw message left the wire"
+    );
+}
+
+#[test]
+fn a_pinned_message_comes_back_after_opencodes_own_compaction_once() {
+    let (oc, _dir) = with_mc(None);
+    oc.provider.set_usage(usage_at(20));
+    let session = oc.new_session();
+    oc.prompt(&session, "Always answer in French from now on.");
+    oc.prompt(&session, "What is two plus two?");
+    let messages = oc.get(&format!("/session/{session}/message"));
+    let first = messages[0]["info"]["id"].as_str().unwrap().to_string();
+    let pinned = oc.mc(
+        "mc-pin",
+        &[
+            "pin",
+            "--harness",
+            "opencode",
+            "--session",
+            &session,
+            "--message",
+            &first,
+            "--opencode-url",
+            &oc.url,
+        ],
+        b"",
+    );
+    assert!(
+        pinned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pinned.stderr)
+    );
+    // OpenCode's own compaction; its session.compacted event reaches the plugin,
+    // which pipes it into mc-pin restore.
+    oc.post(
+        &format!("/session/{session}/summarize"),
+        json!({"providerID": "mock", "modelID": "mock-sonnet"}),
+    );
+    let restored = |oc: &OpenCode| -> usize {
+        let messages = oc.get(&format!("/session/{session}/message"));
+        messages
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|m| m["parts"].as_array().unwrap().iter())
+            .filter(|p| {
+                p["synthetic"] == true
+                    && p["text"]
+                        .as_str()
+                        .is_some_and(|t| t.contains("Always answer in French"))
+            })
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while restored(&oc) == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(
+        restored(&oc),
+        1,
+        "the pinned text was restored once as a synthetic part"
+    );
+    oc.prompt(&session, "And three plus three?");
+    let last = oc.provider.agent_requests().last().unwrap().clone();
+    assert!(
+        all_text(&last).contains("Always answer in French"),
+        "the pinned text reached the provider"
+    );
+    // A replayed event adds nothing.
+    let event = json!({"type": "session.compacted", "properties": {"sessionID": session}});
+    let replay = oc.mc(
+        "mc-pin",
+        &["restore", "--opencode-url", &oc.url],
+        event.to_string().as_bytes(),
+    );
+    assert!(
+        replay.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    assert_eq!(restored(&oc), 1);
+}
