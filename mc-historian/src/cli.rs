@@ -1,7 +1,7 @@
 //! Argument parsing, input sources and the commands.
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Read, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -10,16 +10,18 @@ use anyhow::{Context, anyhow};
 use clap::{Args as ClapArgs, Parser, Subcommand};
 use serde_json::Value;
 
+use mc_cli::{Failure, GlobalArgs, write_json};
 use mc_core::codec::claude;
-use mc_core::config::{self, Config};
+use mc_core::config::Config;
 use mc_core::historian::{self, Input, RunParams, RunStatus, Settings};
 use mc_core::llm::{self, Client, ProxyEnv};
 use mc_core::opencode_api::OpenCode;
-use mc_core::paths::{self, EnvPaths};
-use mc_core::store::{Store, StoreOptions};
+use mc_core::store::Store;
 use mc_core::transform::Envelope;
 
 use crate::progress::Progress;
+
+const NAME: &str = "mc-historian";
 
 const ABOUT: &str = "Folds old conversation of a coding session into compartments and facts.
 
@@ -34,17 +36,8 @@ Models and providers come from the user config (historian.model, providers).";
 #[derive(Parser, Debug)]
 #[command(name = "mc-historian", version, about = ABOUT)]
 struct Args {
-    /// SQLite database [default: $MC_DB, else $XDG_DATA_HOME/mc/context.db]
-    #[arg(long, global = true, value_name = "PATH")]
-    db: Option<PathBuf>,
-
-    /// Extra config file, above user and project config [default: $MC_CONFIG]
-    #[arg(long, global = true, value_name = "PATH")]
-    config: Option<PathBuf>,
-
-    /// Pretty-print the JSON output
-    #[arg(long, global = true)]
-    pretty: bool,
+    #[command(flatten)]
+    global: GlobalArgs,
 
     #[command(subcommand)]
     command: Command,
@@ -90,37 +83,14 @@ struct Source {
     now_ms: Option<i64>,
 }
 
-/// A failure with its exit code: 2 for bad input or usage, 1 otherwise.
-struct Failure {
-    code: u8,
-    error: anyhow::Error,
-}
-
-impl From<anyhow::Error> for Failure {
-    fn from(error: anyhow::Error) -> Self {
-        let input = error.chain().any(|cause| {
-            matches!(
-                cause.downcast_ref::<mc_core::Error>(),
-                Some(mc_core::Error::Input(_))
-            ) || cause
-                .downcast_ref::<llm::LlmError>()
-                .is_some_and(|e| e.kind == llm::ErrorKind::Config)
-        });
-        Failure {
-            code: if input { 2 } else { 1 },
-            error,
-        }
+/// A model-client failure: a misconfigured chain is the user's to fix (exit
+/// 2), anything else exits 1.
+fn client_failure(error: llm::LlmError) -> Failure {
+    if error.kind == llm::ErrorKind::Config {
+        Failure::input(error.into())
+    } else {
+        Failure::runtime(error.into())
     }
-}
-
-impl From<mc_core::Error> for Failure {
-    fn from(error: mc_core::Error) -> Self {
-        anyhow::Error::from(error).into()
-    }
-}
-
-fn input_failure(error: anyhow::Error) -> Failure {
-    Failure { code: 2, error }
 }
 
 pub fn main() -> ExitCode {
@@ -130,61 +100,14 @@ pub fn main() -> ExitCode {
         Command::Check(source) => check(&args, source),
         Command::Prompt(source) => prompt(&args, source),
     };
-    match result {
-        Ok(code) => code,
-        Err(failure) if is_broken_pipe(&failure.error) => ExitCode::SUCCESS,
-        Err(failure) => {
-            eprintln!("mc-historian: error: {:#}", failure.error);
-            ExitCode::from(failure.code)
-        }
-    }
-}
-
-fn is_broken_pipe(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
-}
-
-fn system_now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-fn env_paths() -> EnvPaths {
-    EnvPaths::from_lookup(&|name| std::env::var_os(name), std::env::current_dir().ok())
+    mc_cli::finish(NAME, result)
 }
 
 fn read_stdin() -> Result<String, Failure> {
-    let mut stdin = std::io::stdin();
-    if stdin.is_terminal() {
-        return Err(input_failure(anyhow!(
-            "expected the envelope (JSON) on stdin, or --transcript FILE, or --opencode-url URL \
-             --session ID (see mc-historian --help)"
-        )));
-    }
-    let mut text = String::new();
-    stdin
-        .read_to_string(&mut text)
-        .context("cannot read stdin")
-        .map_err(input_failure)?;
-    Ok(text)
-}
-
-fn write_json(value: &Value, pretty: bool) -> anyhow::Result<()> {
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    if pretty {
-        serde_json::to_writer_pretty(&mut out, value)?;
-    } else {
-        serde_json::to_writer(&mut out, value)?;
-    }
-    out.write_all(b"\n")?;
-    out.flush()?;
-    Ok(())
+    mc_cli::read_stdin(
+        "expected the envelope (JSON) on stdin, or --transcript FILE, or --opencode-url URL \
+         --session ID (see mc-historian --help)",
+    )
 }
 
 /// The session to work on, and the clock its envelope fixed (if any).
@@ -200,18 +123,16 @@ fn load_input(source: &Source) -> Result<Loaded, Failure> {
         from_opencode(url, source)?
     } else {
         if source.session.is_some() {
-            return Err(input_failure(anyhow!(
+            return Err(Failure::input(anyhow!(
                 "--session goes with --opencode-url or --transcript; an envelope names its own session"
             )));
         }
         let text = read_stdin()?;
-        let value: Value = serde_json::from_str(&text)
-            .context("input is not JSON")
-            .map_err(input_failure)?;
-        let envelope = Envelope::from_value(value).map_err(|e| input_failure(e.into()))?;
+        let value = mc_cli::parse_json(&text, "input")?;
+        let envelope = Envelope::from_value(value).map_err(|e| Failure::input(e.into()))?;
         let now_ms = envelope.now_ms;
         Loaded {
-            input: Input::from_envelope(envelope).map_err(|e| input_failure(e.into()))?,
+            input: Input::from_envelope(envelope).map_err(|e| Failure::input(e.into()))?,
             now_ms,
         }
     };
@@ -219,7 +140,7 @@ fn load_input(source: &Source) -> Result<Loaded, Failure> {
         loaded.input.project_dir = Some(dir.clone());
     }
     if loaded.input.project_dir.is_none() {
-        loaded.input.project_dir = std::env::current_dir().ok();
+        loaded.input.project_dir = mc_cli::working_dir();
     }
     if let Some(limit) = source.context_limit {
         loaded.input.model.context_limit = Some(limit);
@@ -233,23 +154,23 @@ fn load_input(source: &Source) -> Result<Loaded, Failure> {
 fn from_transcript(path: &Path, source: &Source) -> Result<Loaded, Failure> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read transcript {}", path.display()))
-        .map_err(input_failure)?;
+        .map_err(Failure::input)?;
     let entries = claude::parse_transcript(&text)
         .with_context(|| format!("transcript {}", path.display()))
-        .map_err(input_failure)?;
+        .map_err(Failure::input)?;
     let session_id = source
         .session
         .clone()
         .or_else(|| entries.iter().find_map(|e| e.session_id.clone()))
         .ok_or_else(|| {
-            input_failure(anyhow!(
+            Failure::input(anyhow!(
                 "transcript {} names no sessionId; pass --session",
                 path.display()
             ))
         })?;
     let messages = claude::to_messages(&entries, &session_id);
     let mut input = Input::from_messages(historian::CLAUDE_CODE, &session_id, messages)
-        .map_err(|e| input_failure(e.into()))?;
+        .map_err(|e| Failure::input(e.into()))?;
     // The session's working directory, as the transcript recorded it.
     input.project_dir = entries
         .iter()
@@ -270,8 +191,8 @@ fn from_opencode(url: &str, source: &Source) -> Result<Loaded, Failure> {
     let messages = client
         .list_messages(session)
         .with_context(|| format!("fetching session {session} from {url}"))?;
-    let mut input =
-        Input::from_messages("opencode", session, messages).map_err(|e| input_failure(e.into()))?;
+    let mut input = Input::from_messages("opencode", session, messages)
+        .map_err(|e| Failure::input(e.into()))?;
     // OpenCode records the working directory on assistant messages.
     input.project_dir = input.messages.iter().rev().find_map(|m| {
         m.info()
@@ -287,20 +208,12 @@ fn from_opencode(url: &str, source: &Source) -> Result<Loaded, Failure> {
 }
 
 fn load_config(args: &Args, project_dir: Option<&Path>) -> Config {
-    let layers = paths::config_layers(args.config.as_deref(), project_dir, &env_paths());
-    let loaded = config::load(&layers);
-    for warning in &loaded.warnings {
-        eprintln!("mc-historian: warning: {warning}");
-    }
-    loaded.config
+    mc_cli::load_config(NAME, args.global.config.as_deref(), project_dir).0
 }
 
 fn open_store(args: &Args, config: &Config) -> anyhow::Result<Store> {
-    let path = paths::db_path(args.db.as_deref(), &env_paths())?;
-    let options = StoreOptions {
-        busy_timeout: Duration::from_millis(config.sqlite.busy_timeout_ms),
-    };
-    Store::open(&path, &options).with_context(|| format!("opening {}", path.display()))
+    let path = mc_cli::db_path(args.global.db.as_deref())?;
+    mc_cli::open_store_at(&path, config).with_context(|| format!("opening {}", path.display()))
 }
 
 /// The model chain, with each provider's key read from the variable the user
@@ -335,7 +248,7 @@ fn check(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
     let report = historian::check(store.conn(), &loaded.input, &config.transform)?;
     write_json(
         &serde_json::to_value(report).map_err(anyhow::Error::from)?,
-        args.pretty,
+        args.global.pretty,
     )?;
     Ok(ExitCode::SUCCESS)
 }
@@ -355,11 +268,11 @@ fn prompt(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
         historian: &config.historian,
         transform: &config.transform,
     };
-    let now = loaded.now_ms.unwrap_or_else(system_now_ms);
+    let now = loaded.now_ms.unwrap_or_else(mc_cli::now_ms);
     let report = historian::prompt(store.conn(), &loaded.input, &settings, client.as_ref(), now)?;
     write_json(
         &serde_json::to_value(report).map_err(anyhow::Error::from)?,
-        args.pretty,
+        args.global.pretty,
     )?;
     Ok(ExitCode::SUCCESS)
 }
@@ -367,10 +280,10 @@ fn prompt(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
 fn run(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
     let loaded = load_input(source)?;
     let config = load_config(args, loaded.input.project_dir.as_deref());
-    let client = client(&config).map_err(anyhow::Error::from)?;
+    let client = client(&config).map_err(client_failure)?;
     let mut store = open_store(args, &config)?;
     let fixed = loaded.now_ms;
-    let now = move || fixed.unwrap_or_else(system_now_ms);
+    let now = move || fixed.unwrap_or_else(mc_cli::now_ms);
     // The lease outlives the longest model call (with its retries and
     // fallbacks) by a minute; it is renewed before every call.
     let lease = client.options().worst_case(client.chain().len()) + Duration::from_secs(60);
@@ -394,12 +307,10 @@ fn run(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
     });
     progress.finish();
     let report = report?;
-    for warning in &report.warnings {
-        eprintln!("mc-historian: warning: {warning}");
-    }
+    mc_cli::warn(NAME, &report.warnings);
     write_json(
         &serde_json::to_value(&report).map_err(anyhow::Error::from)?,
-        args.pretty,
+        args.global.pretty,
     )?;
     match (report.status, &report.error) {
         (RunStatus::Failed, Some(error)) => {

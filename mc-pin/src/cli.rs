@@ -1,23 +1,23 @@
 //! Argument parsing and the commands.
 
-use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use clap::{Args as ClapArgs, Parser, Subcommand};
 use serde_json::Value;
 
-use mc_core::config::{self, Config};
+use mc_cli::{Failure, GlobalArgs, now_ms, write_json};
 use mc_core::opencode_api::OpenCode;
 use mc_core::pin::{
     self, Action, Event, Harness, PinOutcome, PinRequest, RequestFields, RestoreReport, Target,
     hook, local, opencode,
 };
-use mc_core::store::{Store, StoreOptions};
+use mc_core::store::Store;
 
 use crate::paths;
+
+const NAME: &str = "mc-pin";
 
 const ABOUT: &str = "Pinned messages survive every compaction.
 
@@ -36,17 +36,8 @@ Any other event does nothing.";
 #[derive(Parser, Debug)]
 #[command(name = "mc-pin", version, about = ABOUT)]
 struct Args {
-    /// SQLite database [default: $MC_DB, else $XDG_DATA_HOME/mc/context.db]
-    #[arg(long, global = true, value_name = "PATH")]
-    db: Option<PathBuf>,
-
-    /// Extra config file, above user and project config [default: $MC_CONFIG]
-    #[arg(long, global = true, value_name = "PATH")]
-    config: Option<PathBuf>,
-
-    /// Pretty-print the JSON output
-    #[arg(long, global = true)]
-    pretty: bool,
+    #[command(flatten)]
+    global: GlobalArgs,
 
     #[command(subcommand)]
     command: Command,
@@ -133,32 +124,6 @@ struct RestoreArgs {
     reply: bool,
 }
 
-/// A failure with its exit code: 2 for bad input or usage, 1 otherwise.
-struct Failure {
-    code: u8,
-    error: anyhow::Error,
-}
-
-impl From<anyhow::Error> for Failure {
-    fn from(error: anyhow::Error) -> Self {
-        let code = match error.downcast_ref::<mc_core::Error>() {
-            Some(mc_core::Error::Input(_)) => 2,
-            _ => 1,
-        };
-        Failure { code, error }
-    }
-}
-
-impl From<mc_core::Error> for Failure {
-    fn from(error: mc_core::Error) -> Self {
-        anyhow::Error::from(error).into()
-    }
-}
-
-fn usage(error: anyhow::Error) -> Failure {
-    Failure { code: 2, error }
-}
-
 pub fn main() -> ExitCode {
     let args = Args::parse();
     let result = match &args.command {
@@ -167,14 +132,7 @@ pub fn main() -> ExitCode {
         Command::List(target) => run_pins(&args, Action::List, target),
         Command::Restore(restore) => run_restore(&args, restore),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(failure) if is_broken_pipe(&failure.error) => ExitCode::SUCCESS,
-        Err(failure) => {
-            eprintln!("mc-pin: error: {}", describe(&failure.error));
-            ExitCode::from(failure.code)
-        }
-    }
+    mc_cli::finish_with(NAME, result, describe)
 }
 
 /// The error and its causes on one line; a cause that only repeats the text
@@ -194,67 +152,19 @@ fn describe(error: &anyhow::Error) -> String {
     line
 }
 
-fn is_broken_pipe(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 fn warn(warnings: &[String]) {
-    for warning in warnings {
-        eprintln!("mc-pin: warning: {warning}");
-    }
+    mc_cli::warn(NAME, warnings);
 }
 
 fn read_stdin(what: &str) -> Result<String, Failure> {
-    let mut stdin = std::io::stdin();
-    if stdin.is_terminal() {
-        return Err(usage(anyhow!(
-            "expected {what} as JSON on stdin (see mc-pin --help)"
-        )));
-    }
-    let mut text = String::new();
-    stdin
-        .read_to_string(&mut text)
-        .context("cannot read stdin")
-        .map_err(usage)?;
-    Ok(text)
-}
-
-fn write_json(value: &Value, pretty: bool) -> anyhow::Result<()> {
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    if pretty {
-        serde_json::to_writer_pretty(&mut out, value)?;
-    } else {
-        serde_json::to_writer(&mut out, value)?;
-    }
-    out.write_all(b"\n")?;
-    out.flush()?;
-    Ok(())
-}
-
-fn load_config(args: &Args) -> Config {
-    let loaded = config::load(&paths::config_layers(args.config.as_deref()));
-    warn(&loaded.warnings);
-    loaded.config
+    mc_cli::read_stdin(&format!(
+        "expected {what} as JSON on stdin (see mc-pin --help)"
+    ))
 }
 
 fn open_store(args: &Args) -> anyhow::Result<Store> {
-    let config = load_config(args);
-    let path = paths::db_path(args.db.as_deref())?;
-    let options = StoreOptions {
-        busy_timeout: Duration::from_millis(config.sqlite.busy_timeout_ms),
-    };
-    Ok(Store::open(&path, &options)?)
+    let (config, _) = mc_cli::load_config(NAME, args.global.config.as_deref(), None);
+    mc_cli::open_store(args.global.db.as_deref(), &config)
 }
 
 /// The request from the flags, completed from JSON on stdin when `--session`
@@ -265,9 +175,7 @@ fn request_of(
 ) -> Result<(PinRequest, Option<String>, Option<String>), Failure> {
     let fields = if flags.session.is_none() {
         let text = read_stdin("the request (or pass --session)")?;
-        let value: Value = serde_json::from_str(&text)
-            .context("the request on stdin is not JSON")
-            .map_err(usage)?;
+        let value = mc_cli::parse_json(&text, "the request on stdin")?;
         RequestFields::from_value(&value)?
     } else {
         RequestFields::default()
@@ -283,7 +191,7 @@ fn request_of(
         .clone()
         .or(fields.session_id)
         .filter(|s| !s.is_empty())
-        .ok_or_else(|| usage(anyhow!("no session: pass --session ID")))?;
+        .ok_or_else(|| Failure::input(anyhow!("no session: pass --session ID")))?;
     let target = match (&flags.message, &flags.last, fields.message_id, fields.last) {
         (Some(id), _, _, _) => Some(Target::Id(id.clone())),
         (None, Some(role), _, _) => Some(Target::Last(pin::check_role(role)?)),
@@ -293,12 +201,12 @@ fn request_of(
     };
     match (action, &target) {
         (Action::Pin, None) => {
-            return Err(usage(anyhow!(
+            return Err(Failure::input(anyhow!(
                 "pin needs --message ID or --last user|assistant"
             )));
         }
         (Action::Unpin, None | Some(Target::Last(_))) => {
-            return Err(usage(anyhow!("unpin needs --message ID")));
+            return Err(Failure::input(anyhow!("unpin needs --message ID")));
         }
         _ => {}
     }
@@ -306,7 +214,7 @@ fn request_of(
     let url = match harness {
         Harness::OpenCode => explicit_url.or_else(paths::opencode_url_from_env),
         _ if explicit_url.is_some() => {
-            return Err(usage(anyhow!(
+            return Err(Failure::input(anyhow!(
                 "--opencode-url is for OpenCode sessions; {} pins live in mc's database",
                 harness.as_str()
             )));
@@ -330,7 +238,7 @@ fn request_of(
 fn run_pins(args: &Args, action: Action, flags: &TargetArgs) -> Result<(), Failure> {
     let (request, url, directory) = request_of(action, flags)?;
     let mut store = open_store(args)?;
-    let cwd = paths::working_dir();
+    let cwd = mc_cli::working_dir();
     let outcome: PinOutcome = match url {
         Some(url) => {
             let api = OpenCode::new(&url).with_directory(directory.as_deref());
@@ -356,7 +264,7 @@ fn run_pins(args: &Args, action: Action, flags: &TargetArgs) -> Result<(), Failu
     warn(&outcome.warnings);
     write_json(
         &serde_json::to_value(&outcome).map_err(anyhow::Error::from)?,
-        args.pretty,
+        args.global.pretty,
     )?;
     Ok(())
 }
@@ -377,18 +285,13 @@ fn run_restore(args: &Args, flags: &RestoreArgs) -> Result<(), Failure> {
 
 fn restore(args: &Args, flags: &RestoreArgs, harness: Option<Harness>) -> Result<(), Failure> {
     let text = read_stdin("one event")?;
-    let value: Value = serde_json::from_str(&text)
-        .context("the event on stdin is not JSON")
-        .map_err(usage)?;
+    let value = mc_cli::parse_json(&text, "the event on stdin")?;
     let looks_like_hook = value.get("hook_event_name").is_some();
     let event = match pin::classify(&value) {
         Ok(event) => event,
         // A hook input is never answered with exit 2 (it would only show an error).
         Err(e) if looks_like_hook => {
-            return Err(Failure {
-                code: 1,
-                error: e.into(),
-            });
+            return Err(Failure::runtime(e.into()));
         }
         Err(e) => return Err(e.into()),
     };
@@ -398,12 +301,12 @@ fn restore(args: &Args, flags: &RestoreArgs, harness: Option<Harness>) -> Result
             let report = RestoreReport::none("not_a_compaction", None);
             let mut value = serde_json::to_value(&report).map_err(anyhow::Error::from)?;
             value["event"] = Value::String(kind);
-            write_json(&value, args.pretty)?;
+            write_json(&value, args.global.pretty)?;
             Ok(())
         }
         Event::Compacted(compacted) => {
             if harness.is_some_and(|h| h != Harness::OpenCode) {
-                return Err(usage(anyhow!(
+                return Err(Failure::input(anyhow!(
                     "a session.compacted event is an OpenCode event, not {}",
                     harness.map_or("", Harness::as_str)
                 )));
@@ -413,7 +316,7 @@ fn restore(args: &Args, flags: &RestoreArgs, harness: Option<Harness>) -> Result
                 .clone()
                 .or_else(paths::opencode_url_from_env)
                 .ok_or_else(|| {
-                    usage(anyhow!(
+                    Failure::input(anyhow!(
                         "restoring after an OpenCode compaction needs the server: pass --opencode-url or set OPENCODE_URL"
                     ))
                 })?;
@@ -429,7 +332,7 @@ fn restore(args: &Args, flags: &RestoreArgs, harness: Option<Harness>) -> Result
             warn(&report.warnings);
             write_json(
                 &serde_json::to_value(&report).map_err(anyhow::Error::from)?,
-                args.pretty,
+                args.global.pretty,
             )?;
             Ok(())
         }
@@ -466,7 +369,7 @@ fn restore_hook(
     let Some(output) = &report.hook_output else {
         return Ok(());
     };
-    write_json(output, args.pretty)?;
+    write_json(output, args.global.pretty)?;
     // The context is out; only now does the cursor move.
     if let Err(e) = hook::commit(&mut store, &report, now_ms()) {
         eprintln!(

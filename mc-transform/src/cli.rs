@@ -1,19 +1,18 @@
 //! Argument parsing and the commands.
 
-use std::io::{IsTerminal, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
-use mc_core::config::{self, Config};
-use mc_core::store::{Store, StoreOptions};
+use mc_cli::{Failure, GlobalArgs, now_ms, write_json};
+use mc_core::config::Config;
+use mc_core::store::Store;
 use mc_core::transform::{self, Envelope, PassReport, ReduceRequest};
 
-use crate::paths;
+const NAME: &str = "mc-transform";
 
 const ABOUT: &str = "Per-call context transform for coding agents.
 
@@ -30,17 +29,8 @@ with \"decision\": \"passthrough\" and exits 0. Input that is not JSON or has no
 #[derive(Parser, Debug)]
 #[command(name = "mc-transform", version, about = ABOUT)]
 struct Args {
-    /// SQLite database [default: $MC_DB, else $XDG_DATA_HOME/mc/context.db]
-    #[arg(long, global = true, value_name = "PATH")]
-    db: Option<PathBuf>,
-
-    /// Extra config file, above user and project config [default: $MC_CONFIG]
-    #[arg(long, global = true, value_name = "PATH")]
-    config: Option<PathBuf>,
-
-    /// Pretty-print the JSON output
-    #[arg(long, global = true)]
-    pretty: bool,
+    #[command(flatten)]
+    global: GlobalArgs,
 
     #[command(subcommand)]
     command: Option<Command>,
@@ -82,26 +72,6 @@ enum Command {
     Recount,
 }
 
-/// A failure with its exit code: 2 for bad input or usage, 1 otherwise.
-struct Failure {
-    code: u8,
-    error: anyhow::Error,
-}
-
-impl From<anyhow::Error> for Failure {
-    fn from(error: anyhow::Error) -> Self {
-        let code = match error.downcast_ref::<mc_core::Error>() {
-            Some(mc_core::Error::Input(_)) => 2,
-            _ => 1,
-        };
-        Failure { code, error }
-    }
-}
-
-fn input_failure(error: anyhow::Error) -> Failure {
-    Failure { code: 2, error }
-}
-
 pub fn main() -> ExitCode {
     let args = Args::parse();
     let result = match &args.command {
@@ -114,92 +84,34 @@ pub fn main() -> ExitCode {
         Some(Command::Status { session, harness }) => run_status(&args, session, harness),
         Some(Command::Recount) => run_recount(&args),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(failure) if is_broken_pipe(&failure.error) => ExitCode::SUCCESS,
-        Err(failure) => {
-            eprintln!("mc-transform: error: {:#}", failure.error);
-            ExitCode::from(failure.code)
-        }
-    }
-}
-
-fn is_broken_pipe(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    mc_cli::finish(NAME, result)
 }
 
 fn read_stdin() -> Result<String, Failure> {
-    let mut stdin = std::io::stdin();
-    if stdin.is_terminal() {
-        return Err(input_failure(anyhow!(
-            "expected JSON on stdin (see mc-transform --help)"
-        )));
-    }
-    let mut text = String::new();
-    stdin
-        .read_to_string(&mut text)
-        .context("cannot read stdin")
-        .map_err(input_failure)?;
-    Ok(text)
+    mc_cli::read_stdin("expected JSON on stdin (see mc-transform --help)")
 }
 
 fn parse_json(text: &str) -> Result<Value, Failure> {
-    serde_json::from_str(text)
-        .context("input is not JSON")
-        .map_err(input_failure)
-}
-
-fn write_json(value: &Value, pretty: bool) -> anyhow::Result<()> {
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-    if pretty {
-        serde_json::to_writer_pretty(&mut out, value)?;
-    } else {
-        serde_json::to_writer(&mut out, value)?;
-    }
-    out.write_all(b"\n")?;
-    out.flush()?;
-    Ok(())
+    mc_cli::parse_json(text, "input")
 }
 
 fn load_config(args: &Args, project_dir: Option<&Path>) -> (Config, Vec<String>) {
-    let loaded = config::load(&paths::config_layers(args.config.as_deref(), project_dir));
-    for warning in &loaded.warnings {
-        eprintln!("mc-transform: warning: {warning}");
-    }
-    (loaded.config, loaded.warnings)
+    mc_cli::load_config(NAME, args.global.config.as_deref(), project_dir)
 }
 
 fn open_store(args: &Args, config: &Config) -> anyhow::Result<Store> {
-    let path = paths::db_path(args.db.as_deref())?;
-    let options = StoreOptions {
-        busy_timeout: Duration::from_millis(config.sqlite.busy_timeout_ms),
-    };
-    Ok(Store::open(&path, &options)?)
+    mc_cli::open_store(args.global.db.as_deref(), config)
 }
 
 fn run_pass(args: &Args) -> Result<(), Failure> {
     let text = read_stdin()?;
     let value = parse_json(&text)?;
     let envelope =
-        Envelope::from_value(value).map_err(|e| input_failure(anyhow::Error::from(e)))?;
+        Envelope::from_value(value).map_err(|e| Failure::input(anyhow::Error::from(e)))?;
     let now = envelope.now_ms.unwrap_or_else(now_ms);
     let harness = envelope.harness.clone();
     let session_id = envelope.session_id.clone();
-    let project_dir = envelope
-        .project_dir
-        .clone()
-        .or_else(|| std::env::current_dir().ok());
+    let project_dir = envelope.project_dir.clone().or_else(mc_cli::working_dir);
     let mut envelope = envelope;
     envelope.project_dir = project_dir.clone();
     let (config, config_warnings) = load_config(args, project_dir.as_deref());
@@ -229,7 +141,7 @@ fn run_pass(args: &Args) -> Result<(), Failure> {
             passthrough(&text, message, config_warnings)
         }
     };
-    write_json(&output, args.pretty)?;
+    write_json(&output, args.global.pretty)?;
     Ok(())
 }
 
@@ -264,14 +176,14 @@ fn run_reduce(
         (Some(session), Some(drop)) => ReduceRequest {
             harness: harness.to_string(),
             session_id: session.to_string(),
-            drop: transform::reduce::parse_drop(drop).map_err(|e| input_failure(e.into()))?,
+            drop: transform::reduce::parse_drop(drop).map_err(|e| Failure::input(e.into()))?,
         },
         (None, None) => {
             let value = parse_json(&read_stdin()?)?;
-            ReduceRequest::from_value(value).map_err(|e| input_failure(e.into()))?
+            ReduceRequest::from_value(value).map_err(|e| Failure::input(e.into()))?
         }
         _ => {
-            return Err(input_failure(anyhow!(
+            return Err(Failure::input(anyhow!(
                 "reduce needs both --session and --drop, or JSON on stdin"
             )));
         }
@@ -282,7 +194,7 @@ fn run_reduce(
         .map_err(anyhow::Error::from)?;
     write_json(
         &serde_json::to_value(result).map_err(anyhow::Error::from)?,
-        args.pretty,
+        args.global.pretty,
     )?;
     Ok(())
 }
@@ -294,25 +206,22 @@ fn run_status(args: &Args, session: &str, harness: &str) -> Result<(), Failure> 
     let value = match report {
         Some(report) => serde_json::to_value(report).map_err(anyhow::Error::from)?,
         None => {
-            return Err(Failure {
-                code: 1,
-                error: anyhow!(
-                    "no session {session:?} for harness {harness:?} in {} (no pass has seen it yet)",
-                    store.path().display()
-                ),
-            });
+            return Err(Failure::runtime(anyhow!(
+                "no session {session:?} for harness {harness:?} in {} (no pass has seen it yet)",
+                store.path().display()
+            )));
         }
     };
-    write_json(&value, args.pretty)?;
+    write_json(&value, args.global.pretty)?;
     Ok(())
 }
 
 fn run_recount(args: &Args) -> Result<(), Failure> {
     let value = parse_json(&read_stdin()?)?;
-    let envelope = Envelope::from_value(value).map_err(|e| input_failure(e.into()))?;
+    let envelope = Envelope::from_value(value).map_err(|e| Failure::input(e.into()))?;
     let (config, _) = load_config(args, envelope.project_dir.as_deref());
     let mut store = open_store(args, &config)?;
     let result = transform::recount::recount(&mut store, envelope).map_err(anyhow::Error::from)?;
-    write_json(&json!(result), args.pretty)?;
+    write_json(&json!(result), args.global.pretty)?;
     Ok(())
 }

@@ -1,7 +1,6 @@
 //! mc-transform: the per-call transform. Thin: arguments, stdin, mc-core, stdout.
 
 mod cli;
-mod paths;
 
 use std::process::ExitCode;
 

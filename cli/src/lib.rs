@@ -1,0 +1,243 @@
+//! The binaries' shared edge: the global flags, failures and their exit
+//! codes, stdin and stdout JSON, the clock, and the database and config as
+//! the process environment places them.
+//!
+//! Besides the binaries themselves, this is the only crate that touches
+//! stdin, stdout, stderr or the environment; mc-core gets everything as
+//! values. Whatever differs between the binaries (their messages, extra exit
+//! rules, their own variables) stays in the binary.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Termination};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, anyhow};
+use serde_json::Value;
+
+use mc_core::config::{self, Config};
+use mc_core::paths::{self, EnvPaths};
+use mc_core::store::{Store, StoreOptions};
+
+/// The flags every mc binary takes, before and after its subcommand:
+/// `#[command(flatten)]` this into the binary's arguments.
+#[derive(clap::Args, Debug)]
+pub struct GlobalArgs {
+    /// SQLite database [default: $MC_DB, else $XDG_DATA_HOME/mc/context.db]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub db: Option<PathBuf>,
+
+    /// Extra config file, above user and project config [default: $MC_CONFIG]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// Pretty-print the JSON output
+    #[arg(long, global = true)]
+    pub pretty: bool,
+}
+
+/// A failure with its exit code: 2 for bad input or usage, 1 otherwise.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub error: anyhow::Error,
+}
+
+impl Failure {
+    /// The caller's fault (bad input or usage): exit 2.
+    pub fn input(error: anyhow::Error) -> Self {
+        Failure { code: 2, error }
+    }
+
+    /// A runtime failure: exit 1, whatever the error is.
+    pub fn runtime(error: anyhow::Error) -> Self {
+        Failure { code: 1, error }
+    }
+}
+
+/// Exit 2 when an `mc_core::Error::Input` is anywhere in the chain, else 1.
+impl From<anyhow::Error> for Failure {
+    fn from(error: anyhow::Error) -> Self {
+        let input = error.chain().any(|cause| {
+            matches!(
+                cause.downcast_ref::<mc_core::Error>(),
+                Some(mc_core::Error::Input(_))
+            )
+        });
+        Failure {
+            code: if input { 2 } else { 1 },
+            error,
+        }
+    }
+}
+
+impl From<mc_core::Error> for Failure {
+    fn from(error: mc_core::Error) -> Self {
+        anyhow::Error::from(error).into()
+    }
+}
+
+/// The exit code of a command: success as the command says; a failure is
+/// printed as `name: error: {error:#}` on stderr and exits with its code,
+/// except that a broken pipe anywhere in the chain (the reader went away)
+/// exits 0 silently.
+pub fn finish<T: Termination>(name: &str, result: Result<T, Failure>) -> ExitCode {
+    finish_with(name, result, |error| format!("{error:#}"))
+}
+
+/// [`finish`], with the binary's own way of putting the error on one line.
+pub fn finish_with<T: Termination>(
+    name: &str,
+    result: Result<T, Failure>,
+    describe: impl FnOnce(&anyhow::Error) -> String,
+) -> ExitCode {
+    match result {
+        Ok(value) => value.report(),
+        Err(failure) if is_broken_pipe(&failure.error) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("{name}: error: {}", describe(&failure.error));
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+/// True when a broken pipe is anywhere in the error's chain.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Each warning as `name: warning: …` on stderr.
+pub fn warn(name: &str, warnings: &[String]) {
+    for warning in warnings {
+        eprintln!("{name}: warning: {warning}");
+    }
+}
+
+/// All of stdin. A terminal is refused with `when_terminal` as the message;
+/// both that and a failed read are input failures (exit 2).
+pub fn read_stdin(when_terminal: &str) -> Result<String, Failure> {
+    let mut stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Err(Failure::input(anyhow!("{when_terminal}")));
+    }
+    let mut text = String::new();
+    stdin
+        .read_to_string(&mut text)
+        .context("cannot read stdin")
+        .map_err(Failure::input)?;
+    Ok(text)
+}
+
+/// `text` as JSON; otherwise an input failure (exit 2) saying
+/// `{what} is not JSON: …`.
+pub fn parse_json(text: &str, what: &str) -> Result<Value, Failure> {
+    serde_json::from_str(text)
+        .with_context(|| format!("{what} is not JSON"))
+        .map_err(Failure::input)
+}
+
+/// One JSON document on stdout, compact or pretty, then a newline.
+pub fn write_json(value: &Value, pretty: bool) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    if pretty {
+        serde_json::to_writer_pretty(&mut out, value)?;
+    } else {
+        serde_json::to_writer(&mut out, value)?;
+    }
+    out.write_all(b"\n")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The system clock in milliseconds since the epoch (0 before it).
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The process's working directory, if it has one.
+pub fn working_dir() -> Option<PathBuf> {
+    std::env::current_dir().ok()
+}
+
+/// The environment values path resolution reads, from this process.
+pub fn env_paths() -> EnvPaths {
+    EnvPaths::from_lookup(&|name| std::env::var_os(name), working_dir())
+}
+
+/// The config from its layers (user, project of `project_dir` or the working
+/// directory, then `--config` or `MC_CONFIG`). Each warning is printed as
+/// `name: warning: …` and returned too.
+pub fn load_config(
+    name: &str,
+    flag: Option<&Path>,
+    project_dir: Option<&Path>,
+) -> (Config, Vec<String>) {
+    let layers = paths::config_layers(flag, project_dir, &env_paths());
+    let loaded = config::load(&layers);
+    warn(name, &loaded.warnings);
+    (loaded.config, loaded.warnings)
+}
+
+/// `--db`, else `MC_DB`, else `$XDG_DATA_HOME/mc/context.db`.
+pub fn db_path(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
+    Ok(paths::db_path(flag, &env_paths())?)
+}
+
+/// The store at [`db_path`], with the configured busy timeout.
+pub fn open_store(db_flag: Option<&Path>, config: &Config) -> anyhow::Result<Store> {
+    let path = db_path(db_flag)?;
+    Ok(open_store_at(&path, config)?)
+}
+
+/// The store at `path`, with the configured busy timeout.
+pub fn open_store_at(path: &Path, config: &Config) -> mc_core::Result<Store> {
+    let options = StoreOptions {
+        busy_timeout: Duration::from_millis(config.sqlite.busy_timeout_ms),
+    };
+    Store::open(path, &options)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_errors_exit_2_anywhere_in_the_chain() {
+        let input = anyhow::Error::from(mc_core::Error::input("bad"));
+        assert_eq!(Failure::from(input).code, 2);
+        let wrapped = anyhow::Error::from(mc_core::Error::input("bad")).context("reading");
+        assert_eq!(Failure::from(wrapped).code, 2);
+        assert_eq!(Failure::from(mc_core::Error::input("bad")).code, 2);
+        assert_eq!(Failure::from(mc_core::Error::Corrupt("x".into())).code, 1);
+        assert_eq!(Failure::from(anyhow!("other")).code, 1);
+    }
+
+    #[test]
+    fn a_broken_pipe_anywhere_in_the_chain_counts() {
+        let pipe = std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+        assert!(is_broken_pipe(
+            &anyhow::Error::from(pipe).context("writing")
+        ));
+        let other = std::io::Error::from(std::io::ErrorKind::NotFound);
+        assert!(!is_broken_pipe(&anyhow::Error::from(other)));
+    }
+
+    #[test]
+    fn not_json_is_an_input_failure_naming_what() {
+        let failure = parse_json("nope", "the event on stdin").unwrap_err();
+        assert_eq!(failure.code, 2);
+        assert!(
+            format!("{:#}", failure.error).starts_with("the event on stdin is not JSON: "),
+            "{:#}",
+            failure.error
+        );
+        assert_eq!(parse_json("[1]", "input").unwrap(), serde_json::json!([1]));
+    }
+}
