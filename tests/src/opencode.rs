@@ -51,6 +51,8 @@ pub struct Options {
     pub with_plugin: bool,
     /// mc config (JSONC text) handed to every mc process through MC_CONFIG.
     pub mc_config: Option<String>,
+    /// Point the plugin at this mc-transform instead of the built one.
+    pub transform_bin: Option<PathBuf>,
     /// Install the plugin behind a timing wrapper that logs each hook call (ms) to this file.
     pub timing_log: Option<PathBuf>,
 }
@@ -121,7 +123,13 @@ impl OpenCode {
             .env("NO_PROXY", "127.0.0.1,localhost")
             .env("MC_DB", &db)
             .env("MC_CONFIG", &mc_config)
-            .env("MC_TRANSFORM_BIN", bin_path("mc-transform"))
+            .env(
+                "MC_TRANSFORM_BIN",
+                options
+                    .transform_bin
+                    .clone()
+                    .unwrap_or_else(|| bin_path("mc-transform")),
+            )
             .env("MC_PIN_BIN", bin_path("mc-pin"))
             .env("MC_HISTORIAN_BIN", bin_path("mc-historian"))
             .stdin(Stdio::null())

@@ -18,6 +18,7 @@ fn with_mc(mc_config: Option<&str>) -> (OpenCode, tempfile::TempDir) {
             with_plugin: true,
             mc_config: mc_config.map(str::to_string),
             timing_log: None,
+            transform_bin: None,
         },
     );
     (oc, dir)
@@ -80,6 +81,7 @@ fn without_a_usable_database_the_session_keeps_working_untouched() {
             with_plugin: true,
             mc_config: None,
             timing_log: None,
+            transform_bin: None,
         },
     );
     let session = oc.new_session();
@@ -311,4 +313,127 @@ fn a_pinned_message_comes_back_after_opencodes_own_compaction_once() {
         String::from_utf8_lossy(&replay.stderr)
     );
     assert_eq!(restored(&oc), 1);
+}
+
+#[test]
+fn the_plugin_starts_the_historian_when_a_pass_says_it_is_due() {
+    let config = r#"{
+        "transform": {"relief_drop": false, "tool_reclaim": false},
+        "providers": {"fake": {"kind": "anthropic", "base_url": "{provider}"}},
+        "historian": {"model": "fake/mock-historian", "retries": 0, "timeout_ms": 30000}
+    }"#;
+    let (oc, _dir) = with_mc(Some(config));
+    oc.provider.play_historian("mock-historian");
+    oc.provider.set_usage(usage_at(20));
+    // ~44k tokens of tool output: more than the live tail the historian protects.
+    let big = "pub fn helper(x: u64) -> u64 { x.wrapping_mul(2_654_435_761) % 97 }\n".repeat(600);
+    std::fs::write(oc.dir.join("project/src/big.rs"), big).unwrap();
+    let session = oc.new_session();
+    for turn in 0..4 {
+        oc.provider.push(
+            Reply::Tool {
+                name: "read".into(),
+                input: json!({"filePath": "src/big.rs"}),
+            },
+            None,
+        );
+        oc.prompt(&session, &format!("read the big file, pass {turn}"));
+    }
+    // Usage near the threshold: the next pass reports historian_due and the
+    // plugin starts mc-historian in the background.
+    oc.provider.set_usage(usage_at(70));
+    oc.prompt(&session, "turn that reports high usage");
+    oc.provider.set_usage(usage_at(30));
+    oc.prompt(&session, "next turn");
+    let asked = || {
+        oc.provider
+            .requests()
+            .iter()
+            .any(|r| r.body["model"] == "mock-historian")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !asked() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(asked(), "the plugin never ran the historian");
+    // Its compartment lands at the head on a later busting pass.
+    let published = || {
+        let out = oc.mc("mc-transform", &["status", "--session", &session], b"");
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        status["historian"]["last_run"]["status"] == "published"
+    };
+    while !published() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(published(), "the background run did not publish");
+    oc.provider.set_usage(usage_at(70));
+    oc.prompt(&session, "another high-usage turn");
+    oc.provider.set_usage(usage_at(30));
+    oc.prompt(&session, "and one more");
+    let text = all_text(oc.provider.agent_requests().last().unwrap());
+    assert!(
+        text.contains("Folded messages"),
+        "the compartment is at the head"
+    );
+}
+
+#[test]
+fn without_mc_transform_the_messages_go_out_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let oc = OpenCode::start(
+        dir.path(),
+        Options {
+            db: Some(dir.path().join("ctx.db")),
+            with_plugin: true,
+            mc_config: None,
+            timing_log: None,
+            transform_bin: Some(dir.path().join("no-such-mc-transform")),
+        },
+    );
+    let session = oc.new_session();
+    oc.provider.push(Reply::Text("fine".into()), None);
+    oc.prompt(&session, "hello there");
+    oc.prompt(&session, "still there?");
+    let text = all_text(oc.provider.agent_requests().last().unwrap());
+    assert!(
+        text.contains("hello there") && !text.contains('§'),
+        "{text}"
+    );
+}
+
+#[test]
+fn at_the_blocking_band_the_plugin_waits_for_the_fold_before_sending() {
+    let config = r#"{
+        "providers": {"fake": {"kind": "anthropic", "base_url": "{provider}"}},
+        "historian": {"model": "fake/mock-historian", "retries": 0, "timeout_ms": 30000}
+    }"#;
+    let (oc, _dir) = with_mc(Some(config));
+    oc.provider.play_historian("mock-historian");
+    oc.provider.set_usage(usage_at(20));
+    let session = oc.new_session();
+    // Long user messages: the emergency drop takes tool outputs, never these.
+    let long = "Please keep this requirement in mind: ".to_string()
+        + &"the parser must stay streaming. ".repeat(700);
+    // ~53k tokens: well past the live tail the historian protects (40 % of 90k).
+    for turn in 0..12 {
+        oc.prompt(&session, &format!("part {turn}: {long}"));
+    }
+    oc.provider.set_usage(usage_at(96));
+    oc.prompt(&session, "turn that reports 96 %");
+    // This request's pass is blocking: the plugin ran the historian first and
+    // transformed again, so the compartment is already at the head.
+    oc.provider.set_usage(usage_at(40));
+    oc.prompt(&session, "next turn");
+    let requests = oc.provider.agent_requests();
+    let text = all_text(requests.last().unwrap());
+    let status = oc.mc("mc-transform", &["status", "--session", &session], b"");
+    assert!(
+        text.contains("Folded messages"),
+        "the fold landed before this request was sent; status: {}",
+        String::from_utf8_lossy(&status.stdout)
+    );
+    assert!(
+        !text.contains("part 0: Please keep"),
+        "the covered raw message left the wire"
+    );
 }

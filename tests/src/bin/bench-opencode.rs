@@ -33,6 +33,7 @@ fn drive(with_mc: bool, turns: usize, file_kb: usize, mc_config: Option<&str>) -
             with_plugin: with_mc,
             mc_config: mc_config.map(str::to_string),
             timing_log: with_mc.then(|| log.clone()),
+            transform_bin: None,
         },
     );
     let src = dir.path().join("project/src");
