@@ -12,8 +12,8 @@ use mc_tests::fake_provider::{Recorded, Reply, common_prefix};
 use mc_tests::opencode::{CONTEXT, OpenCode, Options, cache_key};
 use serde_json::json;
 
-const USAGE: &str =
-    "usage: bench-opencode [--turns N (default 60)] [--file-kb N (default 10)] [--mc-config JSONC]";
+const USAGE: &str = "usage: bench-opencode [--turns N (default 60)] [--file-kb N (default 10)] \
+                     [--mc-config JSONC] [--historian (the fake provider also plays the historian)]";
 
 struct Run {
     requests: Vec<Recorded>,
@@ -23,6 +23,12 @@ struct Run {
 }
 
 /// A scripted session: each turn reads two files and answers.
+/// mc config that makes the fake provider play the historian model too.
+const HISTORIAN_CONFIG: &str = r#"{
+    "providers": {"fake": {"kind": "anthropic", "base_url": "{provider}"}},
+    "historian": {"model": "fake/mock-historian", "retries": 0, "timeout_ms": 30000}
+}"#;
+
 fn drive(with_mc: bool, turns: usize, file_kb: usize, mc_config: Option<&str>) -> Run {
     let dir = tempfile::tempdir().expect("a temp folder");
     let log = dir.path().join("hook-ms.log");
@@ -45,6 +51,7 @@ fn drive(with_mc: bool, turns: usize, file_kb: usize, mc_config: Option<&str>) -
         std::fs::write(src.join(format!("module_{i}.rs")), body).expect("write a project file");
     }
     oc.provider.auto_usage();
+    oc.provider.play_historian("mock-historian");
     let session = oc.new_session();
     for turn in 0..turns {
         for k in 0..2 {
@@ -141,19 +148,29 @@ fn main() -> ExitCode {
     let mut turns = 60;
     let mut file_kb = 10;
     let mut mc_config = None;
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let value = it.next();
-        let number = value.and_then(|v| v.parse().ok());
-        match (flag.as_str(), number) {
-            ("--turns", Some(v)) => turns = v,
-            ("--file-kb", Some(v)) => file_kb = v,
-            ("--mc-config", _) if value.is_some() => mc_config = value.cloned(),
-            _ => {
-                eprintln!("{USAGE}");
-                return ExitCode::from(2);
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let ok = match flag.as_str() {
+            "--historian" => {
+                mc_config = Some(HISTORIAN_CONFIG.to_string());
+                true
             }
+            "--turns" => args
+                .next()
+                .and_then(|v| v.parse().ok())
+                .map(|v| turns = v)
+                .is_some(),
+            "--file-kb" => args
+                .next()
+                .and_then(|v| v.parse().ok())
+                .map(|v| file_kb = v)
+                .is_some(),
+            "--mc-config" => args.next().map(|v| mc_config = Some(v)).is_some(),
+            _ => false,
+        };
+        if !ok {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
         }
     }
     let without = drive(false, turns, file_kb, None);
