@@ -167,28 +167,39 @@ fn ctx_reduce_then_a_busting_turn_drops_the_output_and_later_requests_keep_it() 
     }
 }
 
-#[test]
-fn after_a_historian_run_the_next_busting_request_carries_compartments_not_covered_messages() {
-    let config = r#"{
-        "providers": {"fake": {"kind": "anthropic", "base_url": "{provider}"}},
-        "historian": {"model": "fake/mock-historian", "retries": 0, "timeout_ms": 30000}
-    }"#;
-    let (oc, _dir) = with_mc(Some(config));
+/// mc config in which the fake provider also plays the historian model;
+/// `extra` is spliced in as more top-level keys.
+fn historian_config(extra: &str) -> String {
+    format!(
+        r#"{{ {extra}
+            "providers": {{"fake": {{"kind": "anthropic", "base_url": "{{provider}}"}}}},
+            "historian": {{"model": "fake/mock-historian", "retries": 0, "timeout_ms": 30000}} }}"#
+    )
+}
+
+/// OpenCode with mc and a historian, after four turns that each read a file of
+/// `lines` lines (about 17 tokens a line) at 20 % usage.
+fn reading_a_big_file(lines: usize, extra_config: &str) -> (OpenCode, tempfile::TempDir, String) {
+    let (oc, dir) = with_mc(Some(&historian_config(extra_config)));
     oc.provider.play_historian("mock-historian");
     oc.provider.set_usage(usage_at(20));
-    let big = "pub fn helper(x: u64) -> u64 { x.wrapping_mul(2_654_435_761) % 97 }\n".repeat(180);
+    let big = "pub fn helper(x: u64) -> u64 { x.wrapping_mul(2_654_435_761) % 97 }\n".repeat(lines);
     std::fs::write(oc.dir.join("project/src/big.rs"), big).unwrap();
     let session = oc.new_session();
     for turn in 0..4 {
-        oc.provider.push(
-            Reply::Tool {
-                name: "read".into(),
-                input: json!({"filePath": "src/big.rs"}),
-            },
-            None,
-        );
+        let read = Reply::Tool {
+            name: "read".into(),
+            input: json!({"filePath": "src/big.rs"}),
+        };
+        oc.provider.push(read, None);
         oc.prompt(&session, &format!("read the big file, pass {turn}"));
     }
+    (oc, dir, session)
+}
+
+#[test]
+fn after_a_historian_run_the_next_busting_request_carries_compartments_not_covered_messages() {
+    let (oc, _dir, session) = reading_a_big_file(180, "");
     // The historian folds the old part (a small window keeps its live tail short).
     let out = oc.mc(
         "mc-historian",
@@ -317,28 +328,11 @@ fn a_pinned_message_comes_back_after_opencodes_own_compaction_once() {
 
 #[test]
 fn the_plugin_starts_the_historian_when_a_pass_says_it_is_due() {
-    let config = r#"{
-        "transform": {"relief_drop": false, "tool_reclaim": false},
-        "providers": {"fake": {"kind": "anthropic", "base_url": "{provider}"}},
-        "historian": {"model": "fake/mock-historian", "retries": 0, "timeout_ms": 30000}
-    }"#;
-    let (oc, _dir) = with_mc(Some(config));
-    oc.provider.play_historian("mock-historian");
-    oc.provider.set_usage(usage_at(20));
     // ~44k tokens of tool output: more than the live tail the historian protects.
-    let big = "pub fn helper(x: u64) -> u64 { x.wrapping_mul(2_654_435_761) % 97 }\n".repeat(600);
-    std::fs::write(oc.dir.join("project/src/big.rs"), big).unwrap();
-    let session = oc.new_session();
-    for turn in 0..4 {
-        oc.provider.push(
-            Reply::Tool {
-                name: "read".into(),
-                input: json!({"filePath": "src/big.rs"}),
-            },
-            None,
-        );
-        oc.prompt(&session, &format!("read the big file, pass {turn}"));
-    }
+    let (oc, _dir, session) = reading_a_big_file(
+        600,
+        r#""transform": {"relief_drop": false, "tool_reclaim": false},"#,
+    );
     // Usage near the threshold: the next pass reports historian_due and the
     // plugin starts mc-historian in the background.
     oc.provider.set_usage(usage_at(70));
@@ -403,11 +397,7 @@ fn without_mc_transform_the_messages_go_out_untouched() {
 
 #[test]
 fn at_the_blocking_band_the_plugin_waits_for_the_fold_before_sending() {
-    let config = r#"{
-        "providers": {"fake": {"kind": "anthropic", "base_url": "{provider}"}},
-        "historian": {"model": "fake/mock-historian", "retries": 0, "timeout_ms": 30000}
-    }"#;
-    let (oc, _dir) = with_mc(Some(config));
+    let (oc, _dir) = with_mc(Some(&historian_config("")));
     oc.provider.play_historian("mock-historian");
     oc.provider.set_usage(usage_at(20));
     let session = oc.new_session();
