@@ -55,6 +55,8 @@ pub struct Options {
     pub transform_bin: Option<PathBuf>,
     /// Install the plugin behind a timing wrapper that logs each hook call (ms) to this file.
     pub timing_log: Option<PathBuf>,
+    /// The model's context window in tokens; `None` for [`CONTEXT`].
+    pub context: Option<u64>,
 }
 
 impl OpenCode {
@@ -80,7 +82,7 @@ impl OpenCode {
                 "npm": "@ai-sdk/anthropic",
                 "name": "Mock",
                 "options": {"baseURL": provider.base_url(), "apiKey": "test-key"},
-                "models": {"mock-sonnet": {"name": "Mock Sonnet", "limit": {"context": CONTEXT, "output": OUTPUT}}}
+                "models": {"mock-sonnet": {"name": "Mock Sonnet", "limit": {"context": options.context.unwrap_or(CONTEXT), "output": OUTPUT}}}
             }}
         });
         std::fs::write(

@@ -19,6 +19,7 @@ fn with_mc(mc_config: Option<&str>) -> (OpenCode, tempfile::TempDir) {
             mc_config: mc_config.map(str::to_string),
             timing_log: None,
             transform_bin: None,
+            context: None,
         },
     );
     (oc, dir)
@@ -82,6 +83,7 @@ fn without_a_usable_database_the_session_keeps_working_untouched() {
             mc_config: None,
             timing_log: None,
             transform_bin: None,
+            context: None,
         },
     );
     let session = oc.new_session();
@@ -382,6 +384,7 @@ fn without_mc_transform_the_messages_go_out_untouched() {
             mc_config: None,
             timing_log: None,
             transform_bin: Some(dir.path().join("no-such-mc-transform")),
+            context: None,
         },
     );
     let session = oc.new_session();

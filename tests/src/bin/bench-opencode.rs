@@ -5,15 +5,26 @@
 //!
 //! Needs the workspace built (`cargo build --release --workspace`) and the
 //! pinned OpenCode installed (`npm install --prefix tests/e2e`).
+//! `MC_BENCH_KEEP_DB=FILE` keeps mc's database of the run; `MC_BENCH_DUMP=DIR`
+//! writes every request mc's run sent to the provider (`NNN.json`).
 
 use std::process::ExitCode;
 
 use mc_tests::fake_provider::{Recorded, Reply, common_prefix};
-use mc_tests::opencode::{CONTEXT, OpenCode, Options, cache_key};
+use mc_tests::opencode::{OpenCode, Options, cache_key};
+
+/// The model window the script runs against by default: the 200k of the
+/// Claude models whose API the fake provider speaks. 60 turns of 10 KB reads
+/// reach ~360k tokens, so without mc the session overflows it. (`--limit 100`
+/// runs the same script against a 100k window; see `growth_only_share` for why
+/// a smaller window caps the share lower.)
+const DEFAULT_CONTEXT: u64 = 200_000;
 use serde_json::json;
 
 const USAGE: &str = "usage: bench-opencode [--turns N (default 60)] [--file-kb N (default 10)] \
-                     [--mc-config JSONC] [--historian (the fake provider also plays the historian)]";
+                     [--limit K (model context, thousands of tokens; default 200)] \
+                     [--mc-config JSONC] [--historian (the fake provider also plays the historian)] \
+                     [--detail (per request: size, share, first difference)]";
 
 struct Run {
     requests: Vec<Recorded>,
@@ -29,7 +40,21 @@ const HISTORIAN_CONFIG: &str = r#"{
     "historian": {"model": "fake/mock-historian", "retries": 0, "timeout_ms": 30000}
 }"#;
 
-fn drive(with_mc: bool, turns: usize, file_kb: usize, mc_config: Option<&str>) -> Run {
+/// What one run of the script is.
+#[derive(Clone, Copy)]
+struct Script {
+    turns: usize,
+    file_kb: usize,
+    /// The model's context window in tokens.
+    context: u64,
+}
+
+fn drive(with_mc: bool, script: Script, mc_config: Option<&str>) -> Run {
+    let Script {
+        turns,
+        file_kb,
+        context,
+    } = script;
     let dir = tempfile::tempdir().expect("a temp folder");
     let log = dir.path().join("hook-ms.log");
     let oc = OpenCode::start(
@@ -40,6 +65,7 @@ fn drive(with_mc: bool, turns: usize, file_kb: usize, mc_config: Option<&str>) -
             mc_config: mc_config.map(str::to_string),
             timing_log: with_mc.then(|| log.clone()),
             transform_bin: None,
+            context: Some(context),
         },
     );
     let src = dir.path().join("project/src");
@@ -117,6 +143,19 @@ fn cache_share(requests: &[Recorded]) -> f64 {
     served as f64 / total.max(1) as f64
 }
 
+/// The share if every request extended the previous one (no bust at all):
+/// what is left of the loss is new content, which no prefix cache serves.
+/// The smaller mc keeps the context, the larger a share the new bytes are.
+fn growth_only_share(requests: &[Recorded]) -> f64 {
+    let lens: Vec<usize> = requests
+        .iter()
+        .map(|r| cache_key(r).concat().len())
+        .collect();
+    let total: usize = lens.iter().skip(1).sum();
+    let served: usize = lens.windows(2).map(|w| w[0].min(w[1])).sum();
+    served as f64 / total.max(1) as f64
+}
+
 /// The requests whose previous request's prefix covered less than 90 % (why the share drops).
 fn misses(requests: &[Recorded]) -> Vec<String> {
     let keys: Vec<String> = requests.iter().map(|r| cache_key(r).concat()).collect();
@@ -129,6 +168,28 @@ fn misses(requests: &[Recorded]) -> Vec<String> {
                 .then(|| format!("#{} {:.0}% of {}k", i + 1, share * 100.0, w[1].len() / 4000))
         })
         .collect()
+}
+
+/// One line per request: its size, the share the previous request's prefix
+/// covers, and where the two first differ (to see what breaks the cache).
+fn detail(label: &str, requests: &[Recorded]) {
+    let keys: Vec<String> = requests.iter().map(|r| cache_key(r).concat()).collect();
+    for (i, w) in keys.windows(2).enumerate() {
+        let shared = common_prefix(w[0].as_bytes(), w[1].as_bytes());
+        let around = |s: &str| {
+            let start = shared.saturating_sub(40);
+            let end = (shared + 60).min(s.len());
+            String::from_utf8_lossy(&s.as_bytes()[start..end]).replace('\n', " ")
+        };
+        println!(
+            "  {label} #{:<3} {:>7} B  {:>5.1}%  at {shared}: …{}… → …{}…",
+            i + 1,
+            w[1].len(),
+            shared as f64 / w[1].len() as f64 * 100.0,
+            around(&w[0]),
+            around(&w[1])
+        );
+    }
 }
 
 fn max_tokens(requests: &[Recorded]) -> u64 {
@@ -147,12 +208,22 @@ fn median(values: &mut [f64]) -> f64 {
 fn main() -> ExitCode {
     let mut turns = 60;
     let mut file_kb = 10;
+    let mut context = DEFAULT_CONTEXT;
     let mut mc_config = None;
+    let mut show_detail = false;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let ok = match flag.as_str() {
             "--historian" => {
                 mc_config = Some(HISTORIAN_CONFIG.to_string());
+                true
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            "--detail" => {
+                show_detail = true;
                 true
             }
             "--turns" => args
@@ -165,6 +236,11 @@ fn main() -> ExitCode {
                 .and_then(|v| v.parse().ok())
                 .map(|v| file_kb = v)
                 .is_some(),
+            "--limit" => args
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(|v| context = v * 1000)
+                .is_some(),
             "--mc-config" => args.next().map(|v| mc_config = Some(v)).is_some(),
             _ => false,
         };
@@ -173,8 +249,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let without = drive(false, turns, file_kb, None);
-    let mut with = drive(true, turns, file_kb, mc_config.as_deref());
+    let script = Script {
+        turns,
+        file_kb,
+        context,
+    };
+    let without = drive(false, script, None);
+    let mut with = drive(true, script, mc_config.as_deref());
     let (share_without, share_with) = (cache_share(&without.requests), cache_share(&with.requests));
     println!(
         "bench-opencode: {turns} turns, 2 reads of ~{file_kb} KB per turn, real OpenCode, fake provider"
@@ -188,13 +269,17 @@ fn main() -> ExitCode {
         "  largest request    without mc {:>6}k  with mc {:>6}k tokens (bytes/4; model limit {}k)",
         max_tokens(&without.requests) / 1000,
         max_tokens(&with.requests) / 1000,
-        CONTEXT / 1000
+        context / 1000
     );
     println!(
         "  prefix-cache share without mc {:>5.1}%  with mc {:>5.1}%  → {:.1}% of the without-mc figure (target ≥ 95 %)",
         share_without * 100.0,
         share_with * 100.0,
         share_with / share_without * 100.0
+    );
+    println!(
+        "  share without any bust        with mc {:>5.1}%  (the rest is new content: the smaller the context, the larger its share)",
+        growth_only_share(&with.requests) * 100.0
     );
     println!(
         "  cache misses (<90 %) with mc: {}",
@@ -205,6 +290,18 @@ fn main() -> ExitCode {
             "  mc passes          {} (last bust: {})",
             status["passes"], status["last_bust"]
         );
+    }
+    if let Some(dump) = std::env::var_os("MC_BENCH_DUMP") {
+        for (i, r) in with.requests.iter().enumerate() {
+            let _ = std::fs::write(
+                std::path::Path::new(&dump).join(format!("{i:03}.json")),
+                &r.raw,
+            );
+        }
+    }
+    if show_detail {
+        detail("without", &without.requests);
+        detail("with", &with.requests);
     }
     let first = with.hook_ms.first().copied().unwrap_or(f64::NAN);
     println!(
