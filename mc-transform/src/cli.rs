@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use mc_cli::{Failure, GlobalArgs, now_ms, write_json};
 use mc_core::config::Config;
 use mc_core::store::Store;
-use mc_core::transform::{self, Envelope, PassReport, ReduceRequest};
+use mc_core::transform::{self, Envelope, PassReport, ReduceRequest, SystemRequest};
 
 const NAME: &str = "mc-transform";
 
@@ -70,6 +70,15 @@ enum Command {
     /// Replace estimated token counts with exact ones for the parts of the
     /// envelope on stdin (loads the tokenizer: run it off the per-call path)
     Recount,
+    /// Render one call's system prompt, for harnesses that hand it to a hook of
+    /// its own after the messages pass (OpenCode's experimental.chat.system.transform)
+    ///
+    /// Reads {"harness", "session_id", "system": ["..."]} and writes {"system",
+    /// "known_session", "guidance", "today"}: the guidance about §N§ tags appended
+    /// once, and the `Today's date:` line frozen until a pass that busts the cache
+    /// anyway. A session no pass has seen comes back unchanged. Fails open like
+    /// the pass: on an internal error the input parts come back with a warning.
+    System,
 }
 
 pub fn main() -> ExitCode {
@@ -83,6 +92,7 @@ pub fn main() -> ExitCode {
         }) => run_reduce(&args, session.as_deref(), drop.as_deref(), harness),
         Some(Command::Status { session, harness }) => run_status(&args, session, harness),
         Some(Command::Recount) => run_recount(&args),
+        Some(Command::System) => run_system(&args),
     };
     mc_cli::finish(NAME, result)
 }
@@ -213,6 +223,32 @@ fn run_status(args: &Args, session: &str, harness: &str) -> Result<(), Failure> 
         }
     };
     write_json(&value, args.global.pretty)?;
+    Ok(())
+}
+
+fn run_system(args: &Args) -> Result<(), Failure> {
+    let request = SystemRequest::from_value(parse_json(&read_stdin()?)?)
+        .map_err(|e| Failure::input(e.into()))?;
+    let (config, mut warnings) = load_config(args, mc_cli::working_dir().as_deref());
+    let result = open_store(args, &config).and_then(|mut store| {
+        Ok(transform::system_hook(
+            &mut store,
+            &request,
+            &config.transform,
+        )?)
+    });
+    let mut output = match result {
+        Ok(output) => serde_json::to_value(output).map_err(anyhow::Error::from)?,
+        Err(error) => {
+            // Fail open, as the pass does: the model call must go on.
+            let message = format!("{error:#}");
+            eprintln!("mc-transform: warning: system left unchanged: {message}");
+            warnings.push(message);
+            json!({"system": request.system, "known_session": false, "guidance": false, "today": null})
+        }
+    };
+    output["warnings"] = json!(warnings);
+    write_json(&output, args.global.pretty)?;
     Ok(())
 }
 

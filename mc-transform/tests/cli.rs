@@ -473,10 +473,50 @@ fn help_explains_the_commands() {
         "reduce",
         "status",
         "recount",
+        "system",
         "--db",
         "--config",
         "passthrough",
     ] {
         assert!(text.contains(needle), "--help lacks {needle}");
     }
+}
+
+#[test]
+fn system_renders_the_guidance_for_a_known_session_and_fails_open() {
+    let env = Env::new();
+    let db = env.db();
+    let db = db.to_str().unwrap();
+    let request = json!({"session_id": "ses_example0001",
+                         "system": ["You are an agent.\nToday's date: Mon Nov 30 2026"]});
+    // No pass has seen the session yet: the parts come back unchanged.
+    let unknown = stdout_json(&env.run(&["--db", db, "system"], &request.to_string()));
+    assert_eq!(unknown["known_session"], false);
+    assert_eq!(unknown["system"], request["system"]);
+    stdout_json(&env.run(&["--db", db], &example()));
+    let known = stdout_json(&env.run(&["--db", db, "system"], &request.to_string()));
+    assert_eq!(known["known_session"], true);
+    let text = known["system"][0].as_str().unwrap();
+    assert!(
+        text.starts_with(
+            "You are an agent.\nToday's date: Mon Nov 30 2026\n\n## Context management (mc)"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("ctx_reduce"), "{text}");
+    assert_eq!(known["today"], "Today's date: Mon Nov 30 2026");
+    // Bad input exits 2; an unusable database gives the parts back unchanged.
+    let bad = env.run(&["--db", db, "system"], r#"{"session_id": "s"}"#);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("\"system\""), "{}", stderr(&bad));
+    let folder = env.dir.path().join("folder.db");
+    std::fs::create_dir(&folder).unwrap();
+    let out = env.run(
+        &["--db", folder.to_str().unwrap(), "system"],
+        &request.to_string(),
+    );
+    let doc = stdout_json(&out);
+    assert_eq!(doc["system"], request["system"]);
+    assert!(doc["warnings"].to_string().contains("database"), "{doc}");
+    assert!(stderr(&out).contains("system left unchanged"));
 }

@@ -53,7 +53,8 @@ pub struct Options {
     pub mc_config: Option<String>,
     /// Point the plugin at this mc-transform instead of the built one.
     pub transform_bin: Option<PathBuf>,
-    /// Install the plugin behind a timing wrapper that logs each hook call (ms) to this file.
+    /// Install the plugin behind a timing wrapper that logs each hook call to
+    /// this file, a line each: `messages <ms>` or `system <ms>`.
     pub timing_log: Option<PathBuf>,
     /// The model's context window in tokens; `None` for [`CONTEXT`].
     pub context: Option<u64>,
@@ -311,11 +312,13 @@ fn timing_wrapper(log: &Path) -> String {
 import {{ McContext }} from "../mc/mc.js"
 export const McTiming = async (input) => {{
   const hooks = await McContext(input)
-  const inner = hooks["experimental.chat.messages.transform"]
-  hooks["experimental.chat.messages.transform"] = async (i, o) => {{
-    const start = performance.now()
-    await inner(i, o)
-    appendFileSync({log}, `${{(performance.now() - start).toFixed(3)}}\n`)
+  for (const [name, label] of [["experimental.chat.messages.transform", "messages"], ["experimental.chat.system.transform", "system"]]) {{
+    const inner = hooks[name]
+    hooks[name] = async (i, o) => {{
+      const start = performance.now()
+      await inner(i, o)
+      appendFileSync({log}, `${{label}} ${{(performance.now() - start).toFixed(3)}}\n`)
+    }}
   }}
   return hooks
 }}

@@ -59,6 +59,17 @@ fn tags_reach_the_provider_and_turns_below_the_threshold_keep_the_prefix() {
             .any(|(_, t)| t.starts_with('§') && t.contains("pub fn answer")),
         "{results:?}"
     );
+    // The system hook adds mc's guidance once, after OpenCode's own prompt
+    // with its date line; it is part of the cache key checked below.
+    for request in &requests {
+        let system = request.body["system"].to_string();
+        assert_eq!(
+            system.matches("## Context management (mc)").count(),
+            1,
+            "{system}"
+        );
+        assert!(system.contains("ctx_reduce") && system.contains("Today's date:"));
+    }
     // Cache stability on the wire: every request repeats the previous one's bytes.
     for pair in requests.windows(2) {
         let (before, after) = (cache_key(&pair[0]), cache_key(&pair[1]));
@@ -104,6 +115,8 @@ fn without_a_usable_database_the_session_keeps_working_untouched() {
         text.contains("hello") && !text.contains('§'),
         "passthrough: no tags, no head: {text}"
     );
+    let system = requests.last().unwrap().body["system"].to_string();
+    assert!(!system.contains("Context management (mc)"), "{system}");
 }
 
 #[test]
@@ -396,6 +409,8 @@ fn without_mc_transform_the_messages_go_out_untouched() {
         text.contains("hello there") && !text.contains('§'),
         "{text}"
     );
+    let system = oc.provider.agent_requests().last().unwrap().body["system"].to_string();
+    assert!(!system.contains("Context management (mc)"), "{system}");
 }
 
 #[test]

@@ -1,6 +1,8 @@
-// mc for OpenCode: runs mc-transform on every model call, restores pins after
-// OpenCode's own compaction, starts the historian when a pass says it is due,
-// and gives the agent the ctx_reduce tool.
+// mc for OpenCode: runs mc-transform on every model call (the messages, then
+// the system prompt: guidance about §N§ tags and a date that moves only when
+// the cache is busted anyway), restores pins after OpenCode's own compaction,
+// starts the historian when a pass says it is due, and gives the agent the
+// ctx_reduce tool.
 //
 // Install: copy this file into OpenCode's plugin folder
 // (~/.config/opencode/plugin/mc.js). The mc binaries are found on PATH, or
@@ -50,6 +52,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
   const server = String(serverUrl ?? "").replace(/\/$/, "")
   const limits = new Map() // "provider/model" -> {context, output}
   const historians = new Map() // sessionID -> Promise of a running historian
+  const passed = new Set() // sessions a messages pass has seen: their system prompt is ours to render
   let warned = false
 
   const warnOnce = (message) => {
@@ -141,6 +144,32 @@ export const McContext = async ({ client, serverUrl, directory }) => {
       }
       if (Array.isArray(pass.output.messages)) {
         messages.splice(0, messages.length, ...pass.output.messages)
+      }
+      passed.add(pass.sessionID)
+    },
+
+    // Runs after the messages hook of the same model call (and for side calls
+    // such as the title, which get the same rendering: it is deterministic).
+    "experimental.chat.system.transform": async (input, output) => {
+      const sessionID = input?.sessionID
+      const system = output?.system
+      if (!sessionID || !passed.has(sessionID) || !Array.isArray(system)) return
+      const result = await run(
+        bin("mc-transform", "MC_TRANSFORM_BIN"),
+        ["system"],
+        JSON.stringify({ harness: "opencode", session_id: sessionID, system }),
+        TRANSFORM_TIMEOUT_MS,
+      )
+      if (result.code !== 0) {
+        warnOnce(`mc-transform system failed (exit ${result.code}): ${result.stderr.trim().split("\n").pop()}`)
+        return
+      }
+      try {
+        const rendered = JSON.parse(result.stdout).system
+        // OpenCode keeps using this very array too.
+        if (Array.isArray(rendered)) system.splice(0, system.length, ...rendered)
+      } catch (error) {
+        warnOnce(`mc-transform system printed no JSON: ${error}`)
       }
     },
 

@@ -16,6 +16,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_transform.sql"),
     include_str!("migrations/0002_history.sql"),
     include_str!("migrations/0003_pins_and_historian.sql"),
+    include_str!("migrations/0004_system_hook.sql"),
 ];
 
 /// The newest schema version this build understands (the fence).

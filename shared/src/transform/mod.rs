@@ -21,6 +21,7 @@ pub use envelope::{Bust, Decision, Envelope, PassOutput, PassReport};
 pub use pass::{record_passthrough, run_pass};
 pub use reduce::{ReduceRequest, ReduceResult, reduce};
 pub use status::{StatusReport, status};
+pub use system::{SystemOutput, SystemRequest, system_hook};
 
 #[cfg(test)]
 mod tests;

@@ -318,9 +318,13 @@ fn apply(
     });
 
     // The system prompt with the frozen date, and whether m[0] must be rebuilt.
-    let guidance = (config.system_prompt_guidance && (!subagent || prefixes))
-        .then(|| system::guidance(prefixes, config.protected_tags));
-    let input_today = key.system.and_then(system::today_line);
+    let guidance = system::guidance_for(config, subagent, prefixes);
+    // Where the system prompt comes through a hook of its own after this pass
+    // (OpenCode), the date that hook saw last stands in for the input's.
+    let input_today = key
+        .system
+        .and_then(system::today_line)
+        .or_else(|| session.seen_today_line.clone());
     let frozen_today = session.today_line.clone().or_else(|| input_today.clone());
     let frozen_system = key.system.map(|s| {
         system::render(

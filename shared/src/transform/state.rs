@@ -92,6 +92,8 @@ pub struct SessionRow {
     pub is_subagent: bool,
     /// The `Today's date:` line the system prompt keeps until a busting pass.
     pub today_line: Option<String>,
+    /// The newest `Today's date:` line the system hook saw (`mc-transform system`).
+    pub seen_today_line: Option<String>,
     /// Usage sample the last emergency drop acted on (idempotence latch).
     pub last_emergency_sample: Option<i64>,
     /// Channel 2: the reminder inserted after this message, replayed every pass.
@@ -114,7 +116,7 @@ pub fn find_session(
                     last_response_ms, last_execute_ms, last_model_key, heuristics_turn_id,
                     tool_reclaim_watermark, reasoning_cleared_through, deferred_execute_ms,
                     is_subagent, today_line, last_emergency_sample, nudge2_after, nudge2_text,
-                    nudge2_armed, nudge1_level, nudge1_reducible
+                    nudge2_armed, nudge1_level, nudge1_reducible, seen_today_line
              FROM sessions WHERE harness = ?1 AND session_id = ?2",
         )?
         .query_row(params![harness, session_id], |r| {
@@ -139,6 +141,7 @@ pub fn find_session(
                 nudge2_armed: r.get(17)?,
                 nudge1_level: r.get(18)?,
                 nudge1_reducible: r.get(19)?,
+                seen_today_line: r.get(20)?,
             })
         })
         .optional()?)

@@ -1,8 +1,20 @@
 //! The system prompt: guidance about `§N§` tags and ctx_reduce, and a
 //! `Today's date:` line that only moves on passes that bust the cache anyway.
+//!
+//! Harnesses that put the system prompt in the envelope get it back from the
+//! pass. OpenCode hands it to a hook of its own that runs after the messages
+//! hook; [`system_hook`] serves that one from the session's stored state.
 
+use rusqlite::params;
+use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+use crate::config::TransformConfig;
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+use super::state;
 
 const DATE_PREFIX: &str = "Today's date:";
 /// Marks our section, so it is appended once.
@@ -31,6 +43,108 @@ pub fn guidance(reduce_callable: bool, protected_tags: u32) -> String {
         ));
     }
     text
+}
+
+/// The guidance a session gets, if any: none when switched off, nor for a
+/// subagent that sees no tags.
+pub fn guidance_for(config: &TransformConfig, subagent: bool, prefixes: bool) -> Option<String> {
+    (config.system_prompt_guidance && (!subagent || prefixes))
+        .then(|| guidance(prefixes, config.protected_tags))
+}
+
+/// `mc-transform system`: the system prompt of one model call, from a hook
+/// that runs after that call's pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SystemRequest {
+    pub harness: String,
+    pub session_id: String,
+    /// The system parts as the harness built them.
+    pub system: Value,
+}
+
+impl SystemRequest {
+    /// `{"harness" (default "opencode"), "session_id", "system": [..]}`.
+    pub fn from_value(value: Value) -> Result<SystemRequest> {
+        let Value::Object(mut map) = value else {
+            return Err(Error::input(
+                "system input must be a JSON object {\"harness\", \"session_id\", \"system\"}",
+            ));
+        };
+        let harness = match map.get("harness") {
+            None | Some(Value::Null) => "opencode".to_string(),
+            Some(Value::String(s)) => s.clone(),
+            Some(_) => return Err(Error::input("\"harness\" must be a string")),
+        };
+        let session_id = map
+            .get("session_id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::input("system input needs \"session_id\""))?
+            .to_string();
+        let system = match map.remove("system") {
+            Some(system @ Value::Array(_)) => system,
+            _ => {
+                return Err(Error::input(
+                    "system input needs \"system\": the array of system prompt parts",
+                ));
+            }
+        };
+        Ok(SystemRequest {
+            harness,
+            session_id,
+            system,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SystemOutput {
+    /// The parts to send: guidance appended, the date frozen.
+    pub system: Value,
+    /// False when no pass has seen the session: the parts come back unchanged.
+    pub known_session: bool,
+    pub guidance: bool,
+    /// The `Today's date:` line sent, which moves only on busting passes.
+    pub today: Option<String>,
+}
+
+/// Render one call's system prompt for a session the pass knows: the same
+/// guidance the pass would add, and the frozen date. Records the date the
+/// harness showed, so the next busting pass moves the frozen one on to it.
+pub fn system_hook(
+    store: &mut Store,
+    request: &SystemRequest,
+    config: &TransformConfig,
+) -> Result<SystemOutput> {
+    store.write(|tx| {
+        let Some(session) = state::find_session(tx, &request.harness, &request.session_id)? else {
+            return Ok(SystemOutput {
+                system: request.system.clone(),
+                known_session: false,
+                guidance: false,
+                today: None,
+            });
+        };
+        let seen = today_line(&request.system);
+        if seen.is_some() && (seen != session.seen_today_line || session.today_line.is_none()) {
+            tx.prepare_cached(
+                "UPDATE sessions SET seen_today_line = ?2, today_line = coalesce(today_line, ?2)
+                 WHERE id = ?1",
+            )?
+            .execute(params![session.id, seen])?;
+        }
+        let prefixes = session.reduce_callable.unwrap_or(true);
+        let guidance = guidance_for(config, session.is_subagent, prefixes);
+        let today = config
+            .system_prompt_guidance
+            .then(|| session.today_line.clone().or(seen))
+            .flatten();
+        Ok(SystemOutput {
+            system: render(&request.system, guidance.as_deref(), today.as_deref()),
+            known_session: true,
+            guidance: guidance.is_some(),
+            today,
+        })
+    })
 }
 
 /// The first `Today's date:` line of the system parts.

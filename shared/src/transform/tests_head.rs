@@ -322,6 +322,86 @@ fn non_triggers_never_rebuild_m0() {
     );
 }
 
+/// OpenCode's system prompt reaches mc through a hook after the pass
+/// (`system_hook`): the same guidance, the date frozen until a busting pass.
+#[test]
+fn system_hook_freezes_the_date_until_a_busting_pass() {
+    use super::system::{SystemRequest, guidance, system_hook};
+    let mut f = Fixture::new(4);
+    let request = |date: &str| SystemRequest {
+        harness: "opencode".into(),
+        session_id: SESSION.into(),
+        system: json!([format!("Agent.\nToday's date: {date}"), "Skills."]),
+    };
+    let expect = |date: &str| {
+        json!([
+            format!("Agent.\nToday's date: {date}\n\n{}", guidance(true, 20)),
+            "Skills."
+        ])
+    };
+    // Before any pass the session is unknown: nothing is changed.
+    let unknown = system_hook(&mut f.store, &request("Mon Nov 30 2026"), &f.config).unwrap();
+    assert!(!unknown.known_session);
+    assert_eq!(unknown.system, request("Mon Nov 30 2026").system);
+
+    let first = f.warm();
+    assert_eq!(first.system, None, "no system in the envelope, none out");
+    let out = system_hook(&mut f.store, &request("Mon Nov 30 2026"), &f.config).unwrap();
+    assert!(out.known_session && out.guidance);
+    assert_eq!(out.system, expect("Mon Nov 30 2026"));
+    // Midnight passes; defer passes keep the frozen date, byte for byte.
+    let deferred = f.warm();
+    assert_eq!(deferred.pass.decision, Decision::Defer);
+    let out = system_hook(&mut f.store, &request("Tue Dec 01 2026"), &f.config).unwrap();
+    assert_eq!(out.system, expect("Mon Nov 30 2026"));
+    let again = f.warm();
+    assert_eq!(again.pass.decision, Decision::Defer);
+    assert_eq!(
+        system_hook(&mut f.store, &request("Tue Dec 01 2026"), &f.config)
+            .unwrap()
+            .system,
+        expect("Mon Nov 30 2026")
+    );
+    // A busting pass moves it on to the date the hook saw last.
+    let busting = f.hot();
+    assert_eq!(busting.pass.decision, Decision::Execute);
+    let out = system_hook(&mut f.store, &request("Tue Dec 01 2026"), &f.config).unwrap();
+    assert_eq!(out.system, expect("Tue Dec 01 2026"));
+    assert_eq!(out.today.as_deref(), Some("Today's date: Tue Dec 01 2026"));
+    // A side call without a date (a title request) changes nothing stored.
+    let title = SystemRequest {
+        system: json!(["Generate a title."]),
+        ..request("")
+    };
+    let out = system_hook(&mut f.store, &title, &f.config).unwrap();
+    assert_eq!(
+        out.system,
+        json!([format!("Generate a title.\n\n{}", guidance(true, 20))])
+    );
+    assert_eq!(
+        system_hook(&mut f.store, &request("Tue Dec 01 2026"), &f.config)
+            .unwrap()
+            .system,
+        expect("Tue Dec 01 2026")
+    );
+}
+
+#[test]
+fn system_hook_without_guidance_leaves_the_prompt_alone() {
+    use super::system::{SystemRequest, system_hook};
+    let mut f = Fixture::new(2);
+    f.config.system_prompt_guidance = false;
+    f.warm();
+    let request = SystemRequest {
+        harness: "opencode".into(),
+        session_id: SESSION.into(),
+        system: json!(["Agent.\nToday's date: Mon Nov 30 2026"]),
+    };
+    let out = system_hook(&mut f.store, &request, &f.config).unwrap();
+    assert!(out.known_session && !out.guidance);
+    assert_eq!(out.system, request.system);
+}
+
 #[test]
 fn a_historian_publish_between_defer_passes_waits_for_the_next_bust() {
     let mut f = Fixture::new(6);

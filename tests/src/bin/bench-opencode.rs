@@ -29,6 +29,8 @@ const USAGE: &str = "usage: bench-opencode [--turns N (default 60)] [--file-kb N
 struct Run {
     requests: Vec<Recorded>,
     hook_ms: Vec<f64>,
+    /// The system prompt hook (a second, small mc-transform call).
+    system_hook_ms: Vec<f64>,
     /// `mc-transform status` of the session at the end (with mc).
     status: Option<serde_json::Value>,
 }
@@ -99,11 +101,14 @@ fn drive(with_mc: bool, script: Script, mc_config: Option<&str>) -> Run {
             &format!("Step {turn}: read the next two modules and summarise them."),
         );
     }
-    let hook_ms = std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.parse().ok())
-        .collect();
+    let timings = std::fs::read_to_string(&log).unwrap_or_default();
+    let hook = |name: &str| -> Vec<f64> {
+        timings
+            .lines()
+            .filter_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .collect()
+    };
+    let (hook_ms, system_hook_ms) = (hook("messages"), hook("system"));
     if let (true, Some(keep)) = (with_mc, std::env::var_os("MC_BENCH_KEEP_DB")) {
         let _ = std::fs::copy(dir.path().join("ctx.db"), &keep);
         let mut wal = keep.clone();
@@ -128,6 +133,7 @@ fn drive(with_mc: bool, script: Script, mc_config: Option<&str>) -> Run {
     Run {
         requests: oc.provider.agent_requests(),
         hook_ms,
+        system_hook_ms,
         status,
     }
 }
@@ -305,15 +311,21 @@ fn main() -> ExitCode {
     }
     let first = with.hook_ms.first().copied().unwrap_or(f64::NAN);
     println!(
-        "  mc hook time       first {first:.1} ms, median {:.1} ms over {} calls",
+        "  mc hook time       messages: first {first:.1} ms, median {:.1} ms over {} calls",
         median(&mut with.hook_ms),
         with.hook_ms.len()
     );
+    println!(
+        "                     system: median {:.1} ms over {} calls",
+        median(&mut with.system_hook_ms),
+        with.system_hook_ms.len()
+    );
     let (a, b) = (&without.requests[0], &with.requests[0]);
     println!(
-        "  bytes mc adds      first request +{} bytes (tools +{}, messages +{})",
+        "  bytes mc adds      first request +{} bytes (tools +{}, system +{}, messages +{})",
         b.raw.len() as i64 - a.raw.len() as i64,
         b.body["tools"].to_string().len() as i64 - a.body["tools"].to_string().len() as i64,
+        b.body["system"].to_string().len() as i64 - a.body["system"].to_string().len() as i64,
         b.body["messages"].to_string().len() as i64 - a.body["messages"].to_string().len() as i64
     );
     ExitCode::SUCCESS
