@@ -16,7 +16,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_transform.sql"),
     include_str!("migrations/0002_history.sql"),
     include_str!("migrations/0003_pins_and_historian.sql"),
-    include_str!("migrations/0004_system_hook.sql"),
+    include_str!("migrations/0004_system_date_and_reminders.sql"),
 ];
 
 /// The newest schema version this build understands (the fence).
@@ -235,6 +235,38 @@ mod tests {
             other => panic!("expected SchemaTooNew, got {other}"),
         }
         assert!(err.to_string().contains("upgrade mc"));
+    }
+
+    /// A database of the previous release keeps its Channel 2 reminder.
+    #[test]
+    fn migration_4_carries_a_placed_reminder_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctx.db");
+        let conn = Connection::open(&path).unwrap();
+        for sql in &MIGRATIONS[..3] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 3).unwrap();
+        conn.execute_batch(
+            "INSERT INTO sessions (harness, session_id, created_ms, updated_ms, nudge2_after, nudge2_text)
+             VALUES ('opencode', 's1', 1, 2, 'msg_9', 'reminder'), ('opencode', 's2', 1, 2, NULL, NULL);",
+        )
+        .unwrap();
+        drop(conn);
+        let store = Store::open(&path, &StoreOptions::default()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        let rows: Vec<(String, String, String, i64)> = store
+            .conn()
+            .prepare(
+                "SELECT s.session_id, r.after_message_id, r.text, r.placed_ms
+                 FROM channel2_reminders r JOIN sessions s ON s.id = r.session",
+            )
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(rows, [("s1".into(), "msg_9".into(), "reminder".into(), 2)]);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! decide whether the head (m[0]) must be rebuilt, first-apply mutations only
 //! when this pass busts the cache anyway, then replay everything stored.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use rusqlite::{Transaction, params};
@@ -104,10 +104,7 @@ pub fn run_pass(
             m0: &h.m0,
             m1: &h.m1,
         }),
-        nudge2: outcome
-            .nudge2
-            .as_ref()
-            .map(|(after, text)| (after.as_str(), text.as_str())),
+        nudge2: &outcome.nudge2,
     };
     messages = render(messages, &state);
     let mut warnings = Vec::new();
@@ -226,7 +223,8 @@ struct Outcome {
     materialized: Option<&'static str>,
     system: Option<Value>,
     due: Due,
-    nudge2: Option<(String, String)>,
+    /// Channel 2 reminders: the message each follows, and its text.
+    nudge2: BTreeMap<String, String>,
 }
 
 /// Is `ctx_reduce` callable, per the first user message's tool allow-list?
@@ -551,7 +549,7 @@ fn apply(
             pinned: &pinned_ids,
             new_after: counter_before,
         };
-        nudges(tx, &mut session, &tail, &mut tags, config)?;
+        nudges(tx, &mut session, &tail, &mut tags, config, now_ms)?;
     }
 
     if let (Some(old), Some(new)) = (&cache, &head) {
@@ -585,8 +583,7 @@ fn apply(
             passes_defer = passes_defer + (?15 = 'defer'),
             passes_execute = passes_execute + (?15 = 'execute'),
             today_line = ?19, last_emergency_sample = ?20,
-            nudge2_after = ?21, nudge2_text = ?22, nudge2_armed = ?23,
-            nudge1_level = ?24, nudge1_reducible = ?25,
+            nudge2_armed = ?21, nudge1_level = ?22, nudge1_reducible = ?23,
             last_error = NULL, updated_ms = ?18
          WHERE id = ?1",
     )?
@@ -611,17 +608,12 @@ fn apply(
         now_ms,
         session.today_line,
         session.last_emergency_sample,
-        session.nudge2_after,
-        session.nudge2_text,
         session.nudge2_armed,
         session.nudge1_level,
         session.nudge1_reducible,
     ])?;
 
-    let nudge2 = session
-        .nudge2_after
-        .clone()
-        .zip(session.nudge2_text.clone());
+    let nudge2 = state::load_reminders(tx, session.id)?;
     Ok(Outcome {
         tags,
         bindings,
@@ -664,6 +656,7 @@ fn nudges(
     tail: &Tail<'_>,
     tags: &mut [TagRow],
     config: &TransformConfig,
+    now_ms: i64,
 ) -> Result<()> {
     let Tail {
         messages,
@@ -724,7 +717,8 @@ fn nudges(
         session.nudge1_level = i64::from(level);
         session.nudge1_reducible = reducible as i64;
     }
-    // Channel 2: once, after a finished step, until the reducible mass falls away.
+    // Channel 2: once, after a finished step, until the reducible mass falls
+    // away. Each reminder stays where it was placed (stored, replayed).
     if reducible < nudge::REARM_BELOW {
         session.nudge2_armed = true;
         session.nudge1_level = 0;
@@ -739,8 +733,7 @@ fn nudges(
         && nudge::channel2_due(total, reducible)
         && let Some(id) = last.and_then(Message::id)
     {
-        session.nudge2_after = Some(id.to_string());
-        session.nudge2_text = Some(nudge::channel2_text(reducible));
+        state::add_reminder(tx, session.id, id, &nudge::channel2_text(reducible), now_ms)?;
         session.nudge2_armed = false;
     }
     Ok(())

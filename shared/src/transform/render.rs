@@ -4,6 +4,8 @@
 //! the input and the stored tag states and watermarks, so the same state and
 //! input always give the same bytes (DESIGN §4.3 invariants 1–3).
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value};
 
 use crate::codec::{Message, Part, PartKind, Role};
@@ -44,8 +46,8 @@ pub struct RenderState<'a> {
     /// Per message, a temporal marker for its first text part.
     pub markers: &'a [Option<String>],
     pub head: Option<Head<'a>>,
-    /// Channel 2: a synthetic reminder after the message with this id.
-    pub nudge2: Option<(&'a str, &'a str)>,
+    /// Channel 2: synthetic reminders, each after the message with its id.
+    pub nudge2: &'a BTreeMap<String, String>,
 }
 
 /// The newest tag of each message, carried forward to untagged messages so
@@ -177,9 +179,7 @@ pub fn render(messages: Vec<Message>, state: &RenderState<'_>) -> Vec<Message> {
         let id = message.id().map(str::to_string);
         let session = message.session_id().map(str::to_string);
         out.push(message);
-        if let (Some((after, text)), Some(id)) = (state.nudge2, id)
-            && after == id
-        {
+        if let Some(text) = id.as_deref().and_then(|id| state.nudge2.get(id)) {
             out.push(reminder(session.as_deref().unwrap_or_default(), text));
         }
     }

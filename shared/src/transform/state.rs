@@ -1,6 +1,6 @@
 //! Reading and writing the transform's rows: sessions, messages, tags, drops.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -96,9 +96,7 @@ pub struct SessionRow {
     pub seen_today_line: Option<String>,
     /// Usage sample the last emergency drop acted on (idempotence latch).
     pub last_emergency_sample: Option<i64>,
-    /// Channel 2: the reminder inserted after this message, replayed every pass.
-    pub nudge2_after: Option<String>,
-    pub nudge2_text: Option<String>,
+    /// Channel 2 may place a reminder (its reminders are in `channel2_reminders`).
     pub nudge2_armed: bool,
     /// Channel 1: last level sent and the reducible tokens then.
     pub nudge1_level: i64,
@@ -115,7 +113,7 @@ pub fn find_session(
             "SELECT id, project_identity, reduce_callable, tag_counter, ordinal_counter,
                     last_response_ms, last_execute_ms, last_model_key, heuristics_turn_id,
                     tool_reclaim_watermark, reasoning_cleared_through, deferred_execute_ms,
-                    is_subagent, today_line, last_emergency_sample, nudge2_after, nudge2_text,
+                    is_subagent, today_line, last_emergency_sample,
                     nudge2_armed, nudge1_level, nudge1_reducible, seen_today_line
              FROM sessions WHERE harness = ?1 AND session_id = ?2",
         )?
@@ -136,12 +134,10 @@ pub fn find_session(
                 is_subagent: r.get(12)?,
                 today_line: r.get(13)?,
                 last_emergency_sample: r.get(14)?,
-                nudge2_after: r.get(15)?,
-                nudge2_text: r.get(16)?,
-                nudge2_armed: r.get(17)?,
-                nudge1_level: r.get(18)?,
-                nudge1_reducible: r.get(19)?,
-                seen_today_line: r.get(20)?,
+                nudge2_armed: r.get(15)?,
+                nudge1_level: r.get(16)?,
+                nudge1_reducible: r.get(17)?,
+                seen_today_line: r.get(18)?,
             })
         })
         .optional()?)
@@ -162,6 +158,30 @@ pub fn create_session(
     .execute(params![harness, session_id, subagent, project_identity, now_ms])?;
     find_session(conn, harness, session_id)?
         .ok_or_else(|| Error::Corrupt("session row vanished right after insert".into()))
+}
+
+/// The session's Channel 2 reminders: the message each follows, and its text.
+pub fn load_reminders(conn: &Connection, session: i64) -> Result<BTreeMap<String, String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT after_message_id, text FROM channel2_reminders WHERE session = ?1",
+    )?;
+    let rows = stmt.query_map(params![session], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub fn add_reminder(
+    conn: &Connection,
+    session: i64,
+    after_message_id: &str,
+    text: &str,
+    now_ms: i64,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO channel2_reminders (session, after_message_id, text, placed_ms)
+         VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![session, after_message_id, text, now_ms])?;
+    Ok(())
 }
 
 /// Ordinals of the known messages from `from_ordinal` on.

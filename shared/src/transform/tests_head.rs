@@ -8,6 +8,7 @@ use crate::history::store::{self as history, NewCompartment};
 use crate::store::Store;
 
 use super::envelope::{Bust, Decision, Envelope, PassOutput};
+use super::reduce::{ReduceRequest, reduce};
 use super::state;
 use super::tests::*;
 use super::{run_pass, status};
@@ -645,6 +646,74 @@ fn channel_nudges_land_on_new_content_and_replay() {
     let again = f.run(30, T0 + 11_000);
     assert_eq!(again.pass.decision, Decision::Defer);
     assert_eq!(bytes(&again.messages), bytes(&out.messages));
+}
+
+/// A second Channel 2 reminder (after the reducible mass fell away and grew
+/// back) joins the first one; it never moves it, which would change bytes the
+/// provider has cached on a pass that reclaims nothing.
+#[test]
+fn a_second_channel2_reminder_leaves_the_first_in_place() {
+    let mut f = Fixture::new(1);
+    f.config.protected_tags = 1;
+    f.config.relief_drop = false;
+    let big = "fn filler() { let x = 1 + 2; }\n".repeat(2000);
+    let step = |i: i64| {
+        tool_step(
+            &format!("msg_t{i:02}"),
+            &format!("c{i}"),
+            "bash",
+            &big,
+            T0 + 1000 * (i + 1),
+        )
+    };
+    f.messages = vec![user("msg_u0", "start", T0)];
+    f.messages.extend((0..6).map(step));
+    let first = f.run(30, T0 + 10_000);
+    let reminders = |out: &PassOutput| -> Vec<String> {
+        out.messages
+            .iter()
+            .filter_map(|m| m["parts"][0]["text"].as_str())
+            .filter(|t| t.starts_with("<system-reminder>") && t.contains("not yet reduced"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(reminders(&first).len(), 1);
+    // The agent drops the spent outputs; a busting pass applies the drops and
+    // the reducible mass falls below the re-arm line.
+    let tags: Vec<i64> = (0..6)
+        .map(|i| {
+            let text = tool_parts(&first, &format!("c{i}"))[0]["state"]["output"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            text[2..text[2..].find('§').unwrap() + 2].parse().unwrap()
+        })
+        .collect();
+    let request = ReduceRequest {
+        harness: "opencode".into(),
+        session_id: SESSION.into(),
+        drop: tags,
+    };
+    f.messages.push(answer("msg_t06_z", "done", T0 + 7_500));
+    f.run(30, T0 + 10_500);
+    reduce(&mut f.store, &request, &f.config, T0 + 11_000).unwrap();
+    let dropped = f.run(70, T0 + 12_000);
+    assert_eq!(dropped.pass.decision, Decision::Execute);
+    assert_eq!(dropped.pass.dropped.len(), 6, "{:?}", dropped.pass);
+    assert_eq!(reminders(&dropped).len(), 1);
+    // New big outputs arrive; the next reminder is due on a defer pass.
+    f.messages.push(user("msg_u1", "go on", T0 + 8_000));
+    f.messages.extend((7..12).map(step));
+    let second = f.run(30, T0 + 13_000);
+    assert_eq!(second.pass.decision, Decision::Defer);
+    assert_eq!(reminders(&second).len(), 2, "{:?}", reminders(&second));
+    let before = bytes(&dropped.messages);
+    let after = bytes(&second.messages);
+    assert_eq!(
+        &after[..before.len()],
+        &before[..],
+        "a defer pass keeps every message sent before, byte for byte"
+    );
 }
 
 #[test]
