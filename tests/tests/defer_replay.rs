@@ -36,7 +36,7 @@ enum Step {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        3 => (prop::collection::vec(0usize..60, 0..4), any::<bool>(), prop::bool::weighted(0.15))
+        3 => (prop::collection::vec(prop_oneof![3 => 0usize..60, 1 => 1500usize..3000], 0..4), any::<bool>(), prop::bool::weighted(0.15))
             .prop_map(|(tools, finished, with_file)| Step::Turn { tools, finished, with_file }),
         2 => prop::collection::vec(any::<u16>(), 1..6).prop_map(Step::Reduce),
         5 => (prop_oneof![Just(20u64), Just(40), Just(66), Just(88), Just(96)], prop_oneof![3 => Just(0i64), 1 => Just(7)])
