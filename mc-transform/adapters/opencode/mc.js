@@ -16,8 +16,35 @@ const HISTORIAN_TIMEOUT_MS = 300_000
 
 const bin = (name, env) => process.env[env] || name
 
-/** Run a command with `input` on stdin; resolves {code, stdout, stderr}. */
-function run(command, args, input, timeoutMs) {
+/**
+ * Run a command with `input` on stdin; resolves {code, stdout, stderr}.
+ * OpenCode runs plugins under Bun, whose own spawn costs a third of the
+ * hook's time less than its node:child_process layer on a 0.5 MB envelope;
+ * other hosts get node's.
+ */
+async function run(command, args, input, timeoutMs) {
+  if (typeof Bun !== "undefined") return runBun(command, args, input, timeoutMs)
+  return runNode(command, args, input, timeoutMs)
+}
+
+async function runBun(command, args, input, timeoutMs) {
+  let child
+  try {
+    child = Bun.spawn([command, ...args], { stdin: Buffer.from(input), stdout: "pipe", stderr: "pipe" })
+  } catch (error) {
+    return { code: -1, stdout: "", stderr: String(error) }
+  }
+  const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs)
+  const [stdout, stderr, code] = await Promise.all([
+    new Response(child.stdout).text(),
+    new Response(child.stderr).text(),
+    child.exited,
+  ])
+  clearTimeout(timer)
+  return { code: child.signalCode ? -1 : code, stdout, stderr: stderr + (child.signalCode ? `killed by ${child.signalCode}` : "") }
+}
+
+function runNode(command, args, input, timeoutMs) {
   return new Promise((resolve) => {
     let child
     try {
@@ -46,6 +73,38 @@ function run(command, args, input, timeoutMs) {
     child.stdin.on("error", () => {})
     child.stdin.end(input)
   })
+}
+
+// A completed tool's state.metadata never reaches the provider (OpenCode
+// builds the tool result from state.output), yet it is often as large as the
+// output itself (the read tool keeps a preview of the file). It stays out of
+// mc's envelope and is put back on the parts mc returns.
+function withoutToolMetadata(stash) {
+  return function (key, value) {
+    if (
+      key === "state" &&
+      value?.status === "completed" &&
+      value.metadata !== undefined &&
+      this?.type === "tool" &&
+      typeof this.id === "string"
+    ) {
+      stash.set(this.id, value.metadata)
+      const { metadata, ...rest } = value
+      return rest
+    }
+    return value
+  }
+}
+
+function restoreToolMetadata(messages, stash) {
+  if (stash.size === 0) return
+  for (const message of messages) {
+    for (const part of message?.parts ?? []) {
+      if (part?.type === "tool" && part.state && part.state.metadata === undefined && stash.has(part.id)) {
+        part.state.metadata = stash.get(part.id)
+      }
+    }
+  }
 }
 
 export const McContext = async ({ client, serverUrl, directory }) => {
@@ -93,6 +152,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
     const { sessionID, model, usage } = envelope(messages)
     if (!sessionID) return null
     const limit = model.providerID ? await modelLimits(model.providerID, model.modelID) : {}
+    const metadata = new Map()
     const input = JSON.stringify({
       harness: "opencode",
       session_id: sessionID,
@@ -100,14 +160,16 @@ export const McContext = async ({ client, serverUrl, directory }) => {
       model: { provider: model.providerID, id: model.modelID, context_limit: limit.context, output_limit: limit.output },
       usage,
       messages,
-    })
+    }, withoutToolMetadata(metadata))
     const result = await run(bin("mc-transform", "MC_TRANSFORM_BIN"), [], input, TRANSFORM_TIMEOUT_MS)
     if (result.code !== 0) {
       warnOnce(`mc-transform failed (exit ${result.code}): ${result.stderr.trim().split("\n").pop()}`)
       return null
     }
     try {
-      return { sessionID, output: JSON.parse(result.stdout) }
+      const output = JSON.parse(result.stdout)
+      if (Array.isArray(output.messages)) restoreToolMetadata(output.messages, metadata)
+      return { sessionID, output }
     } catch (error) {
       warnOnce(`mc-transform printed no JSON: ${error}`)
       return null

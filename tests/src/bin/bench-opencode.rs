@@ -6,7 +6,9 @@
 //! Needs the workspace built (`cargo build --release --workspace`) and the
 //! pinned OpenCode installed (`npm install --prefix tests/e2e`).
 //! `MC_BENCH_KEEP_DB=FILE` keeps mc's database of the run; `MC_BENCH_DUMP=DIR`
-//! writes every request mc's run sent to the provider (`NNN.json`).
+//! writes every request mc's run sent to the provider (`NNN.json`);
+//! `MC_BENCH_TRANSFORM=PATH` points the plugin at another mc-transform (a
+//! wrapper that saves envelopes, say).
 
 use std::process::ExitCode;
 
@@ -66,7 +68,7 @@ fn drive(with_mc: bool, script: Script, mc_config: Option<&str>) -> Run {
             with_plugin: with_mc,
             mc_config: mc_config.map(str::to_string),
             timing_log: with_mc.then(|| log.clone()),
-            transform_bin: None,
+            transform_bin: std::env::var_os("MC_BENCH_TRANSFORM").map(std::path::PathBuf::from),
             context: Some(context),
         },
     );
