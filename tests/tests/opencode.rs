@@ -445,3 +445,66 @@ fn at_the_blocking_band_the_plugin_waits_for_the_fold_before_sending() {
         "the covered raw message left the wire"
     );
 }
+
+#[test]
+fn a_subagent_session_gets_tags_but_no_head() {
+    let (oc, _dir) = with_mc(None);
+    oc.provider.set_usage(usage_at(20));
+    let session = oc.new_session();
+    oc.provider.push(
+        Reply::Tool {
+            name: "task".into(),
+            input: json!({"description": "look around", "prompt": "Summarise src/lib.rs for me",
+                          "subagent_type": "general"}),
+        },
+        None,
+    );
+    oc.provider
+        .push(Reply::Text("the subagent's summary".into()), None);
+    oc.provider
+        .push(Reply::Text("the parent's answer".into()), None);
+    oc.prompt(&session, "delegate the summary");
+    let requests = oc.provider.agent_requests();
+    let (child, parent): (Vec<_>, Vec<_>) = requests
+        .iter()
+        .partition(|r| !all_text(r).contains("delegate the summary"));
+    assert!(
+        !child.is_empty() && parent.len() >= 2,
+        "{} requests",
+        requests.len()
+    );
+    let child_text = all_text(child[0]);
+    assert!(
+        child_text.contains("Summarise src/lib.rs for me"),
+        "{child_text}"
+    );
+    assert!(!child_text.contains("<session-history"), "{child_text}");
+    assert!(
+        child_text.contains("§1§ Summarise src/lib.rs"),
+        "tagged all the same: {child_text}"
+    );
+    assert!(all_text(parent[0]).contains("<session-history></session-history>"));
+    // The store knows the child as a subagent.
+    let sessions: Vec<String> = oc
+        .get("/session")
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["parentID"] == session.as_str())
+        .map(|s| s["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(sessions.len(), 1, "one child session");
+    let status = mc_tests::run_bin(
+        "mc-transform",
+        &[
+            "--db",
+            &oc.db.display().to_string(),
+            "status",
+            "--session",
+            &sessions[0],
+        ],
+        b"",
+    );
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["subagent"], true, "{status}");
+}

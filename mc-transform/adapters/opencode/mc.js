@@ -112,6 +112,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
   const limits = new Map() // "provider/model" -> {context, output}
   const historians = new Map() // sessionID -> Promise of a running historian
   const passed = new Set() // sessions a messages pass has seen: their system prompt is ours to render
+  const subagents = new Map() // sessionID -> whether it has a parent session
   let warned = false
 
   const warnOnce = (message) => {
@@ -148,10 +149,26 @@ export const McContext = async ({ client, serverUrl, directory }) => {
     return { sessionID, model, usage }
   }
 
+  /** A session with a parent is a subagent's (the task tool): no head, no historian. */
+  async function isSubagent(sessionID) {
+    if (!subagents.has(sessionID)) {
+      try {
+        const res = await client.session.get({ path: { id: sessionID } })
+        const session = res?.data ?? res
+        if (!session?.id) return false // unknown for now: ask again next call
+        subagents.set(sessionID, Boolean(session.parentID))
+      } catch {
+        return false
+      }
+    }
+    return subagents.get(sessionID)
+  }
+
   async function transform(messages) {
     const { sessionID, model, usage } = envelope(messages)
     if (!sessionID) return null
     const limit = model.providerID ? await modelLimits(model.providerID, model.modelID) : {}
+    const subagent = await isSubagent(sessionID)
     const metadata = new Map()
     const input = JSON.stringify({
       harness: "opencode",
@@ -159,6 +176,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
       project_dir: directory,
       model: { provider: model.providerID, id: model.modelID, context_limit: limit.context, output_limit: limit.output },
       usage,
+      subagent,
       messages,
     }, withoutToolMetadata(metadata))
     const result = await run(bin("mc-transform", "MC_TRANSFORM_BIN"), [], input, TRANSFORM_TIMEOUT_MS)

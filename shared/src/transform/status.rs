@@ -58,6 +58,8 @@ pub struct StatusReport {
     pub harness: String,
     pub session_id: String,
     pub project: Option<String>,
+    /// A subagent session: no head, no historian (the harness said so).
+    pub subagent: bool,
     pub tags: TagCounts,
     /// Tokens by tag kind (message, file, tool); tool counts include inputs.
     pub tokens: std::collections::BTreeMap<String, TokenSplit>,
@@ -174,6 +176,7 @@ pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<S
         (exact as f64 / tags.total as f64 * 1000.0).round() / 1000.0
     };
     Ok(Some(StatusReport {
+        subagent: session.is_subagent,
         harness: harness.to_string(),
         session_id: session_id.to_string(),
         project: session.project_identity.clone(),
