@@ -141,7 +141,9 @@ export const McContext = async ({ client, serverUrl, directory }) => {
     const lastUser = users[users.length - 1]
     const sessionID = lastUser?.info?.sessionID ?? messages.find((m) => m.info?.sessionID)?.info?.sessionID
     const model = lastUser?.info?.model ?? {}
-    const assistant = [...messages].reverse().find((m) => m.info?.role === "assistant" && m.info?.tokens)
+    // The newest real sample: a step that failed keeps all-zero tokens.
+    const sampled = (t) => t && (t.input ?? 0) + (t.cache?.read ?? 0) + (t.cache?.write ?? 0) > 0
+    const assistant = [...messages].reverse().find((m) => m.info?.role === "assistant" && sampled(m.info?.tokens))
     const t = assistant?.info?.tokens
     const usage = t
       ? { input: t.input ?? 0, cache_read: t.cache?.read ?? 0, cache_write: t.cache?.write ?? 0, output: t.output ?? 0 }

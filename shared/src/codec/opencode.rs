@@ -250,13 +250,15 @@ impl Message {
 
     /// Input tokens the provider reported for an assistant message
     /// (`input + cache.read + cache.write`), if it carries a usage sample.
+    /// All zeros is no sample: OpenCode writes them before a step streams
+    /// and keeps them on a step that failed.
     pub fn usage_input_tokens(&self) -> Option<u64> {
         let tokens = self.info().get("tokens")?;
         let input = tokens.get("input")?.as_u64()?;
         let cache = tokens.get("cache");
         let read = cache.and_then(|c| c.get("read")).and_then(Value::as_u64);
         let write = cache.and_then(|c| c.get("write")).and_then(Value::as_u64);
-        Some(input + read.unwrap_or(0) + write.unwrap_or(0))
+        Some(input + read.unwrap_or(0) + write.unwrap_or(0)).filter(|&total| total > 0)
     }
 
     /// A user message typed by a person: at least one text part that is neither
@@ -334,6 +336,13 @@ mod tests {
         assert_eq!(msg.role(), Role::Assistant);
         assert_eq!((msg.created_ms(), msg.completed_ms()), (Some(5), Some(9)));
         assert_eq!(msg.usage_input_tokens(), Some(117));
+        let failed = Message::decode(json!({
+            "info": {"id": "f", "role": "assistant",
+                     "tokens": {"input": 0, "output": 0, "cache": {"read": 0, "write": 0}}},
+            "parts": []
+        }))
+        .unwrap();
+        assert_eq!(failed.usage_input_tokens(), None, "all zeros is no sample");
         assert_eq!(msg.finish(), Some("tool-calls"));
         assert!(!msg.parts[0].is_meaningful());
         assert!(!msg.parts[1].is_meaningful(), "blank text is not content");
