@@ -278,6 +278,11 @@ fn prompt(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
 }
 
 fn run(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
+    // The model is user config only, so a missing one is known before a
+    // whole session is fetched over HTTP (the OpenCode plugin may ask often).
+    if source.opencode_url.is_some() {
+        client(&load_config(args, source.project_dir.as_deref())).map_err(client_failure)?;
+    }
     let loaded = load_input(source)?;
     let config = load_config(args, loaded.input.project_dir.as_deref());
     let client = client(&config).map_err(client_failure)?;

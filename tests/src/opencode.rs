@@ -58,6 +58,8 @@ pub struct Options {
     pub timing_log: Option<PathBuf>,
     /// The model's context window in tokens; `None` for [`CONTEXT`].
     pub context: Option<u64>,
+    /// Point the plugin at this mc-historian instead of the built one.
+    pub historian_bin: Option<PathBuf>,
 }
 
 impl OpenCode {
@@ -134,7 +136,13 @@ impl OpenCode {
                     .unwrap_or_else(|| bin_path("mc-transform")),
             )
             .env("MC_PIN_BIN", bin_path("mc-pin"))
-            .env("MC_HISTORIAN_BIN", bin_path("mc-historian"))
+            .env(
+                "MC_HISTORIAN_BIN",
+                options
+                    .historian_bin
+                    .clone()
+                    .unwrap_or_else(|| bin_path("mc-historian")),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

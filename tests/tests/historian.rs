@@ -954,6 +954,28 @@ fn only_the_user_config_may_configure_the_historian() {
     );
 }
 
+#[test]
+fn without_a_model_a_run_fails_before_fetching_from_opencode() {
+    let env = Env::new();
+    env.user_config(json!({}));
+    // Nothing listens here: a fetch would fail with "cannot reach OpenCode".
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let out = env.run(
+        "mc-historian",
+        &["run", "--opencode-url", &url, "--session", "ses_x"],
+        "",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no historian model"), "{stderr}");
+    assert!(!stderr.contains("cannot reach OpenCode"), "{stderr}");
+}
+
 #[cfg(unix)]
 #[test]
 fn progress_shows_only_on_a_terminal() {

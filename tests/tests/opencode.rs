@@ -20,6 +20,7 @@ fn with_mc(mc_config: Option<&str>) -> (OpenCode, tempfile::TempDir) {
             timing_log: None,
             transform_bin: None,
             context: None,
+            historian_bin: None,
         },
     );
     (oc, dir)
@@ -95,6 +96,7 @@ fn without_a_usable_database_the_session_keeps_working_untouched() {
             timing_log: None,
             transform_bin: None,
             context: None,
+            historian_bin: None,
         },
     );
     let session = oc.new_session();
@@ -398,6 +400,7 @@ fn without_mc_transform_the_messages_go_out_untouched() {
             timing_log: None,
             transform_bin: Some(dir.path().join("no-such-mc-transform")),
             context: None,
+            historian_bin: None,
         },
     );
     let session = oc.new_session();
@@ -507,4 +510,61 @@ fn a_subagent_session_gets_tags_but_no_head() {
     );
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(status["subagent"], true, "{status}");
+}
+
+#[test]
+fn after_a_failed_historian_run_the_plugin_backs_off() {
+    // No historian model: every run fails. A wrapper counts the starts.
+    let dir = tempfile::tempdir().unwrap();
+    let starts = dir.path().join("historian-starts.log");
+    let wrapper = dir.path().join("mc-historian-wrapper");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho start >> '{}'\nexec '{}' \"$@\"\n",
+            starts.display(),
+            mc_tests::bin_path("mc-historian").display()
+        ),
+    )
+    .unwrap();
+    let mut permissions = std::fs::metadata(&wrapper).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&wrapper, permissions).unwrap();
+    let oc = OpenCode::start(
+        dir.path(),
+        Options {
+            db: Some(dir.path().join("ctx.db")),
+            with_plugin: true,
+            mc_config: Some(
+                r#"{"transform": {"relief_drop": false, "tool_reclaim": false}}"#.into(),
+            ),
+            timing_log: None,
+            transform_bin: None,
+            context: None,
+            historian_bin: Some(wrapper),
+        },
+    );
+    oc.provider.set_usage(usage_at(20));
+    let big = "pub fn helper(x: u64) -> u64 { x.wrapping_mul(2_654_435_761) % 97 }\n".repeat(600);
+    std::fs::write(oc.dir.join("project/src/big.rs"), big).unwrap();
+    let session = oc.new_session();
+    for turn in 0..4 {
+        let read = Reply::Tool {
+            name: "read".into(),
+            input: json!({"filePath": "src/big.rs"}),
+        };
+        oc.provider.push(read, None);
+        oc.prompt(&session, &format!("read the big file, pass {turn}"));
+    }
+    // Every pass from here on says the historian is due; the first run fails.
+    oc.provider.set_usage(usage_at(70));
+    for turn in 0..4 {
+        oc.prompt(&session, &format!("high usage, turn {turn}"));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let count = std::fs::read_to_string(&starts)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    assert_eq!(count, 1, "one failed run, then a back-off");
 }

@@ -13,6 +13,11 @@ import { tool } from "@opencode-ai/plugin"
 
 const TRANSFORM_TIMEOUT_MS = 30_000
 const HISTORIAN_TIMEOUT_MS = 300_000
+// After a failed historian run (no model configured, provider down), wait
+// this long before the next, doubling up to the cap: every pass above the
+// trigger says "due", and each run fetches the whole session.
+const HISTORIAN_RETRY_MS = 30_000
+const HISTORIAN_RETRY_MAX_MS = 600_000
 
 const bin = (name, env) => process.env[env] || name
 
@@ -20,7 +25,8 @@ const bin = (name, env) => process.env[env] || name
  * Run a command with `input` on stdin; resolves {code, stdout, stderr}.
  * OpenCode runs plugins under Bun, whose own spawn costs a third of the
  * hook's time less than its node:child_process layer on a 0.5 MB envelope;
- * other hosts get node's.
+ * other hosts get node's. Never a synchronous spawn: mc-historian and
+ * mc-pin call back into this very server.
  */
 async function run(command, args, input, timeoutMs) {
   if (typeof Bun !== "undefined") return runBun(command, args, input, timeoutMs)
@@ -111,6 +117,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
   const server = String(serverUrl ?? "").replace(/\/$/, "")
   const limits = new Map() // "provider/model" -> {context, output}
   const historians = new Map() // sessionID -> Promise of a running historian
+  const historianFailures = new Map() // sessionID -> {count, retryAt} after failed runs
   const passed = new Set() // sessions a messages pass has seen: their system prompt is ours to render
   const subagents = new Map() // sessionID -> whether it has a parent session
   let warned = false
@@ -196,13 +203,29 @@ export const McContext = async ({ client, serverUrl, directory }) => {
     }
   }
 
-  /** Start the historian for a session once; later calls share the running one. */
+  /**
+   * Start the historian for a session once; later calls share the running
+   * one. Null while a failed run's back-off lasts.
+   */
   function historian(sessionID) {
     if (!historians.has(sessionID)) {
+      const failed = historianFailures.get(sessionID)
+      if (failed && Date.now() < failed.retryAt) return null
       const args = ["run", "--session", sessionID, "--opencode-url", server]
-      const running = run(bin("mc-historian", "MC_HISTORIAN_BIN"), args, "", HISTORIAN_TIMEOUT_MS).finally(() =>
-        historians.delete(sessionID),
-      )
+      const running = run(bin("mc-historian", "MC_HISTORIAN_BIN"), args, "", HISTORIAN_TIMEOUT_MS)
+        .then((result) => {
+          if (result.code === 0) {
+            historianFailures.delete(sessionID)
+          } else {
+            const count = (failed?.count ?? 0) + 1
+            const wait = Math.min(HISTORIAN_RETRY_MAX_MS, HISTORIAN_RETRY_MS * 2 ** (count - 1))
+            historianFailures.set(sessionID, { count, retryAt: Date.now() + wait })
+            const reason = result.stderr.trim().split("\n").pop()
+            console.error(`mc: mc-historian failed (exit ${result.code}): ${reason}; next try in ${wait / 1000} s`)
+          }
+          return result
+        })
+        .finally(() => historians.delete(sessionID))
       historians.set(sessionID, running)
     }
     return historians.get(sessionID)
@@ -217,7 +240,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
       const report = pass.output.pass ?? {}
       if (report.historian_due && server) {
         const running = historian(pass.sessionID)
-        if (report.blocking) {
+        if (report.blocking && running) {
           // Near the limit: wait for the fold, then transform again so this
           // very request carries the compartments.
           await running

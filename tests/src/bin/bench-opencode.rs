@@ -70,6 +70,7 @@ fn drive(with_mc: bool, script: Script, mc_config: Option<&str>) -> Run {
             timing_log: with_mc.then(|| log.clone()),
             transform_bin: std::env::var_os("MC_BENCH_TRANSFORM").map(std::path::PathBuf::from),
             context: Some(context),
+            historian_bin: None,
         },
     );
     let src = dir.path().join("project/src");
