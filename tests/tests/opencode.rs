@@ -199,6 +199,12 @@ fn historian_config(extra: &str) -> String {
 fn reading_a_big_file(lines: usize, extra_config: &str) -> (OpenCode, tempfile::TempDir, String) {
     let (oc, dir) = with_mc(Some(&historian_config(extra_config)));
     oc.provider.play_historian("mock-historian");
+    let session = read_a_big_file_four_times(&oc, lines);
+    (oc, dir, session)
+}
+
+/// A new session after four turns that each read a file of `lines` lines at 20 % usage.
+fn read_a_big_file_four_times(oc: &OpenCode, lines: usize) -> String {
     oc.provider.set_usage(usage_at(20));
     let big = "pub fn helper(x: u64) -> u64 { x.wrapping_mul(2_654_435_761) % 97 }\n".repeat(lines);
     std::fs::write(oc.dir.join("project/src/big.rs"), big).unwrap();
@@ -211,7 +217,7 @@ fn reading_a_big_file(lines: usize, extra_config: &str) -> (OpenCode, tempfile::
         oc.provider.push(read, None);
         oc.prompt(&session, &format!("read the big file, pass {turn}"));
     }
-    (oc, dir, session)
+    session
 }
 
 #[test]
@@ -544,18 +550,7 @@ fn after_a_failed_historian_run_the_plugin_backs_off() {
             historian_bin: Some(wrapper),
         },
     );
-    oc.provider.set_usage(usage_at(20));
-    let big = "pub fn helper(x: u64) -> u64 { x.wrapping_mul(2_654_435_761) % 97 }\n".repeat(600);
-    std::fs::write(oc.dir.join("project/src/big.rs"), big).unwrap();
-    let session = oc.new_session();
-    for turn in 0..4 {
-        let read = Reply::Tool {
-            name: "read".into(),
-            input: json!({"filePath": "src/big.rs"}),
-        };
-        oc.provider.push(read, None);
-        oc.prompt(&session, &format!("read the big file, pass {turn}"));
-    }
+    let session = read_a_big_file_four_times(&oc, 600);
     // Every pass from here on says the historian is due; the first run fails.
     oc.provider.set_usage(usage_at(70));
     for turn in 0..4 {

@@ -65,6 +65,22 @@ pub struct Envelope {
 
 pub const SUPPORTED_HARNESSES: &[&str] = &["opencode"];
 
+/// The `harness` (default `opencode`) and the required `session_id` of a
+/// subcommand's request; `what` names the request in the error.
+pub(crate) fn session_key(map: &Map<String, Value>, what: &str) -> Result<(String, String)> {
+    let harness = match map.get("harness") {
+        None | Some(Value::Null) => "opencode".to_string(),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(Error::input("\"harness\" must be a string")),
+    };
+    let session_id = map
+        .get("session_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::input(format!("{what} input needs \"session_id\"")))?
+        .to_string();
+    Ok((harness, session_id))
+}
+
 impl Envelope {
     /// Parse a decoded JSON document. Missing `messages` or a wrong type is
     /// an input error (the binary exits 2); unknown top-level keys are ignored.

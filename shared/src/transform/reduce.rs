@@ -8,6 +8,7 @@ use crate::config::TransformConfig;
 use crate::error::{Error, Result};
 use crate::store::Store;
 
+use super::envelope::session_key;
 use super::notation::parse_ranges;
 use super::state;
 
@@ -27,16 +28,7 @@ impl ReduceRequest {
                 "reduce input must be a JSON object {\"harness\", \"session_id\", \"drop\"}",
             ));
         };
-        let harness = match map.get("harness") {
-            None | Some(Value::Null) => "opencode".to_string(),
-            Some(Value::String(s)) => s.clone(),
-            Some(_) => return Err(Error::input("\"harness\" must be a string")),
-        };
-        let session_id = map
-            .get("session_id")
-            .and_then(Value::as_str)
-            .ok_or_else(|| Error::input("reduce input needs \"session_id\""))?
-            .to_string();
+        let (harness, session_id) = session_key(&map, "reduce")?;
         let drop = match map.get("drop") {
             Some(Value::String(spec)) => parse_drop(spec)?,
             Some(Value::Array(items)) => {

@@ -14,6 +14,7 @@ use crate::config::TransformConfig;
 use crate::error::{Error, Result};
 use crate::store::Store;
 
+use super::envelope::session_key;
 use super::state;
 
 const DATE_PREFIX: &str = "Today's date:";
@@ -70,16 +71,7 @@ impl SystemRequest {
                 "system input must be a JSON object {\"harness\", \"session_id\", \"system\"}",
             ));
         };
-        let harness = match map.get("harness") {
-            None | Some(Value::Null) => "opencode".to_string(),
-            Some(Value::String(s)) => s.clone(),
-            Some(_) => return Err(Error::input("\"harness\" must be a string")),
-        };
-        let session_id = map
-            .get("session_id")
-            .and_then(Value::as_str)
-            .ok_or_else(|| Error::input("system input needs \"session_id\""))?
-            .to_string();
+        let (harness, session_id) = session_key(&map, "system")?;
         let system = match map.remove("system") {
             Some(system @ Value::Array(_)) => system,
             _ => {
