@@ -303,7 +303,12 @@ export const McContext = async ({ client, serverUrl, directory }) => {
             TRANSFORM_TIMEOUT_MS,
           )
           if (result.code !== 0) return `ctx_reduce failed: ${result.stderr.trim()}`
-          const r = JSON.parse(result.stdout)
+          let r
+          try {
+            r = JSON.parse(result.stdout)
+          } catch (error) {
+            return `ctx_reduce failed: mc-transform printed no JSON (${error})`
+          }
           const parts = []
           if (r.queued?.length) parts.push(`queued ${r.queued.map((n) => `§${n}§`).join(", ")}`)
           if (r.protected?.length) parts.push(`deferred (still protected) ${r.protected.map((n) => `§${n}§`).join(", ")}`)
