@@ -13,7 +13,7 @@
 use std::process::ExitCode;
 
 use mc_tests::fake_provider::{Recorded, Reply, common_prefix};
-use mc_tests::opencode::{OpenCode, Options, cache_key};
+use mc_tests::opencode::{OpenCode, Options, cache_key, tool_results};
 
 /// The model window the script runs against by default: the 200k of the
 /// Claude models whose API the fake provider speaks. 60 turns of 10 KB reads
@@ -25,6 +25,7 @@ use serde_json::json;
 
 const USAGE: &str = "usage: bench-opencode [--turns N (default 60)] [--file-kb N (default 10)] \
                      [--limit K (model context, thousands of tokens; default 200)] \
+                     [--reduce-every N (with mc, the agent drops all but its newest reads every N turns)] \
                      [--mc-config JSONC] [--historian (the fake provider also plays the historian)] \
                      [--detail (per request: size, share, first difference)]";
 
@@ -51,6 +52,26 @@ struct Script {
     file_kb: usize,
     /// The model's context window in tokens.
     context: u64,
+    /// Every this many turns the agent (with mc) first calls ctx_reduce on the
+    /// reads it no longer needs: all but the newest `KEEP_READS`.
+    reduce_every: Option<usize>,
+}
+
+/// Reads a reducing agent keeps.
+const KEEP_READS: usize = 4;
+
+/// The tags of the reads in the newest request that are not dropped yet, but
+/// the newest `keep`: what a reducing agent would ask to drop.
+fn spent_reads(requests: &[Recorded], keep: usize) -> Vec<u64> {
+    let Some(last) = requests.last() else {
+        return Vec::new();
+    };
+    let tags: Vec<u64> = tool_results(last)
+        .iter()
+        .filter(|(_, text)| text.contains("<path>"))
+        .filter_map(|(_, text)| text.strip_prefix('§')?.split('§').next()?.parse().ok())
+        .collect();
+    tags[..tags.len().saturating_sub(keep)].to_vec()
 }
 
 fn drive(with_mc: bool, script: Script, mc_config: Option<&str>) -> Run {
@@ -58,6 +79,7 @@ fn drive(with_mc: bool, script: Script, mc_config: Option<&str>) -> Run {
         turns,
         file_kb,
         context,
+        reduce_every,
     } = script;
     let dir = tempfile::tempdir().expect("a temp folder");
     let log = dir.path().join("hook-ms.log");
@@ -85,6 +107,20 @@ fn drive(with_mc: bool, script: Script, mc_config: Option<&str>) -> Run {
     oc.provider.play_historian("mock-historian");
     let session = oc.new_session();
     for turn in 0..turns {
+        let reducing = reduce_every.is_some_and(|n| with_mc && n > 0 && turn > 0 && turn % n == 0);
+        if reducing {
+            let spent = spent_reads(&oc.provider.agent_requests(), KEEP_READS);
+            if !spent.is_empty() {
+                let drop: Vec<String> = spent.iter().map(u64::to_string).collect();
+                oc.provider.push(
+                    Reply::Tool {
+                        name: "ctx_reduce".into(),
+                        input: json!({"drop": drop.join(",")}),
+                    },
+                    None,
+                );
+            }
+        }
         for k in 0..2 {
             let file = format!("src/module_{}.rs", (turn * 2 + k) % 8);
             oc.provider.push(
@@ -218,6 +254,7 @@ fn main() -> ExitCode {
     let mut turns = 60;
     let mut file_kb = 10;
     let mut context = DEFAULT_CONTEXT;
+    let mut reduce_every = None;
     let mut mc_config = None;
     let mut show_detail = false;
     let mut args = std::env::args().skip(1);
@@ -250,6 +287,11 @@ fn main() -> ExitCode {
                 .and_then(|v| v.parse::<u64>().ok())
                 .map(|v| context = v * 1000)
                 .is_some(),
+            "--reduce-every" => args
+                .next()
+                .and_then(|v| v.parse().ok())
+                .map(|v| reduce_every = Some(v))
+                .is_some(),
             "--mc-config" => args.next().map(|v| mc_config = Some(v)).is_some(),
             _ => false,
         };
@@ -262,6 +304,7 @@ fn main() -> ExitCode {
         turns,
         file_kb,
         context,
+        reduce_every,
     };
     let without = drive(false, script, None);
     let mut with = drive(true, script, mc_config.as_deref());
