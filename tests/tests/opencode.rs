@@ -563,3 +563,54 @@ fn after_a_failed_historian_run_the_plugin_backs_off() {
         .count();
     assert_eq!(count, 1, "one failed run, then a back-off");
 }
+
+#[test]
+fn while_passes_defer_the_system_prompt_is_rendered_once_and_reused() {
+    // A wrapper around mc-transform logs each call's subcommand.
+    let dir = tempfile::tempdir().unwrap();
+    let calls = dir.path().join("calls.log");
+    let wrapper = dir.path().join("mc-transform-wrapper");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho \"${{1:-pass}}\" >> '{}'\nexec '{}' \"$@\"\n",
+            calls.display(),
+            mc_tests::bin_path("mc-transform").display()
+        ),
+    )
+    .unwrap();
+    let mut permissions = std::fs::metadata(&wrapper).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&wrapper, permissions).unwrap();
+    let oc = OpenCode::start(
+        dir.path(),
+        Options {
+            db: Some(dir.path().join("ctx.db")),
+            with_plugin: true,
+            mc_config: None,
+            timing_log: None,
+            transform_bin: Some(wrapper),
+            context: None,
+            historian_bin: None,
+        },
+    );
+    oc.provider.set_usage(usage_at(20));
+    let session = oc.new_session();
+    for turn in 0..6 {
+        oc.prompt(&session, &format!("turn {turn}"));
+    }
+    let log = std::fs::read_to_string(&calls).unwrap();
+    let count = |what: &str| log.lines().filter(|l| *l == what).count();
+    let requests = oc.provider.agent_requests();
+    assert_eq!(count("pass"), requests.len(), "{log}");
+    // The first pass executes (first render); the rest defer: one render
+    // serves them all (one more if the title request came after the first
+    // pass), and every request still carries it, byte for byte.
+    assert!((1..=2).contains(&count("system")), "{log}");
+    let systems: Vec<String> = requests
+        .iter()
+        .map(|r| r.body["system"].to_string())
+        .collect();
+    assert!(systems[0].contains("## Context management (mc)"));
+    assert!(systems.iter().all(|s| *s == systems[0]));
+}

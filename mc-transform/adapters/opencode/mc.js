@@ -120,6 +120,11 @@ export const McContext = async ({ client, serverUrl, directory }) => {
   const historianFailures = new Map() // sessionID -> {count, retryAt} after failed runs
   const passed = new Set() // sessions a messages pass has seen: their system prompt is ours to render
   const subagents = new Map() // sessionID -> whether it has a parent session
+  // sessionID -> Map(input -> output): system renders. A render depends on its
+  // input and on the frozen date, which only an execute pass moves, so the same
+  // input after defer passes gets the same bytes without a process. (Side
+  // calls such as the title have inputs of their own.)
+  const systemRenders = new Map()
   let warned = false
 
   const warnOnce = (message) => {
@@ -251,6 +256,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
         messages.splice(0, messages.length, ...pass.output.messages)
       }
       passed.add(pass.sessionID)
+      if (pass.output.pass?.decision === "execute") systemRenders.delete(pass.sessionID)
     },
 
     // Runs after the messages hook of the same model call (and for side calls
@@ -259,6 +265,12 @@ export const McContext = async ({ client, serverUrl, directory }) => {
       const sessionID = input?.sessionID
       const system = output?.system
       if (!sessionID || !passed.has(sessionID) || !Array.isArray(system)) return
+      const key = JSON.stringify(system)
+      const cached = systemRenders.get(sessionID)?.get(key)
+      if (cached) {
+        system.splice(0, system.length, ...cached)
+        return
+      }
       const result = await run(
         bin("mc-transform", "MC_TRANSFORM_BIN"),
         ["system"],
@@ -270,9 +282,15 @@ export const McContext = async ({ client, serverUrl, directory }) => {
         return
       }
       try {
-        const rendered = JSON.parse(result.stdout).system
+        const answer = JSON.parse(result.stdout)
+        const rendered = answer.system
+        if (!Array.isArray(rendered)) return
         // OpenCode keeps using this very array too.
-        if (Array.isArray(rendered)) system.splice(0, system.length, ...rendered)
+        system.splice(0, system.length, ...rendered)
+        if (answer.known_session && !answer.warnings?.length) {
+          if (!systemRenders.has(sessionID)) systemRenders.set(sessionID, new Map())
+          systemRenders.get(sessionID).set(key, rendered)
+        }
       } catch (error) {
         warnOnce(`mc-transform system printed no JSON: ${error}`)
       }
