@@ -287,7 +287,8 @@ export const McContext = async ({ client, serverUrl, directory }) => {
         if (!Array.isArray(rendered)) return
         // OpenCode keeps using this very array too.
         system.splice(0, system.length, ...rendered)
-        if (answer.known_session && !answer.warnings?.length) {
+        // An unknown session (or a database error) is not worth remembering.
+        if (answer.known_session) {
           if (!systemRenders.has(sessionID)) systemRenders.set(sessionID, new Map())
           systemRenders.get(sessionID).set(key, rendered)
         }
