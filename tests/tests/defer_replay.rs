@@ -1,7 +1,10 @@
 //! Property: over random sessions and random sequences of passes, tail growth
 //! and reduce calls, every defer pass re-emits the previous output's bytes for
 //! all older messages (DESIGN §4.3 invariant 1), and mutations first appear
-//! only on passes that are not defer (invariant 2).
+//! only on passes that are not defer (invariant 2). A second strategy piles up
+//! large outputs, drops them all and piles them up again: the sequences that
+//! re-arm reduce reminders and make relief drops act (it found reminders that
+//! moved on a defer pass).
 
 use mc_core::config::TransformConfig;
 use mc_core::history::store::{self as history, NewCompartment};
@@ -24,6 +27,8 @@ enum Step {
     },
     /// The agent queues drops of these tags (taken modulo the tags so far).
     Reduce(Vec<u16>),
+    /// The agent queues drops of every tag so far (protected ones wait).
+    ReduceAll,
     /// A pass at this usage (% of the window), `idle_min` minutes after the last message.
     Pass { percent: u64, idle_min: i64 },
     /// The historian publishes a compartment over the next `share` of the unfolded messages.
@@ -199,61 +204,119 @@ fn serialized(messages: &[Value]) -> Vec<String> {
         .collect()
 }
 
+/// Run `steps` and check every defer pass against the pass before it.
+fn replay_holds(steps: Vec<Step>) -> Result<(), TestCaseError> {
+    let config = TransformConfig {
+        protected_tags: 4,
+        clear_reasoning_age: 10,
+        ..TransformConfig::default()
+    };
+    let mut store = Store::open_in_memory().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let mut b = Builder {
+        messages: Vec::new(),
+        clock: 1_800_000_000_000,
+        n: 0,
+    };
+    b.turn(&[3], true, false);
+    let mut previous: Option<Vec<String>> = None;
+    let mut max_tag = 0i64;
+    for step in steps {
+        match step {
+            Step::Turn {
+                tools,
+                finished,
+                with_file,
+            } => b.turn(&tools, finished, with_file),
+            Step::Reduce(picks) => {
+                if max_tag > 0 {
+                    let drop: Vec<i64> =
+                        picks.iter().map(|p| i64::from(*p) % max_tag + 1).collect();
+                    let request = ReduceRequest {
+                        harness: "opencode".into(),
+                        session_id: SESSION.into(),
+                        drop,
+                    };
+                    reduce(&mut store, &request, &config, b.clock).unwrap();
+                }
+            }
+            Step::ReduceAll => {
+                let drop = (1..=max_tag).collect();
+                let request = ReduceRequest {
+                    harness: "opencode".into(),
+                    session_id: SESSION.into(),
+                    drop,
+                };
+                reduce(&mut store, &request, &config, b.clock).unwrap();
+            }
+            Step::Publish { share } => publish(&mut store, share, b.clock),
+            Step::Memory { update } => remember(&mut store, update, b.n, b.clock),
+            Step::Pin(pick) => pin(&mut store, &b.messages, pick, b.clock),
+            Step::Pass { percent, idle_min } => {
+                let now = b.clock + 1000 + idle_min * 60_000;
+                let envelope = Envelope::from_value(json!({
+                    "session_id": SESSION,
+                    "project_dir": project.path(),
+                    "system": [format!("You are an agent.\nToday's date: day {}", b.n)],
+                    "model": {"provider": "p", "id": "m", "context_limit": 100_000},
+                    "usage": {"input": percent * 1000},
+                    "now_ms": now,
+                    "messages": b.messages,
+                }))
+                .unwrap();
+                let out = run_pass(&mut store, envelope, &config, now).unwrap();
+                let mut bytes = serialized(&out.messages);
+                // The system prompt is the first thing a prompt cache keys on.
+                bytes.insert(0, serde_json::to_string(&out.system).unwrap());
+                max_tag = max_tag.max(out.pass.tags as i64);
+                if out.pass.decision == Decision::Defer {
+                    prop_assert!(
+                        out.pass.dropped.is_empty(),
+                        "a defer pass dropped {:?}",
+                        out.pass.dropped
+                    );
+                    if let Some(prev) = &previous {
+                        prop_assert!(bytes.len() >= prev.len(), "a defer pass lost messages");
+                        for (i, (new, old)) in bytes.iter().zip(prev).enumerate() {
+                            prop_assert_eq!(new, old, "message {} changed on a defer pass", i);
+                        }
+                    }
+                }
+                // Time moves on past this pass.
+                b.clock = now;
+                previous = Some(bytes);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Steps that pile up large outputs, drop them all and pile them up again:
+/// what re-arms the Channel 2 reminder and makes relief drops act.
+fn heavy_step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        5 => prop::collection::vec(1500usize..3000, 1..3)
+            .prop_map(|tools| Step::Turn { tools, finished: true, with_file: false }),
+        1 => Just(Step::ReduceAll),
+        4 => Just(Step::Pass { percent: 30, idle_min: 0 }),
+        1 => Just(Step::Pass { percent: 70, idle_min: 0 }),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     #[test]
     fn defer_passes_replay_every_earlier_byte(steps in prop::collection::vec(step(), 1..24)) {
-        let config = TransformConfig { protected_tags: 4, clear_reasoning_age: 10, ..TransformConfig::default() };
-        let mut store = Store::open_in_memory().unwrap();
-        let project = tempfile::tempdir().unwrap();
-        let mut b = Builder { messages: Vec::new(), clock: 1_800_000_000_000, n: 0 };
-        b.turn(&[3], true, false);
-        let mut previous: Option<Vec<String>> = None;
-        let mut max_tag = 0i64;
-        for step in steps {
-            match step {
-                Step::Turn { tools, finished, with_file } => b.turn(&tools, finished, with_file),
-                Step::Reduce(picks) => {
-                    if max_tag > 0 {
-                        let drop: Vec<i64> = picks.iter().map(|p| i64::from(*p) % max_tag + 1).collect();
-                        let request = ReduceRequest { harness: "opencode".into(), session_id: SESSION.into(), drop };
-                        reduce(&mut store, &request, &config, b.clock).unwrap();
-                    }
-                }
-                Step::Publish { share } => publish(&mut store, share, b.clock),
-                Step::Memory { update } => remember(&mut store, update, b.n, b.clock),
-                Step::Pin(pick) => pin(&mut store, &b.messages, pick, b.clock),
-                Step::Pass { percent, idle_min } => {
-                    let now = b.clock + 1000 + idle_min * 60_000;
-                    let envelope = Envelope::from_value(json!({
-                        "session_id": SESSION,
-                        "project_dir": project.path(),
-                        "system": [format!("You are an agent.\nToday's date: day {}", b.n)],
-                        "model": {"provider": "p", "id": "m", "context_limit": 100_000},
-                        "usage": {"input": percent * 1000},
-                        "now_ms": now,
-                        "messages": b.messages,
-                    })).unwrap();
-                    let out = run_pass(&mut store, envelope, &config, now).unwrap();
-                    let mut bytes = serialized(&out.messages);
-                    // The system prompt is the first thing a prompt cache keys on.
-                    bytes.insert(0, serde_json::to_string(&out.system).unwrap());
-                    max_tag = max_tag.max(out.pass.tags as i64);
-                    if out.pass.decision == Decision::Defer {
-                        prop_assert!(out.pass.dropped.is_empty(), "a defer pass dropped {:?}", out.pass.dropped);
-                        if let Some(prev) = &previous {
-                            prop_assert!(bytes.len() >= prev.len(), "a defer pass lost messages");
-                            for (i, (new, old)) in bytes.iter().zip(prev).enumerate() {
-                                prop_assert_eq!(new, old, "message {} changed on a defer pass", i);
-                            }
-                        }
-                    }
-                    // Time moves on past this pass.
-                    b.clock = now;
-                    previous = Some(bytes);
-                }
-            }
-        }
+        replay_holds(steps)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn defer_passes_replay_through_reminders_and_mass_drops(steps in prop::collection::vec(heavy_step(), 8..40)) {
+        replay_holds(steps)?;
     }
 }
