@@ -518,24 +518,31 @@ fn a_subagent_session_gets_tags_but_no_head() {
     assert_eq!(status["subagent"], true, "{status}");
 }
 
-#[test]
-fn after_a_failed_historian_run_the_plugin_backs_off() {
-    // No historian model: every run fails. A wrapper counts the starts.
-    let dir = tempfile::tempdir().unwrap();
-    let starts = dir.path().join("historian-starts.log");
-    let wrapper = dir.path().join("mc-historian-wrapper");
+/// A script in `dir` that runs the built `bin`, first logging its subcommand
+/// (`pass` when there is none) as a line of the returned log file.
+fn logging_wrapper(dir: &std::path::Path, bin: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let log = dir.join(format!("{bin}-calls.log"));
+    let wrapper = dir.join(format!("{bin}-wrapper"));
     std::fs::write(
         &wrapper,
         format!(
-            "#!/bin/sh\necho start >> '{}'\nexec '{}' \"$@\"\n",
-            starts.display(),
-            mc_tests::bin_path("mc-historian").display()
+            "#!/bin/sh\necho \"${{1:-pass}}\" >> '{}'\nexec '{}' \"$@\"\n",
+            log.display(),
+            mc_tests::bin_path(bin).display()
         ),
     )
     .unwrap();
     let mut permissions = std::fs::metadata(&wrapper).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
     std::fs::set_permissions(&wrapper, permissions).unwrap();
+    (wrapper, log)
+}
+
+#[test]
+fn after_a_failed_historian_run_the_plugin_backs_off() {
+    // No historian model: every run fails. A wrapper counts the starts.
+    let dir = tempfile::tempdir().unwrap();
+    let (wrapper, starts) = logging_wrapper(dir.path(), "mc-historian");
     let oc = OpenCode::start(
         dir.path(),
         Options {
@@ -568,20 +575,7 @@ fn after_a_failed_historian_run_the_plugin_backs_off() {
 fn while_passes_defer_the_system_prompt_is_rendered_once_and_reused() {
     // A wrapper around mc-transform logs each call's subcommand.
     let dir = tempfile::tempdir().unwrap();
-    let calls = dir.path().join("calls.log");
-    let wrapper = dir.path().join("mc-transform-wrapper");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\necho \"${{1:-pass}}\" >> '{}'\nexec '{}' \"$@\"\n",
-            calls.display(),
-            mc_tests::bin_path("mc-transform").display()
-        ),
-    )
-    .unwrap();
-    let mut permissions = std::fs::metadata(&wrapper).unwrap().permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
-    std::fs::set_permissions(&wrapper, permissions).unwrap();
+    let (wrapper, calls) = logging_wrapper(dir.path(), "mc-transform");
     let oc = OpenCode::start(
         dir.path(),
         Options {

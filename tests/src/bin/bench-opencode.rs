@@ -178,8 +178,7 @@ fn drive(with_mc: bool, script: Script, mc_config: Option<&str>) -> Run {
 }
 
 /// Share of request bytes (as a cache keys them) that the previous request's prefix covers.
-fn cache_share(requests: &[Recorded]) -> f64 {
-    let keys: Vec<String> = requests.iter().map(|r| cache_key(r).concat()).collect();
+fn cache_share(keys: &[String]) -> f64 {
     let total: usize = keys.iter().skip(1).map(String::len).sum();
     let served: usize = keys
         .windows(2)
@@ -191,19 +190,15 @@ fn cache_share(requests: &[Recorded]) -> f64 {
 /// The share if every request extended the previous one (no bust at all):
 /// what is left of the loss is new content, which no prefix cache serves.
 /// The smaller mc keeps the context, the larger a share the new bytes are.
-fn growth_only_share(requests: &[Recorded]) -> f64 {
-    let lens: Vec<usize> = requests
-        .iter()
-        .map(|r| cache_key(r).concat().len())
-        .collect();
+fn growth_only_share(keys: &[String]) -> f64 {
+    let lens: Vec<usize> = keys.iter().map(String::len).collect();
     let total: usize = lens.iter().skip(1).sum();
     let served: usize = lens.windows(2).map(|w| w[0].min(w[1])).sum();
     served as f64 / total.max(1) as f64
 }
 
 /// The requests whose previous request's prefix covered less than 90 % (why the share drops).
-fn misses(requests: &[Recorded]) -> Vec<String> {
-    let keys: Vec<String> = requests.iter().map(|r| cache_key(r).concat()).collect();
+fn misses(keys: &[String]) -> Vec<String> {
     keys.windows(2)
         .enumerate()
         .filter_map(|(i, w)| {
@@ -217,8 +212,7 @@ fn misses(requests: &[Recorded]) -> Vec<String> {
 
 /// One line per request: its size, the share the previous request's prefix
 /// covers, and where the two first differ (to see what breaks the cache).
-fn detail(label: &str, requests: &[Recorded]) {
-    let keys: Vec<String> = requests.iter().map(|r| cache_key(r).concat()).collect();
+fn detail(label: &str, keys: &[String]) {
     for (i, w) in keys.windows(2).enumerate() {
         let shared = common_prefix(w[0].as_bytes(), w[1].as_bytes());
         let around = |s: &str| {
@@ -308,7 +302,11 @@ fn main() -> ExitCode {
     };
     let without = drive(false, script, None);
     let mut with = drive(true, script, mc_config.as_deref());
-    let (share_without, share_with) = (cache_share(&without.requests), cache_share(&with.requests));
+    // Each request as a prefix cache keys it, computed once.
+    let keys =
+        |run: &Run| -> Vec<String> { run.requests.iter().map(|r| cache_key(r).concat()).collect() };
+    let (keys_without, keys_with) = (keys(&without), keys(&with));
+    let (share_without, share_with) = (cache_share(&keys_without), cache_share(&keys_with));
     println!(
         "bench-opencode: {turns} turns, 2 reads of ~{file_kb} KB per turn, real OpenCode, fake provider"
     );
@@ -331,11 +329,11 @@ fn main() -> ExitCode {
     );
     println!(
         "  share without any bust        with mc {:>5.1}%  (the rest is new content: the smaller the context, the larger its share)",
-        growth_only_share(&with.requests) * 100.0
+        growth_only_share(&keys_with) * 100.0
     );
     println!(
         "  cache misses (<90 %) with mc: {}",
-        misses(&with.requests).join(", ")
+        misses(&keys_with).join(", ")
     );
     if let Some(status) = &with.status {
         println!(
@@ -352,8 +350,8 @@ fn main() -> ExitCode {
         }
     }
     if show_detail {
-        detail("without", &without.requests);
-        detail("with", &with.requests);
+        detail("without", &keys_without);
+        detail("with", &keys_with);
     }
     let first = with.hook_ms.first().copied().unwrap_or(f64::NAN);
     println!(
