@@ -133,9 +133,10 @@ pub fn read_stdin(when_terminal: &str) -> Result<String, Failure> {
 }
 
 /// `text` as JSON; otherwise an input failure (exit 2) saying
-/// `{what} is not JSON: …`.
+/// `{what} is not JSON: …`. Lone surrogate escapes, which JavaScript writes
+/// for a string cut mid-character, are read as U+FFFD rather than refused.
 pub fn parse_json(text: &str, what: &str) -> Result<Value, Failure> {
-    serde_json::from_str(text)
+    serde_json::from_str(&mc_core::json::repair_lone_surrogates(text))
         .with_context(|| format!("{what} is not JSON"))
         .map_err(Failure::input)
 }
@@ -152,6 +153,22 @@ pub fn write_json(value: &Value, pretty: bool) -> anyhow::Result<()> {
     out.write_all(b"\n")?;
     out.flush()?;
     Ok(())
+}
+
+/// `f`, with a panic turned into an error, for the commands that fail open
+/// (the pass, `system`): a bug must not stop the agent's prompt loop either.
+/// The panic message still reaches stderr through the default hook.
+pub fn catch_panic<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".into());
+        Err(anyhow!(
+            "internal error (a bug in mc; please report it): {what}"
+        ))
+    })
 }
 
 /// The system clock in milliseconds since the epoch (0 before it).
@@ -183,6 +200,85 @@ pub fn load_config(
     let loaded = config::load(&layers);
     warn(name, &loaded.warnings);
     (loaded.config, loaded.warnings)
+}
+
+/// How long a command waits for a sibling process's database lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// A per-call hook the agent waits on (`sqlite.hook_busy_timeout_ms`).
+    Hook,
+    /// Anything else (`sqlite.busy_timeout_ms`).
+    Background,
+}
+
+impl Wait {
+    pub fn timeout(self, config: &Config) -> Duration {
+        Duration::from_millis(match self {
+            Wait::Hook => config.sqlite.hook_busy_timeout_ms,
+            Wait::Background => config.sqlite.busy_timeout_ms,
+        })
+    }
+}
+
+/// The config and store of a command about one session.
+pub struct SessionSetup {
+    pub config: Config,
+    /// The config's warnings (already printed).
+    pub warnings: Vec<String>,
+    /// The store, or why it could not be opened.
+    pub store: anyhow::Result<Store>,
+    /// The project folder the config was read from.
+    pub project_dir: Option<PathBuf>,
+}
+
+/// One config resolution per session: the store is opened with the user's
+/// SQLite settings and `wait`, then the config is read with the project
+/// folder the session's first pass recorded — else `project_dir` (the
+/// envelope's), else the working directory — so a pass, `system`, `reduce`
+/// and `status` of one session read the same layers wherever they run.
+pub fn session_setup(
+    name: &str,
+    global: &GlobalArgs,
+    session: Option<(&str, &str)>,
+    project_dir: Option<&Path>,
+    wait: Wait,
+) -> SessionSetup {
+    let env = env_paths();
+    let flag = global.config.as_deref();
+    let first_dir = project_dir.map(Path::to_path_buf).or(env.cwd.clone());
+    let first = config::load(&paths::config_layers(flag, first_dir.as_deref(), &env));
+    let store = db_path(global.db.as_deref()).and_then(|path| {
+        Ok(Store::open(
+            &path,
+            &StoreOptions {
+                busy_timeout: wait.timeout(&first.config),
+            },
+        )?)
+    });
+    let recorded = match (&store, session) {
+        (Ok(store), Some((harness, id))) => {
+            mc_core::transform::state::session_project_dir(store.conn(), harness, id)
+                .ok()
+                .flatten()
+                .map(PathBuf::from)
+        }
+        _ => None,
+    };
+    let (loaded, dir) = match recorded {
+        Some(dir) if Some(&dir) != first_dir.as_ref() => (
+            config::load(&paths::config_layers(flag, Some(&dir), &env)),
+            Some(dir),
+        ),
+        Some(dir) => (first, Some(dir)),
+        None => (first, first_dir),
+    };
+    warn(name, &loaded.warnings);
+    SessionSetup {
+        config: loaded.config,
+        warnings: loaded.warnings,
+        store,
+        project_dir: dir,
+    }
 }
 
 /// `--db`, else `MC_DB`, else `$XDG_DATA_HOME/mc/context.db`.
@@ -217,6 +313,17 @@ mod tests {
         assert_eq!(Failure::from(mc_core::Error::input("bad")).code, 2);
         assert_eq!(Failure::from(mc_core::Error::Corrupt("x".into())).code, 1);
         assert_eq!(Failure::from(anyhow!("other")).code, 1);
+    }
+
+    #[test]
+    fn a_panic_becomes_an_error_that_names_it() {
+        let caught = catch_panic::<()>(|| panic!("index out of bounds: 7")).unwrap_err();
+        let text = format!("{caught:#}");
+        assert!(text.contains("internal error"), "{text}");
+        assert!(text.contains("index out of bounds: 7"), "{text}");
+        let owned = catch_panic::<()>(|| panic!("{} of {}", 1, 2)).unwrap_err();
+        assert!(format!("{owned}").contains("1 of 2"));
+        assert_eq!(catch_panic(|| Ok(5)).unwrap(), 5);
     }
 
     #[test]

@@ -2,14 +2,13 @@
 
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::Instant;
 
 use anyhow::anyhow;
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
-use mc_cli::{Failure, GlobalArgs, now_ms, write_json};
-use mc_core::config::Config;
-use mc_core::store::Store;
+use mc_cli::{Failure, GlobalArgs, SessionSetup, Wait, now_ms, write_json};
 use mc_core::transform::{self, Envelope, PassReport, ReduceRequest, SystemRequest};
 
 const NAME: &str = "mc-transform";
@@ -105,30 +104,35 @@ fn parse_json(text: &str) -> Result<Value, Failure> {
     mc_cli::parse_json(text, "input")
 }
 
-fn load_config(args: &Args, project_dir: Option<&Path>) -> (Config, Vec<String>) {
-    mc_cli::load_config(NAME, args.global.config.as_deref(), project_dir)
-}
-
-fn open_store(args: &Args, config: &Config) -> anyhow::Result<Store> {
-    mc_cli::open_store(args.global.db.as_deref(), config)
+fn session_setup(
+    args: &Args,
+    session: Option<(&str, &str)>,
+    project_dir: Option<&Path>,
+    wait: Wait,
+) -> SessionSetup {
+    mc_cli::session_setup(NAME, &args.global, session, project_dir, wait)
 }
 
 fn run_pass(args: &Args) -> Result<(), Failure> {
+    let started = Instant::now();
     let text = read_stdin()?;
     let value = parse_json(&text)?;
-    let envelope =
+    let mut envelope =
         Envelope::from_value(value).map_err(|e| Failure::input(anyhow::Error::from(e)))?;
     let now = envelope.now_ms.unwrap_or_else(now_ms);
     let harness = envelope.harness.clone();
-    let session_id = envelope.session_id.clone();
-    let project_dir = envelope.project_dir.clone().or_else(mc_cli::working_dir);
-    let mut envelope = envelope;
-    envelope.project_dir = project_dir.clone();
-    let (config, config_warnings) = load_config(args, project_dir.as_deref());
-
-    let mut store = None;
-    let result = open_store(args, &config).and_then(|s| {
-        let store = store.insert(s);
+    let session_id = envelope.session_hint();
+    let setup = session_setup(
+        args,
+        session_id.as_deref().map(|id| (harness.as_str(), id)),
+        envelope.project_dir.as_deref(),
+        Wait::Hook,
+    );
+    envelope.project_dir = setup.project_dir.clone();
+    let config = setup.config;
+    let mut store = setup.store;
+    let result = mc_cli::catch_panic(|| {
+        let store = store.as_mut().map_err(|e| anyhow!("{e:#}"))?;
         Ok(transform::run_pass(
             store,
             envelope,
@@ -138,17 +142,27 @@ fn run_pass(args: &Args) -> Result<(), Failure> {
     });
     let output = match result {
         Ok(mut output) => {
-            output.pass.warnings.extend(config_warnings);
+            output.pass.warnings.extend(setup.warnings);
             output.into_value()
         }
         Err(error) => {
             // Fail open: the agent's prompt loop must never stop because of mc.
             let message = format!("{error:#}");
             eprintln!("mc-transform: warning: passthrough: {message}");
-            if let (Some(store), Some(session)) = (store.as_mut(), session_id.as_deref()) {
-                let _ = transform::record_passthrough(store, &harness, session, &message, now);
+            let mut warnings = setup.warnings;
+            if let (Ok(store), Some(session)) = (store.as_mut(), session_id.as_deref()) {
+                // Within what is left of the hook's wait, never a second full one.
+                let left = Wait::Hook
+                    .timeout(&config)
+                    .saturating_sub(started.elapsed());
+                let recorded = store.set_busy_timeout(left).and_then(|()| {
+                    transform::record_passthrough(store, &harness, session, &message, now)
+                });
+                if let Err(e) = recorded {
+                    warnings.push(format!("passthrough not recorded in the database: {e}"));
+                }
             }
-            passthrough(&text, message, config_warnings)
+            passthrough(&text, message, warnings)
         }
     };
     write_json(&output, args.global.pretty)?;
@@ -157,7 +171,7 @@ fn run_pass(args: &Args) -> Result<(), Failure> {
 
 /// The input's messages and system, unchanged, with a passthrough report.
 fn passthrough(input: &str, error: String, extra_warnings: Vec<String>) -> Value {
-    let mut original: Value = serde_json::from_str(input).unwrap_or(Value::Null);
+    let mut original: Value = mc_cli::parse_json(input, "input").unwrap_or(Value::Null);
     let mut report = PassReport::passthrough(error);
     report.warnings.extend(extra_warnings);
     let mut out = serde_json::Map::new();
@@ -198,9 +212,14 @@ fn run_reduce(
             )));
         }
     };
-    let (config, _) = load_config(args, None);
-    let mut store = open_store(args, &config)?;
-    let result = transform::reduce(&mut store, &request, &config.transform, now_ms())
+    let setup = session_setup(
+        args,
+        Some((&request.harness, &request.session_id)),
+        None,
+        Wait::Hook,
+    );
+    let mut store = setup.store?;
+    let result = transform::reduce(&mut store, &request, &setup.config.transform, now_ms())
         .map_err(anyhow::Error::from)?;
     write_json(
         &serde_json::to_value(result).map_err(anyhow::Error::from)?,
@@ -210,8 +229,8 @@ fn run_reduce(
 }
 
 fn run_status(args: &Args, session: &str, harness: &str) -> Result<(), Failure> {
-    let (config, _) = load_config(args, None);
-    let store = open_store(args, &config)?;
+    let setup = session_setup(args, Some((harness, session)), None, Wait::Background);
+    let store = setup.store?;
     let report = transform::status(&store, harness, session).map_err(anyhow::Error::from)?;
     let value = match report {
         Some(report) => serde_json::to_value(report).map_err(anyhow::Error::from)?,
@@ -229,13 +248,18 @@ fn run_status(args: &Args, session: &str, harness: &str) -> Result<(), Failure> 
 fn run_system(args: &Args) -> Result<(), Failure> {
     let request = SystemRequest::from_value(parse_json(&read_stdin()?)?)
         .map_err(|e| Failure::input(e.into()))?;
-    let (config, mut warnings) = load_config(args, mc_cli::working_dir().as_deref());
-    let result = open_store(args, &config).and_then(|mut store| {
-        Ok(transform::system_hook(
-            &mut store,
-            &request,
-            &config.transform,
-        )?)
+    let setup = session_setup(
+        args,
+        Some((&request.harness, &request.session_id)),
+        None,
+        Wait::Hook,
+    );
+    let mut warnings = setup.warnings;
+    let config = setup.config;
+    let mut store = setup.store;
+    let result = mc_cli::catch_panic(|| {
+        let store = store.as_mut().map_err(|e| anyhow!("{e:#}"))?;
+        Ok(transform::system_hook(store, &request, &config.transform)?)
     });
     let mut output = match result {
         Ok(output) => serde_json::to_value(output).map_err(anyhow::Error::from)?,
@@ -255,8 +279,16 @@ fn run_system(args: &Args) -> Result<(), Failure> {
 fn run_recount(args: &Args) -> Result<(), Failure> {
     let value = parse_json(&read_stdin()?)?;
     let envelope = Envelope::from_value(value).map_err(|e| Failure::input(e.into()))?;
-    let (config, _) = load_config(args, envelope.project_dir.as_deref());
-    let mut store = open_store(args, &config)?;
+    let session_id = envelope.session_hint();
+    let setup = session_setup(
+        args,
+        session_id
+            .as_deref()
+            .map(|id| (envelope.harness.as_str(), id)),
+        envelope.project_dir.as_deref(),
+        Wait::Background,
+    );
+    let mut store = setup.store?;
     let result = transform::recount::recount(&mut store, envelope).map_err(anyhow::Error::from)?;
     write_json(&json!(result), args.global.pretty)?;
     Ok(())

@@ -41,6 +41,13 @@ impl Env {
         cmd
     }
 
+    /// Write the user config file (`$XDG_CONFIG_HOME/mc/config.jsonc`).
+    fn user_config(&self, text: &str) {
+        let dir = self.dir.path().join("config/mc");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.jsonc"), text).unwrap();
+    }
+
     fn run(&self, args: &[&str], stdin: &str) -> Output {
         let mut child = self
             .command(args)
@@ -193,19 +200,130 @@ fn an_unreadable_database_gives_a_passthrough() {
 }
 
 #[test]
-fn a_locked_database_gives_a_passthrough() {
+fn a_locked_database_gives_a_passthrough_within_the_hook_wait() {
     let env = Env::new();
     let db = env.db();
-    stdout_json(&env.run(&["--db", db.to_str().unwrap()], &example()));
-    let holder = lock_database(&db);
+    let db = db.to_str().unwrap();
+    // A long wait for background commands must not reach the per-call hooks.
+    env.user_config(r#"{"sqlite": {"busy_timeout_ms": 60000}}"#);
+    stdout_json(&env.run(&["--db", db], &example()));
+    let holder = lock_database(Path::new(db));
     let started = std::time::Instant::now();
-    let out = env.run(&["--db", db.to_str().unwrap()], &example());
+    let out = env.run(&["--db", db], &example());
+    let waited = started.elapsed();
     assert_passthrough(&out, "locked");
+    // The hook's own wait (1 s by default) at most once, and never the 60 s
+    // busy timeout: before, a pass waited it twice (write, then the record).
     assert!(
-        started.elapsed() >= std::time::Duration::from_secs(4),
-        "waited the busy timeout first"
+        waited < std::time::Duration::from_secs(30),
+        "waited {waited:?}"
+    );
+    let warnings = stdout_json(&out)["pass"]["warnings"].to_string();
+    assert!(warnings.contains("passthrough not recorded"), "{warnings}");
+
+    // The system hook fails open within the same wait; reduce gives up with a clear error.
+    let request = json!({"session_id": "ses_example0001", "system": ["You are an agent."]});
+    let started = std::time::Instant::now();
+    let system = stdout_json(&env.run(&["--db", db, "system"], &request.to_string()));
+    assert_eq!(system["system"], request["system"]);
+    assert!(
+        system["warnings"].to_string().contains("locked"),
+        "{system}"
+    );
+    let reduce = env.run(
+        &[
+            "--db",
+            db,
+            "reduce",
+            "--session",
+            "ses_example0001",
+            "--drop",
+            "1",
+        ],
+        "",
+    );
+    assert_eq!(reduce.status.code(), Some(1));
+    assert!(stderr(&reduce).contains("locked"), "{}", stderr(&reduce));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "waited {:?}",
+        started.elapsed()
     );
     drop(holder);
+}
+
+#[test]
+fn a_lone_surrogate_is_read_as_a_replacement_character_and_replays() {
+    let env = Env::new();
+    let db = env.db();
+    let db = db.to_str().unwrap();
+    // What JavaScript's JSON.stringify writes for a string cut mid-character.
+    let cut = example().replacen(
+        "The pending() count",
+        "The pending() count \\ud83d cut \\ud83d",
+        1,
+    );
+    let cut = cut.replace("\\\\ud83d", "\\ud83d");
+    assert!(cut.contains("count \\ud83d cut"), "the fixture changed");
+    let first = stdout_json(&env.run(&["--db", db], &cut));
+    assert_ne!(
+        first["pass"]["decision"], "passthrough",
+        "{}",
+        first["pass"]
+    );
+    let text = first["messages"][2]["parts"][0]["text"].as_str().unwrap();
+    assert!(text.contains("count \u{fffd} cut"), "{text}");
+    let again = stdout_json(&env.run(&["--db", db], &cut));
+    assert_eq!(again["pass"]["decision"], "defer");
+    assert_eq!(again["messages"], first["messages"]);
+}
+
+#[test]
+fn every_subcommand_reads_the_config_of_the_project_the_session_started_in() {
+    let env = Env::new();
+    let db = env.db();
+    let db = db.to_str().unwrap();
+    let project = env.dir.path().join("proj");
+    std::fs::create_dir_all(project.join(".mc")).unwrap();
+    std::fs::write(
+        project.join(".mc/config.jsonc"),
+        r#"{"transform": {"system_prompt_guidance": false, "protected_tags": 1}}"#,
+    )
+    .unwrap();
+    let mut envelope: Value = serde_json::from_str(&example()).unwrap();
+    envelope["project_dir"] = json!(project);
+    stdout_json(&env.run(&["--db", db], &envelope.to_string()));
+    // The plugin's other calls run in another folder (here: the temp home,
+    // which has no project config) and name no project.
+    let request = json!({"session_id": "ses_example0001",
+                         "system": ["You are an agent.\nToday's date: Mon Nov 30 2026"]});
+    let system = stdout_json(&env.run(&["--db", db, "system"], &request.to_string()));
+    assert_eq!(system["known_session"], true);
+    assert_eq!(
+        system["guidance"], false,
+        "the project turned guidance off: {system}"
+    );
+    assert_eq!(system["system"], request["system"]);
+    // protected_tags 1: only the newest tag is protected, so tag 1 is queued, not deferred.
+    let reduce = stdout_json(&env.run(
+        &[
+            "--db",
+            db,
+            "reduce",
+            "--session",
+            "ses_example0001",
+            "--drop",
+            "1",
+        ],
+        "",
+    ));
+    assert_eq!(reduce["queued"], json!([1]), "{reduce}");
+    assert_eq!(reduce["protected"], json!([]), "{reduce}");
+    // A later pass without project_dir keeps to the recorded project too.
+    let bare = stdout_json(&env.run(&["--db", db], &example()));
+    assert_ne!(bare["pass"]["decision"], "passthrough");
+    let status = stdout_json(&env.run(&["--db", db, "status", "--session", "ses_example0001"], ""));
+    assert_eq!(status["project_dir"], json!(project), "{status}");
 }
 
 /// Hold an exclusive lock on the database from another process, as a sibling
@@ -454,8 +572,13 @@ fn config_layers_are_read_and_bad_leaves_warn() {
     .unwrap();
     let mut envelope: Value = serde_json::from_str(&example()).unwrap();
     envelope["project_dir"] = json!(project);
-    // 20 % usage would execute under a threshold of 20.
+    // 20 % usage would execute under a threshold of 20. (A new database: a
+    // session keeps the project its first pass saw.)
     envelope["usage"] = json!({"input": 40000, "cache_read": 0, "cache_write": 0, "output": 1});
+    let db = env.dir.path().join("other.db");
+    let mut first = envelope.clone();
+    first["usage"] = json!({"input": 1000, "cache_read": 0, "cache_write": 0, "output": 1});
+    stdout_json(&env.run(&["--db", db.to_str().unwrap()], &first.to_string()));
     let doc = stdout_json(&env.run(&["--db", db.to_str().unwrap()], &envelope.to_string()));
     assert_eq!(doc["pass"]["decision"], "defer", "{}", doc["pass"]);
     assert!(

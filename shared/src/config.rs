@@ -156,6 +156,8 @@ pub struct TransformConfig {
 pub struct SqliteConfig {
     /// `PRAGMA busy_timeout` in milliseconds (5000..=600000, default 5000).
     pub busy_timeout_ms: u64,
+    /// The per-call hooks' wait, milliseconds (0..=1500, default 1000).
+    pub hook_busy_timeout_ms: u64,
 }
 
 /// `historian.*`: mc-historian's models, timeouts and budgets. User-only.
@@ -214,7 +216,10 @@ impl Default for Config {
                 caveman_min_chars: 0,
                 system_prompt_guidance: false,
             },
-            sqlite: SqliteConfig { busy_timeout_ms: 0 },
+            sqlite: SqliteConfig {
+                busy_timeout_ms: 0,
+                hook_busy_timeout_ms: 0,
+            },
             historian: HistorianConfig {
                 model: None,
                 fallback_models: Vec::new(),

@@ -11,7 +11,7 @@ pub mod error;
 pub mod historian;
 pub mod history;
 pub mod identity;
-mod json;
+pub mod json;
 pub mod llm;
 pub mod opencode_api;
 pub mod paths;

@@ -518,6 +518,22 @@ pub(super) const KEYS: &[KeyDef] = &[
         },
     },
     KeyDef {
+        path: "sqlite.hook_busy_timeout_ms",
+        kind: Kind::Int { min: 0, max: 1_500 },
+        default: Val::Int(1_000),
+        trust: Trust::UserOnly,
+        description: "How long, in milliseconds, a per-call hook (an mc-transform pass, \
+                      system or reduce) waits for another tool to release the database \
+                      before it lets the call through unchanged. Bounded so the agent \
+                      never waits long on mc.",
+        get: |c| Val::Int(c.sqlite.hook_busy_timeout_ms),
+        set: |c, v| {
+            if let Some(n) = v.int() {
+                c.sqlite.hook_busy_timeout_ms = n;
+            }
+        },
+    },
+    KeyDef {
         path: "historian.model",
         kind: Kind::Model,
         default: Val::Model(None),

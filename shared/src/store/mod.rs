@@ -17,6 +17,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_history.sql"),
     include_str!("migrations/0003_pins_and_historian.sql"),
     include_str!("migrations/0004_system_date_and_reminders.sql"),
+    include_str!("migrations/0005_session_project_and_render_version.sql"),
 ];
 
 /// The newest schema version this build understands (the fence).
@@ -136,6 +137,13 @@ impl Store {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Change how long a statement waits for a sibling's lock from now on
+    /// (a hook that already waited once records its failure without a second wait).
+    pub fn set_busy_timeout(&self, timeout: Duration) -> Result<()> {
+        self.conn.busy_timeout(timeout)?;
+        Ok(())
     }
 
     pub fn schema_version(&self) -> Result<i64> {

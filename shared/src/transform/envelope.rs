@@ -82,6 +82,24 @@ pub(crate) fn session_key(map: &Map<String, Value>, what: &str) -> Result<(Strin
 }
 
 impl Envelope {
+    /// The session the pass will work on: `session_id`, else the
+    /// `info.sessionID` of the newest user message that has one, else of any
+    /// message (as the pass derives it after decoding).
+    pub fn session_hint(&self) -> Option<String> {
+        if let Some(id) = &self.session_id {
+            return Some(id.clone());
+        }
+        let session_of = |m: &Value| m.pointer("/info/sessionID")?.as_str().map(str::to_string);
+        let role_is_user =
+            |m: &&Value| m.pointer("/info/role").and_then(Value::as_str) == Some("user");
+        self.messages
+            .iter()
+            .rev()
+            .filter(role_is_user)
+            .chain(self.messages.iter().rev())
+            .find_map(session_of)
+    }
+
     /// Parse a decoded JSON document. Missing `messages` or a wrong type is
     /// an input error (the binary exits 2); unknown top-level keys are ignored.
     pub fn from_value(value: Value) -> Result<Envelope> {

@@ -16,9 +16,6 @@ use crate::tokens;
 
 use super::scheduler::ttl_expired;
 
-/// Bumped when the rendered format of the head changes: every cached head rebuilds.
-pub const RENDER_EPOCH: u32 = 1;
-
 /// The cached head of a session and the markers of what it covers.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HeadRow {

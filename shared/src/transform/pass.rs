@@ -20,9 +20,9 @@ use crate::store::Store;
 use crate::tokens;
 
 use super::envelope::{Bust, Decision, Envelope, ModelInfo, PassOutput, PassReport, Usage};
-use super::head::{self as heads, HardSignals, HeadContext, HeadRow, RENDER_EPOCH};
+use super::head::{self as heads, HardSignals, HeadContext, HeadRow};
 use super::notation::strip_leading_tags;
-use super::render::{Bindings, Head, RenderState, age_tags, render};
+use super::render::{Bindings, Head, RENDER_VERSION, RenderState, age_tags, render};
 use super::scheduler::{self, Schedule, SchedulerInput};
 use super::state::{self, DropMode, NewTag, SessionRow, TagKind, TagRow};
 use super::{caveman, emergency, nudge, system, temporal};
@@ -343,7 +343,7 @@ fn apply(
     };
     let markers = heads::current_markers(tx, session.id, project.as_deref())?;
     let render_key = format!(
-        "e{RENDER_EPOCH}-h{}-m{}-d{}",
+        "e{RENDER_VERSION}-h{}-m{}-d{}",
         facts.history_budget, config.memory_budget_tokens, config.temporal_awareness as u8
     );
     let frozen_hash = frozen_system.as_ref().map(system::hash);
@@ -373,6 +373,16 @@ fn apply(
         && cache.as_ref().is_some_and(|c| heads::has_news(c, &markers))
     {
         hard = Some("force_band");
+    }
+    // New render rules change bytes anywhere in the prompt: once, declared.
+    let render_outdated = session.render_version != RENDER_VERSION;
+    if render_outdated && head_enabled && cache.is_some() {
+        hard = Some("render_version");
+    }
+    if render_outdated && !head_enabled && schedule.decision == Decision::Defer {
+        schedule.decision = Decision::Execute;
+        schedule.reason = "render_version";
+        schedule.deferred_mid_turn = false;
     }
     if let Some(reason) = hard
         && schedule.decision == Decision::Defer
@@ -557,7 +567,7 @@ fn apply(
     }
     let bust = if head_changed {
         Bust::Hard
-    } else if visible_change || m1_changed {
+    } else if visible_change || m1_changed || render_outdated {
         Bust::Soft
     } else {
         Bust::None
@@ -584,6 +594,7 @@ fn apply(
             passes_execute = passes_execute + (?15 = 'execute'),
             today_line = ?19, last_emergency_sample = ?20,
             nudge2_armed = ?21, nudge1_level = ?22, nudge1_reducible = ?23,
+            project_dir = coalesce(project_dir, ?24), render_version = ?25,
             last_error = NULL, updated_ms = ?18
          WHERE id = ?1",
     )?
@@ -611,6 +622,8 @@ fn apply(
         session.nudge2_armed,
         session.nudge1_level,
         session.nudge1_reducible,
+        key.project_dir.and_then(Path::to_str),
+        RENDER_VERSION,
     ])?;
 
     let nudge2 = state::load_reminders(tx, session.id)?;

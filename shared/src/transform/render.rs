@@ -14,6 +14,14 @@ use super::caveman;
 use super::notation::{placeholder, prefixed, strip_leading_tags};
 use super::state::{DropMode, TagKind, TagRow};
 
+/// The version of every rule that turns input and stored state into bytes:
+/// placeholders, skeletons, prefixes, caveman, temporal markers, reminders and
+/// the head's format. Bump it with any change to them: each session's next
+/// pass then busts once, declared (`materialize_reason: render_version`),
+/// instead of changing cached bytes under a report that says `bust: none`.
+/// `render_fingerprint_is_pinned_to_the_version` fails until it is bumped.
+pub const RENDER_VERSION: i64 = 1;
+
 /// Tool inputs whose JSON is longer than this are clamped in a skeleton.
 const SKELETON_INPUT_LIMIT: usize = 500;
 /// Characters of a string input value a skeleton keeps.

@@ -101,6 +101,10 @@ pub struct SessionRow {
     /// Channel 1: last level sent and the reducible tokens then.
     pub nudge1_level: i64,
     pub nudge1_reducible: i64,
+    /// The project folder the session's config is read from (recorded once).
+    pub project_dir: Option<String>,
+    /// The render rules the session's bytes were produced with.
+    pub render_version: i64,
 }
 
 pub fn find_session(
@@ -114,7 +118,8 @@ pub fn find_session(
                     last_response_ms, last_execute_ms, last_model_key, heuristics_turn_id,
                     tool_reclaim_watermark, reasoning_cleared_through, deferred_execute_ms,
                     is_subagent, today_line, last_emergency_sample,
-                    nudge2_armed, nudge1_level, nudge1_reducible, seen_today_line
+                    nudge2_armed, nudge1_level, nudge1_reducible, seen_today_line,
+                    project_dir, render_version
              FROM sessions WHERE harness = ?1 AND session_id = ?2",
         )?
         .query_row(params![harness, session_id], |r| {
@@ -138,6 +143,8 @@ pub fn find_session(
                 nudge1_level: r.get(16)?,
                 nudge1_reducible: r.get(17)?,
                 seen_today_line: r.get(18)?,
+                project_dir: r.get(19)?,
+                render_version: r.get(20)?,
             })
         })
         .optional()?)
@@ -152,12 +159,34 @@ pub fn create_session(
     now_ms: i64,
 ) -> Result<SessionRow> {
     conn.prepare_cached(
-        "INSERT INTO sessions (harness, session_id, is_subagent, project_identity, created_ms, updated_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+        "INSERT INTO sessions (harness, session_id, is_subagent, project_identity, created_ms,
+                               updated_ms, render_version)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?6)",
     )?
-    .execute(params![harness, session_id, subagent, project_identity, now_ms])?;
+    .execute(params![
+        harness,
+        session_id,
+        subagent,
+        project_identity,
+        now_ms,
+        super::render::RENDER_VERSION
+    ])?;
     find_session(conn, harness, session_id)?
         .ok_or_else(|| Error::Corrupt("session row vanished right after insert".into()))
+}
+
+/// The project folder a session's config is read from, as recorded by the
+/// first pass that knew one; `None` for an unknown session or none recorded.
+pub fn session_project_dir(
+    conn: &Connection,
+    harness: &str,
+    session_id: &str,
+) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT project_dir FROM sessions WHERE harness = ?1 AND session_id = ?2")?
+        .query_row(params![harness, session_id], |r| r.get(0))
+        .optional()?
+        .flatten())
 }
 
 /// The session's Channel 2 reminders: the message each follows, and its text.

@@ -58,6 +58,10 @@ pub struct StatusReport {
     pub harness: String,
     pub session_id: String,
     pub project: Option<String>,
+    /// The folder whose config every command of the session reads (recorded by its first pass).
+    pub project_dir: Option<String>,
+    /// The render rules its bytes were last produced with.
+    pub render_version: i64,
     /// A subagent session: no head, no historian (the harness said so).
     pub subagent: bool,
     pub tags: TagCounts,
@@ -180,6 +184,8 @@ pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<S
         harness: harness.to_string(),
         session_id: session_id.to_string(),
         project: session.project_identity.clone(),
+        project_dir: session.project_dir.clone(),
+        render_version: session.render_version,
         tags,
         tokens,
         exact_share,

@@ -744,3 +744,109 @@ fn at_the_threshold_a_busting_pass_buys_headroom() {
     .unwrap();
     assert_eq!(calm.pass.decision, Decision::Defer);
 }
+
+#[test]
+fn new_render_rules_bust_once_and_say_so() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(6);
+    start(&mut store, &messages);
+    defer(&mut store, &messages);
+    // The session was last rendered by a release with other render rules.
+    store
+        .conn()
+        .execute(
+            "UPDATE sessions SET render_version = ?1",
+            [super::render::RENDER_VERSION - 1],
+        )
+        .unwrap();
+    let upgraded = pass(&mut store, &messages, 30, warm_now(&messages));
+    assert_eq!(
+        upgraded.pass.decision,
+        Decision::Execute,
+        "{:?}",
+        upgraded.pass
+    );
+    assert_eq!(upgraded.pass.reason, "render_version");
+    assert_eq!(upgraded.pass.materialize_reason, Some("render_version"));
+    assert_ne!(upgraded.pass.bust, Bust::None);
+    // Once: the next pass defers and replays what the new rules rendered.
+    let after = defer(&mut store, &messages);
+    assert_eq!(bytes(&after.messages), bytes(&upgraded.messages));
+    let status = status(&store, "opencode", SESSION).unwrap().unwrap();
+    assert_eq!(status.render_version, super::render::RENDER_VERSION);
+}
+
+/// What the render rules touch, in one session: tag prefixes, placeholders,
+/// full and skeleton drops, cleared reasoning, gap markers, caveman and the
+/// head. If this fingerprint moves, the bytes a provider
+/// has cached would move under `bust: none`: bump `RENDER_VERSION` and pin
+/// the new fingerprint with it.
+#[test]
+fn render_fingerprint_is_pinned_to_the_version() {
+    use sha2::{Digest, Sha256};
+    let mut store = Store::open_in_memory().unwrap();
+    let config = TransformConfig {
+        caveman: true,
+        caveman_min_chars: 100,
+        clear_reasoning_age: 10,
+        ..config()
+    };
+    let mut messages = session(14);
+    // An old long prose answer for caveman, and a two-hour gap for a marker.
+    messages[11]["parts"][1]["text"] =
+        json!("The store keeps every tag in one table and the pass reads it once. ".repeat(8));
+    messages.push(user(
+        "msg_101_u",
+        "back after lunch",
+        T0 + 13 * 60_000 + 5_500 + 7_200_000,
+    ));
+    let run = |store: &mut Store, messages: &[Value], percent: u64| {
+        let now = warm_now(messages);
+        run_pass(store, envelope(messages, percent, now), &config, now).unwrap()
+    };
+    let mut digest = Sha256::new();
+    let mut passes = Vec::new();
+    passes.push(run(&mut store, &messages, 30));
+    // A user message (placeholder), old tool calls (gone whole), a recent one (skeleton).
+    queue(&mut store, &[1, 2, 3, 18]);
+    passes.push(run(&mut store, &messages, 70));
+    passes.push(run(&mut store, &messages, 30));
+    for out in &passes {
+        digest.update(serde_json::to_string(&out.messages).unwrap());
+    }
+    let fingerprint: String = digest
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let rendered = passes
+        .iter()
+        .map(|o| serde_json::to_string(&o.messages).unwrap())
+        .collect::<String>();
+    // The session exercises what the fingerprint claims to cover.
+    for needle in [
+        "[dropped §1§]",
+        "[dropped §18§]",
+        "§12§",
+        "<!-- +2h -->",
+        "<session-history>",
+    ] {
+        assert!(rendered.contains(needle), "the scenario lost {needle}");
+    }
+    let last = serde_json::to_string(&passes[2].messages).unwrap();
+    assert!(!last.contains("call_0_0"), "an old dropped call goes whole");
+    assert!(
+        !rendered.contains(
+            "The store keeps every tag in one table and the pass reads it once. The store"
+        ),
+        "caveman rewrote the long answer"
+    );
+    assert_eq!(
+        (super::render::RENDER_VERSION, fingerprint.as_str()),
+        (
+            1,
+            "363d1e213150b2535d6653b9f70f45bcf488e57d0552855dbe747d9701296505"
+        ),
+        "the rendered bytes changed: bump RENDER_VERSION and pin the new fingerprint"
+    );
+}
