@@ -608,3 +608,42 @@ fn while_passes_defer_the_system_prompt_is_rendered_once_and_reused() {
     assert!(systems[0].contains("## Context management (mc)"));
     assert!(systems.iter().all(|s| *s == systems[0]));
 }
+
+#[test]
+fn a_tool_output_cut_mid_character_keeps_mc_on() {
+    // OpenCode's read tool cuts lines longer than 2000 UTF-16 units; an emoji
+    // astride the cut leaves a lone surrogate, which JSON.stringify in the
+    // plugin writes as `\ud83d`. mc must read it, not switch off (exit 2).
+    let (oc, _dir) = with_mc(None);
+    oc.provider.set_usage(usage_at(20));
+    let line = format!("{}\u{1F600} and more after the emoji\n", "a".repeat(1999));
+    std::fs::write(oc.dir.join("project/src/wide.rs"), line).unwrap();
+    let session = oc.new_session();
+    oc.provider.push(
+        Reply::Tool {
+            name: "read".into(),
+            input: json!({"filePath": "src/wide.rs"}),
+        },
+        None,
+    );
+    oc.prompt(&session, "read the wide file");
+    oc.prompt(&session, "and now answer");
+    let requests = oc.provider.agent_requests();
+    let last = requests.last().unwrap();
+    let results = tool_results(last);
+    let (_, wide) = results
+        .iter()
+        .find(|(_, t)| t.contains("aaaa"))
+        .unwrap_or_else(|| panic!("the read result is in the request: {results:?}"));
+    assert!(
+        leading_tag(wide).is_some(),
+        "mc tagged the cut output: {wide:.80}"
+    );
+    assert!(
+        all_text(last).contains("§1§ read the wide file"),
+        "mc stayed on for the session"
+    );
+    let status = oc.mc("mc-transform", &["status", "--session", &session], b"");
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["passes"]["passthrough"], 0, "{status}");
+}
