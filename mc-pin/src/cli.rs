@@ -8,6 +8,7 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 use serde_json::Value;
 
 use mc_cli::{Failure, GlobalArgs, now_ms, write_json};
+use mc_core::config::Config;
 use mc_core::opencode_api::OpenCode;
 use mc_core::pin::{
     self, Action, Event, Harness, PinOutcome, PinRequest, RequestFields, RestoreReport, Target,
@@ -162,9 +163,12 @@ fn read_stdin(what: &str) -> Result<String, Failure> {
     ))
 }
 
-fn open_store(args: &Args) -> anyhow::Result<Store> {
-    let (config, _) = mc_cli::load_config(NAME, args.global.config.as_deref(), None);
-    mc_cli::open_store(args.global.db.as_deref(), &config)
+fn load_config(args: &Args) -> Config {
+    mc_cli::load_config(NAME, args.global.config.as_deref(), None).0
+}
+
+fn open_store(args: &Args, config: &Config) -> anyhow::Result<Store> {
+    mc_cli::open_store(args.global.db.as_deref(), config)
 }
 
 /// The request from the flags, completed from JSON on stdin when `--session`
@@ -172,6 +176,7 @@ fn open_store(args: &Args) -> anyhow::Result<Store> {
 fn request_of(
     action: Action,
     flags: &TargetArgs,
+    config: &Config,
 ) -> Result<(PinRequest, Option<String>, Option<String>), Failure> {
     let fields = if flags.session.is_none() {
         let text = read_stdin("the request (or pass --session)")?;
@@ -231,13 +236,15 @@ fn request_of(
             .transcript
             .clone()
             .or(fields.transcript.map(PathBuf::from)),
+        max_transcript_bytes: config.transcript.max_bytes,
     };
     Ok((request, url, flags.directory.clone().or(fields.directory)))
 }
 
 fn run_pins(args: &Args, action: Action, flags: &TargetArgs) -> Result<(), Failure> {
-    let (request, url, directory) = request_of(action, flags)?;
-    let mut store = open_store(args)?;
+    let config = load_config(args);
+    let (request, url, directory) = request_of(action, flags, &config)?;
+    let mut store = open_store(args, &config)?;
     let cwd = mc_cli::working_dir();
     let outcome: PinOutcome = match url {
         Some(url) => {
@@ -356,12 +363,14 @@ fn restore_hook(
     harness: Harness,
     input: &pin::HookInput,
 ) -> Result<(), Failure> {
-    let mut store = open_store(args)?;
+    let config = load_config(args);
+    let mut store = open_store(args, &config)?;
     let report = hook::restore(
         &store,
         harness,
         input,
         flags.transcript.as_deref().map(Path::new),
+        config.transcript.max_bytes,
         flags.dry_run,
         now_ms(),
     )?;

@@ -114,6 +114,7 @@ pub struct Config {
     pub transform: TransformConfig,
     pub sqlite: SqliteConfig,
     pub historian: HistorianConfig,
+    pub transcript: TranscriptConfig,
     /// `providers`: model providers by name. User-only.
     pub providers: BTreeMap<String, ProviderConfig>,
 }
@@ -156,6 +157,14 @@ pub struct TransformConfig {
 pub struct SqliteConfig {
     /// `PRAGMA busy_timeout` in milliseconds (5000..=600000, default 5000).
     pub busy_timeout_ms: u64,
+}
+
+/// `transcript.*`: reading a harness's transcript file (mc-pin `--transcript`
+/// and the restore hook's `transcript_path`, mc-historian `--transcript`). User-only.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TranscriptConfig {
+    /// Largest transcript read, in bytes (1 MiB..=4 GiB, default 256 MiB).
+    pub max_bytes: u64,
 }
 
 /// `historian.*`: mc-historian's models, timeouts and budgets. User-only.
@@ -226,6 +235,7 @@ impl Default for Config {
                 chunk_tokens: 0,
                 max_chunks: 0,
             },
+            transcript: TranscriptConfig { max_bytes: 0 },
             providers: BTreeMap::new(),
         };
         for key in KEYS {
@@ -244,6 +254,12 @@ impl Default for TransformConfig {
 impl Default for SqliteConfig {
     fn default() -> SqliteConfig {
         Config::default().sqlite
+    }
+}
+
+impl Default for TranscriptConfig {
+    fn default() -> TranscriptConfig {
+        Config::default().transcript
     }
 }
 

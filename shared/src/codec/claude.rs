@@ -110,6 +110,62 @@ pub fn parse_transcript_lossy(text: &str) -> (Vec<Entry>, Vec<String>) {
     (entries, skipped)
 }
 
+/// A transcript read from its file: [`read_transcript`].
+#[derive(Debug, Clone, Default)]
+pub struct TranscriptFile {
+    pub entries: Vec<Entry>,
+    /// Lines skipped (not a JSON object) or repaired (invalid UTF-8 replaced).
+    pub warnings: Vec<String>,
+}
+
+/// How many skipped or repaired lines are named one by one; the rest are counted.
+const NAMED_LINE_WARNINGS: usize = 5;
+
+/// Read and parse the transcript at `path` line by line (the file rules and
+/// the size cap are [`super::jsonl::for_each_line`]'s). Like
+/// [`parse_transcript_lossy`], a line that is not a JSON object is skipped
+/// and reported, and each line is decoded on its own: an invalid UTF-8 byte
+/// is replaced (and reported) and never makes another line unreadable.
+pub fn read_transcript(path: &std::path::Path, max_bytes: u64) -> Result<TranscriptFile> {
+    let mut file = TranscriptFile::default();
+    let mut noted = 0usize;
+    let mut note = |warnings: &mut Vec<String>, text: String| {
+        noted += 1;
+        if noted <= NAMED_LINE_WARNINGS {
+            warnings.push(text);
+        }
+    };
+    super::jsonl::for_each_line(path, max_bytes, |line| {
+        if line.replaced {
+            note(
+                &mut file.warnings,
+                format!(
+                    "{}: line {} holds invalid UTF-8; replaced it with U+FFFD",
+                    path.display(),
+                    line.number
+                ),
+            );
+        }
+        match parse_line(line.number, line.text) {
+            Ok(Some(entry)) => file.entries.push(entry),
+            Ok(None) => {}
+            Err(e) => note(
+                &mut file.warnings,
+                format!("{}: {e}; skipped it", path.display()),
+            ),
+        }
+        Ok(())
+    })?;
+    if noted > NAMED_LINE_WARNINGS {
+        file.warnings.push(format!(
+            "{}: {} more lines skipped or repaired",
+            path.display(),
+            noted - NAMED_LINE_WARNINGS
+        ));
+    }
+    Ok(file)
+}
+
 fn parse_line(number: usize, line: &str) -> Result<Option<Entry>> {
     if line.trim().is_empty() {
         return Ok(None);
@@ -745,6 +801,50 @@ mod tests {
         let messages = to_messages(&entries, SESSION);
         assert_eq!(messages.len(), 2);
         assert_eq!(messages[1]["info"]["time"], json!({}));
+    }
+
+    #[test]
+    fn reading_a_file_skips_bad_lines_and_repairs_bad_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let good = transcript();
+        let mut lines: Vec<&str> = good.lines().collect();
+        lines.insert(3, "{\"type\": \"user\", torn");
+        let mut bytes = lines.join("\n").into_bytes();
+        // An invalid byte inside the text of the first user line.
+        let at = bytes
+            .windows(19)
+            .position(|w| w == b"cart total rounding")
+            .unwrap();
+        bytes[at] = 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let file = read_transcript(&path, 1 << 20).unwrap();
+        assert_eq!(
+            file.entries.len(),
+            parse_transcript(&good).unwrap().len(),
+            "only the torn line is lost"
+        );
+        assert_eq!(file.warnings.len(), 2, "{:?}", file.warnings);
+        assert!(
+            file.warnings[0].contains("line 2 holds invalid UTF-8"),
+            "{:?}",
+            file.warnings
+        );
+        assert!(
+            file.warnings[1].contains("line 4 is not valid JSON"),
+            "{:?}",
+            file.warnings
+        );
+        assert!(
+            file.warnings[1].ends_with("; skipped it"),
+            "{:?}",
+            file.warnings
+        );
+        let messages = to_messages(&file.entries, SESSION);
+        assert_eq!(
+            messages[0]["parts"][0]["text"],
+            "Fix the \u{fffd}art total rounding."
+        );
     }
 
     #[test]

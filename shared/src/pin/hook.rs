@@ -88,12 +88,14 @@ pub fn already_restored(stored: &str, compaction: &Compaction) -> bool {
 /// Build the hook's answer for a compact `SessionStart`: the pinned messages
 /// found in the transcript, chronological, within 10,000 characters. Nothing
 /// to say (no pins, none found, already answered) is a report with no
-/// `hook_output`. The cursor is left pending; [`commit`] records it.
+/// `hook_output`. The cursor is left pending; [`commit`] records it. The
+/// transcript is read within `max_transcript_bytes` (`transcript.max_bytes`).
 pub fn restore(
     store: &Store,
     harness: Harness,
     input: &HookInput,
     transcript_override: Option<&Path>,
+    max_transcript_bytes: u64,
     dry_run: bool,
     now_ms: i64,
 ) -> Result<RestoreReport> {
@@ -113,7 +115,7 @@ pub fn restore(
         );
         return Ok(report);
     };
-    let transcript = Transcript::load(path, sid)?;
+    let transcript = Transcript::load(path, sid, max_transcript_bytes)?;
     let compaction = newest_compaction(&transcript.entries, now_ms);
     if let Some(stored) = local::cursor(store.conn(), row)?
         && already_restored(&stored, &compaction)

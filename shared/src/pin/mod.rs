@@ -95,6 +95,8 @@ pub struct PinRequest {
     pub created_at: Option<i64>,
     /// A Claude Code session JSONL to find the message in (by `uuid`).
     pub transcript: Option<std::path::PathBuf>,
+    /// The transcript size cap (`transcript.max_bytes`).
+    pub max_transcript_bytes: u64,
 }
 
 /// The fields of a request given as JSON on stdin. Every field is optional
