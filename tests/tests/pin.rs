@@ -2,8 +2,9 @@
 //! Code SessionStart hook over transcript files written in the real JSONL
 //! format, and together with mc-transform on one database.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use mc_tests::fake_opencode::FakeOpenCode;
 use serde_json::{Value, json};
@@ -62,6 +63,36 @@ impl Env {
         serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("mc-pin {args:?} printed no JSON ({e}): {}", stdout(&out)))
     }
+}
+
+/// Rounds of each race: enough that the old cursor-only code lost most of them.
+const RACE_ROUNDS: usize = 6;
+
+/// Run `count` mc-pin processes with the same arguments and input at once:
+/// every one is started and waiting on stdin before any input is closed.
+fn race(env: &Env, args: &[&str], stdin: &str, count: usize) -> Vec<Output> {
+    let mut children: Vec<_> = (0..count)
+        .map(|_| {
+            env.command("mc-pin", args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut inputs: Vec<_> = children
+        .iter_mut()
+        .map(|c| c.stdin.take().unwrap())
+        .collect();
+    for input in &mut inputs {
+        input.write_all(stdin.as_bytes()).unwrap();
+    }
+    drop(inputs);
+    children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect()
 }
 
 fn stdout(out: &Output) -> String {
@@ -584,6 +615,55 @@ fn a_replayed_compaction_event_sends_nothing() {
 }
 
 #[test]
+fn racing_restorers_send_each_compaction_once() {
+    for restorers in [2, 10] {
+        let env = Env::new();
+        let server = server_with(&[("msg_u1", T, "user"), ("msg_a1", T + 1_000, "assistant")]);
+        let mut sent_per_round = Vec::new();
+        for round in 1..=RACE_ROUNDS {
+            if round > 1 {
+                let at = T + 120_000 + (round as i64 - 1) * 600_000;
+                for m in compaction(&format!("msg_c{round}"), &format!("msg_sum{round}"), at) {
+                    server.add_message(m);
+                }
+            }
+            let before = server.prompts(SES).len();
+            let outs = race(
+                &env,
+                &["restore", "--opencode-url", server.url()],
+                &compacted_event(),
+                restorers,
+            );
+            let mut actions = Vec::new();
+            for out in &outs {
+                assert!(out.status.success(), "{}", stderr(out));
+                let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+                actions.push(match report["action"].as_str() {
+                    Some("restored") => "restored".to_string(),
+                    _ => report["reason"].as_str().unwrap_or("?").to_string(),
+                });
+            }
+            let sent = server.prompts(SES).len() - before;
+            sent_per_round.push(sent);
+            assert!(
+                actions
+                    .iter()
+                    .all(|a| ["restored", "already_restored", "in_progress"].contains(&a.as_str())),
+                "{actions:?}"
+            );
+            assert_eq!(cursor(&server), format!("msg_sum{round}"));
+        }
+        eprintln!(
+            "{restorers} OpenCode restorers, prompt_async per compaction: {sent_per_round:?}"
+        );
+        assert!(
+            sent_per_round.iter().all(|&n| n == 1),
+            "{restorers} restorers racing: prompt_async per compaction {sent_per_round:?}, expected 1 each"
+        );
+    }
+}
+
+#[test]
 fn idle_and_other_events_make_no_request_at_all() {
     let env = Env::new();
     let server = server_with(&[("msg_u1", T, "user")]);
@@ -993,6 +1073,66 @@ fn claude_code_restore_prints_the_pins_from_the_transcript_once() {
     let context = additional_context(&hook(&env, &hook_input(&transcript, "compact")));
     assert!(context.contains("Rule: never edit"));
     assert_eq!(db_cursor(&env).as_deref(), Some("cb-2"));
+}
+
+#[test]
+fn racing_hooks_print_each_compaction_once() {
+    let printed = |outs: &[Output]| {
+        for out in outs {
+            assert!(out.status.success(), "{}", stderr(out));
+        }
+        outs.iter().filter(|o| !o.stdout.is_empty()).count()
+    };
+    for restorers in [2, 10] {
+        let env = Env::new();
+        let transcript = env.path("session.jsonl");
+        let mut lines = cc_transcript(&[]);
+        write_jsonl(&transcript, &lines);
+        cc_pin(&env, &transcript, &["--message", "u-rule"]);
+        let mut printed_per_round = Vec::new();
+        for round in 1..=RACE_ROUNDS {
+            if round > 1 {
+                let hour = 10 + round;
+                lines.push(cc_line("system", &format!("cb-{round}"), None, &format!("2026-11-30T{hour}:00:00.000Z"),
+                    json!({"subtype": "compact_boundary", "content": "Conversation compacted",
+                           "isMeta": false, "level": "info", "compactMetadata": {"trigger": "auto", "preTokens": 160000}})));
+                lines.push(cc_line("user", &format!("s-{round}"), Some(&format!("cb-{round}")),
+                    &format!("2026-11-30T{hour}:00:00.500Z"),
+                    json!({"isCompactSummary": true, "isVisibleInTranscriptOnly": true,
+                           "message": {"role": "user", "content": "This session is being continued from a previous conversation."}})));
+                write_jsonl(&transcript, &lines);
+            }
+            let outs = race(
+                &env,
+                &["restore", "--harness", "claude-code"],
+                &hook_input(&transcript, "compact"),
+                restorers,
+            );
+            printed_per_round.push(printed(&outs));
+            assert_eq!(db_cursor(&env), Some(format!("s-{round}")));
+        }
+        eprintln!("{restorers} Claude Code hooks, outputs per compaction: {printed_per_round:?}");
+        assert!(
+            printed_per_round.iter().all(|&n| n == 1),
+            "{restorers} hooks racing: hookSpecificOutput per compaction {printed_per_round:?}, expected 1 each"
+        );
+    }
+
+    // The transcript lags the hook and shows no mark of the compaction yet:
+    // the hooks still agree on one.
+    let env = Env::new();
+    let transcript = env.path("session.jsonl");
+    let mut lines = cc_transcript(&[]);
+    lines.truncate(lines.len() - 2);
+    write_jsonl(&transcript, &lines);
+    cc_pin(&env, &transcript, &["--message", "u-rule"]);
+    let outs = race(
+        &env,
+        &["restore", "--harness", "claude-code"],
+        &hook_input(&transcript, "compact"),
+        10,
+    );
+    assert_eq!(printed(&outs), 1, "10 hooks, no marks in the transcript");
 }
 
 /// mc-pin with a deadline: a process that would read (or wait on) its input
