@@ -116,9 +116,9 @@ struct Loaded {
     now_ms: Option<i64>,
 }
 
-fn load_input(source: &Source) -> Result<Loaded, Failure> {
+fn load_input(args: &Args, source: &Source) -> Result<Loaded, Failure> {
     let mut loaded = if let Some(path) = &source.transcript {
-        from_transcript(path, source)?
+        from_transcript(path, source, transcript_limit(args))?
     } else if let Some(url) = &source.opencode_url {
         from_opencode(url, source)?
     } else {
@@ -151,13 +151,24 @@ fn load_input(source: &Source) -> Result<Loaded, Failure> {
     Ok(loaded)
 }
 
-fn from_transcript(path: &Path, source: &Source) -> Result<Loaded, Failure> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read transcript {}", path.display()))
-        .map_err(Failure::input)?;
-    let entries = claude::parse_transcript(&text)
-        .with_context(|| format!("transcript {}", path.display()))
-        .map_err(Failure::input)?;
+/// `transcript.max_bytes`. The config proper is loaded once the transcript
+/// has named its project; this key is user-only, so the trusted layers alone
+/// decide it (their warnings are printed by that later load).
+fn transcript_limit(args: &Args) -> u64 {
+    let layers: Vec<_> =
+        mc_core::paths::config_layers(args.global.config.as_deref(), None, &mc_cli::env_paths())
+            .into_iter()
+            .filter(|layer| layer.tier.is_trusted())
+            .collect();
+    mc_core::config::load(&layers).config.transcript.max_bytes
+}
+
+fn from_transcript(path: &Path, source: &Source, max_bytes: u64) -> Result<Loaded, Failure> {
+    // A regular file within the cap, read line by line; a line that cannot be
+    // read is skipped with a warning instead of failing the whole file.
+    let file = claude::read_transcript(path, max_bytes)?;
+    mc_cli::warn(NAME, &file.warnings);
+    let entries = file.entries;
     let session_id = source
         .session
         .clone()
@@ -242,7 +253,7 @@ fn client(config: &Config) -> Result<Client, llm::LlmError> {
 }
 
 fn check(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
-    let loaded = load_input(source)?;
+    let loaded = load_input(args, source)?;
     let config = load_config(args, loaded.input.project_dir.as_deref());
     let store = open_store(args, &config)?;
     let report = historian::check(store.conn(), &loaded.input, &config.transform)?;
@@ -254,7 +265,7 @@ fn check(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
 }
 
 fn prompt(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
-    let loaded = load_input(source)?;
+    let loaded = load_input(args, source)?;
     let config = load_config(args, loaded.input.project_dir.as_deref());
     let client = match client(&config) {
         Ok(client) => Some(client),
@@ -283,7 +294,7 @@ fn run(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
     if source.opencode_url.is_some() {
         client(&load_config(args, source.project_dir.as_deref())).map_err(client_failure)?;
     }
-    let loaded = load_input(source)?;
+    let loaded = load_input(args, source)?;
     let config = load_config(args, loaded.input.project_dir.as_deref());
     let client = client(&config).map_err(client_failure)?;
     let mut store = open_store(args, &config)?;

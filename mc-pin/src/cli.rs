@@ -8,6 +8,7 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 use serde_json::Value;
 
 use mc_cli::{Failure, GlobalArgs, now_ms, write_json};
+use mc_core::config::Config;
 use mc_core::opencode_api::OpenCode;
 use mc_core::pin::{
     self, Action, Event, Harness, PinOutcome, PinRequest, RequestFields, RestoreReport, Target,
@@ -58,8 +59,9 @@ enum Command {
     /// Read one event on stdin and restore the pins if it is a compaction.
     ///
     /// An OpenCode `session.compacted` event (bare, or as {"directory", "payload"}
-    /// from /global/event): one prompt_async with the pinned messages, then the
-    /// cursor in the session metadata. A Claude Code or Codex SessionStart hook
+    /// from /global/event): the compaction claimed in mc's database (of restorers
+    /// racing for it, one sends), one prompt_async with the pinned messages, then
+    /// the cursor in the session metadata. A Claude Code or Codex SessionStart hook
     /// input with source "compact": {"hookSpecificOutput": {"hookEventName":
     /// "SessionStart", "additionalContext": …}} on stdout (at most 10,000
     /// characters). Anything else: no work, no request, exit 0.
@@ -162,9 +164,12 @@ fn read_stdin(what: &str) -> Result<String, Failure> {
     ))
 }
 
-fn open_store(args: &Args) -> anyhow::Result<Store> {
-    let (config, _) = mc_cli::load_config(NAME, args.global.config.as_deref(), None);
-    mc_cli::open_store(args.global.db.as_deref(), &config)
+fn load_config(args: &Args) -> Config {
+    mc_cli::load_config(NAME, args.global.config.as_deref(), None).0
+}
+
+fn open_store(args: &Args, config: &Config) -> anyhow::Result<Store> {
+    mc_cli::open_store(args.global.db.as_deref(), config)
 }
 
 /// The request from the flags, completed from JSON on stdin when `--session`
@@ -172,6 +177,7 @@ fn open_store(args: &Args) -> anyhow::Result<Store> {
 fn request_of(
     action: Action,
     flags: &TargetArgs,
+    config: &Config,
 ) -> Result<(PinRequest, Option<String>, Option<String>), Failure> {
     let fields = if flags.session.is_none() {
         let text = read_stdin("the request (or pass --session)")?;
@@ -231,13 +237,15 @@ fn request_of(
             .transcript
             .clone()
             .or(fields.transcript.map(PathBuf::from)),
+        max_transcript_bytes: config.transcript.max_bytes,
     };
     Ok((request, url, flags.directory.clone().or(fields.directory)))
 }
 
 fn run_pins(args: &Args, action: Action, flags: &TargetArgs) -> Result<(), Failure> {
-    let (request, url, directory) = request_of(action, flags)?;
-    let mut store = open_store(args)?;
+    let config = load_config(args);
+    let (request, url, directory) = request_of(action, flags, &config)?;
+    let mut store = open_store(args, &config)?;
     let cwd = mc_cli::working_dir();
     let outcome: PinOutcome = match url {
         Some(url) => {
@@ -328,7 +336,9 @@ fn restore(args: &Args, flags: &RestoreArgs, harness: Option<Harness>) -> Result
                 dry_run: flags.dry_run,
                 reply: flags.reply,
             };
-            let report = opencode::restore(&api, &compacted, options)?;
+            // The claim that makes this restorer the only one lives in mc's database.
+            let mut store = open_store(args, &load_config(args))?;
+            let report = opencode::restore(&mut store, &api, &compacted, options, now_ms())?;
             warn(&report.warnings);
             write_json(
                 &serde_json::to_value(&report).map_err(anyhow::Error::from)?,
@@ -356,25 +366,35 @@ fn restore_hook(
     harness: Harness,
     input: &pin::HookInput,
 ) -> Result<(), Failure> {
-    let mut store = open_store(args)?;
-    let report = hook::restore(
-        &store,
-        harness,
-        input,
-        flags.transcript.as_deref().map(Path::new),
-        flags.dry_run,
-        now_ms(),
-    )?;
+    let config = load_config(args);
+    let mut store = open_store(args, &config)?;
+    let options = hook::HookOptions {
+        transcript: flags.transcript.as_deref().map(Path::new),
+        max_transcript_bytes: config.transcript.max_bytes,
+        dry_run: flags.dry_run,
+    };
+    let report = hook::restore(&mut store, harness, input, options, now_ms())?;
     warn(&report.warnings);
     let Some(output) = &report.hook_output else {
         return Ok(());
     };
-    write_json(output, args.global.pretty)?;
-    // The context is out; only now does the cursor move.
-    if let Err(e) = hook::commit(&mut store, &report, now_ms()) {
-        eprintln!(
-            "mc-pin: warning: the pins were restored, but the cursor could not be saved: {e}"
-        );
+    if let Err(e) = write_json(output, args.global.pretty) {
+        // Not out: give the compaction back so the next event can restore it.
+        if let Err(release) = hook::release(&mut store, &report) {
+            warn(&[format!(
+                "the pins could not be printed, and the claim on this compaction could not \
+                 be given back: {release}"
+            )]);
+        }
+        return Err(e.into());
+    }
+    // The context is out; only now does the claim finish and the cursor move.
+    match hook::commit(&mut store, &report, now_ms()) {
+        Ok(None) => {}
+        Ok(Some(warning)) => warn(&[warning]),
+        Err(e) => warn(&[format!(
+            "the pins were restored, but mc could not record it: {e}"
+        )]),
     }
     Ok(())
 }

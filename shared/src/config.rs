@@ -114,6 +114,7 @@ pub struct Config {
     pub transform: TransformConfig,
     pub sqlite: SqliteConfig,
     pub historian: HistorianConfig,
+    pub transcript: TranscriptConfig,
     /// `providers`: model providers by name. User-only.
     pub providers: BTreeMap<String, ProviderConfig>,
 }
@@ -158,6 +159,14 @@ pub struct SqliteConfig {
     pub busy_timeout_ms: u64,
     /// The per-call hooks' wait, milliseconds (0..=1500, default 1000).
     pub hook_busy_timeout_ms: u64,
+}
+
+/// `transcript.*`: reading a harness's transcript file (mc-pin `--transcript`
+/// and the restore hook's `transcript_path`, mc-historian `--transcript`). User-only.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TranscriptConfig {
+    /// Largest transcript read, in bytes (1 MiB..=4 GiB, default 256 MiB).
+    pub max_bytes: u64,
 }
 
 /// `historian.*`: mc-historian's models, timeouts and budgets. User-only.
@@ -231,6 +240,7 @@ impl Default for Config {
                 chunk_tokens: 0,
                 max_chunks: 0,
             },
+            transcript: TranscriptConfig { max_bytes: 0 },
             providers: BTreeMap::new(),
         };
         for key in KEYS {
@@ -249,6 +259,12 @@ impl Default for TransformConfig {
 impl Default for SqliteConfig {
     fn default() -> SqliteConfig {
         Config::default().sqlite
+    }
+}
+
+impl Default for TranscriptConfig {
+    fn default() -> TranscriptConfig {
+        Config::default().transcript
     }
 }
 

@@ -2,7 +2,8 @@
 //!
 //! - [`generate`]: deterministic OpenCode sessions and pass envelopes.
 //! - [`bin_path`]: the workspace's binaries, found beside the running executable.
-//! - [`pipe`]: run a process with bytes on stdin and collect its output.
+//! - [`pipe`]: run a process with bytes on stdin and collect its output;
+//!   [`pipe_within`] kills it when it runs too long.
 
 pub mod fake_llm;
 pub mod fake_opencode;
@@ -10,9 +11,10 @@ pub mod fake_provider;
 pub mod generate;
 pub mod opencode;
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// The folder holding the workspace binaries for an executable at `exe`: a test
 /// executable lives in `target/<profile>/deps/`, the binaries one level up; a
@@ -62,6 +64,56 @@ pub fn pipe(command: &mut Command, stdin: &[u8]) -> io::Result<Output> {
         let output = child.wait_with_output();
         writer.join().expect("stdin writer panicked")?;
         output
+    })
+}
+
+/// [`pipe`], but a process still running after `limit` is killed and `None`
+/// is returned: for inputs that could make a process read or wait forever.
+pub fn pipe_within(
+    command: &mut Command,
+    stdin: &[u8],
+    limit: Duration,
+) -> io::Result<Option<Output>> {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut input = child.stdin.take().expect("stdin is piped");
+    let mut out = child.stdout.take().expect("stdout is piped");
+    let mut err = child.stderr.take().expect("stderr is piped");
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            // Ignored: a child that exits (or is killed) without reading closes the pipe.
+            let _ = input.write_all(stdin);
+        });
+        let stdout = scope.spawn(move || {
+            let mut bytes = Vec::new();
+            out.read_to_end(&mut bytes).map(|_| bytes)
+        });
+        let stderr = scope.spawn(move || {
+            let mut bytes = Vec::new();
+            err.read_to_end(&mut bytes).map(|_| bytes)
+        });
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break Some(status);
+            }
+            if Instant::now() >= deadline {
+                child.kill()?;
+                child.wait()?;
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let stdout = stdout.join().expect("stdout reader panicked")?;
+        let stderr = stderr.join().expect("stderr reader panicked")?;
+        Ok(status.map(|status| Output {
+            status,
+            stdout,
+            stderr,
+        }))
     })
 }
 

@@ -869,6 +869,138 @@ fn a_claude_code_transcript_is_imported_across_a_compaction() {
     assert!(check["covered_through"].as_i64().unwrap() > 0);
 }
 
+/// A Claude Code session of `turns` turns in `cwd`.
+fn cc_session(cwd: &Path, turns: usize) -> Transcript {
+    let mut t = Transcript {
+        session: "5e1d2c3b-4a59-4687-9b0a-1c2d3e4f5a6b".into(),
+        cwd: cwd.display().to_string(),
+        lines: Vec::new(),
+        last: None,
+        minute: 0,
+    };
+    for n in 0..turns {
+        t.turn(n, 250);
+    }
+    t
+}
+
+/// The historian with a deadline: a process that would read its input
+/// forever is killed and the test fails instead of hanging.
+fn historian_within(env: &Env, args: &[&str]) -> Output {
+    mc_tests::pipe_within(
+        &mut env.command("mc-historian", args),
+        b"",
+        Duration::from_secs(20),
+    )
+    .unwrap()
+    .unwrap_or_else(|| panic!("mc-historian {args:?} was still running after 20 s"))
+}
+
+#[cfg(unix)]
+#[test]
+fn transcripts_that_are_no_regular_file_or_too_big_are_refused_at_once() {
+    let env = Env::new();
+    let fifo = env.path("fifo.jsonl");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let folder = env.path("folder.jsonl");
+    std::fs::create_dir(&folder).unwrap();
+    let cases = [
+        (fifo.display().to_string(), "a FIFO"),
+        (folder.display().to_string(), "a directory"),
+        ("/dev/zero".to_string(), "a character device"),
+    ];
+    for (bad, what) in &cases {
+        for command in ["check", "prompt", "run"] {
+            let out = historian_within(&env, &[command, "--transcript", bad]);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{command} {bad}: {stderr}");
+            assert!(out.stdout.is_empty());
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+            assert!(
+                stderr.starts_with("mc-historian: error: ")
+                    && stderr.contains(what)
+                    && stderr.contains("not a regular file"),
+                "{stderr}"
+            );
+        }
+    }
+    // Over the size cap of the user config (the project may not raise it).
+    let mut config = env.default_config();
+    config["transcript"] = json!({"max_bytes": 1_048_576});
+    env.user_config(config);
+    let file = env.path("session.jsonl");
+    std::fs::write(&file, cc_session(&env.project(), 300).text()).unwrap();
+    assert!(std::fs::metadata(&file).unwrap().len() > 1 << 20);
+    std::fs::create_dir_all(env.project().join(".mc")).unwrap();
+    std::fs::write(
+        env.project().join(".mc").join("config.jsonc"),
+        r#"{"transcript": {"max_bytes": 4294967296}}"#,
+    )
+    .unwrap();
+    for command in ["check", "prompt", "run"] {
+        let out = historian_within(
+            &env,
+            &[command, "--transcript", &file.display().to_string()],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command}: {stderr}");
+        assert!(
+            stderr.contains("larger than 1048576 bytes") && stderr.contains("transcript.max_bytes"),
+            "{stderr}"
+        );
+    }
+    assert!(env.fake.requests().is_empty());
+}
+
+#[test]
+fn a_bad_byte_costs_one_line_and_odd_timestamps_cost_nothing() {
+    let env = Env::new();
+    let mut t = cc_session(&env.project(), 12);
+    // Timestamps whose byte slicing used to panic.
+    t.lines[3]["timestamp"] = json!("2025-10-09T09:04:00+0é:0");
+    t.lines[8]["timestamp"] = json!("2025-10-09T09:09:00é0:00");
+    let mut text = t.text().into_bytes();
+    // A byte that is not UTF-8 in the first user message, then a torn line.
+    let at = text.windows(7).position(|w| w == b"Step 0:").unwrap();
+    text[at + 1] = 0xff;
+    text.extend_from_slice(b"{\"type\": \"assistant\", \"uuid\": \xff\n");
+    let file = env.path("session.jsonl");
+    std::fs::write(&file, &text).unwrap();
+    let path = file.display().to_string();
+    let args = |command| {
+        [
+            command,
+            "--transcript",
+            path.as_str(),
+            "--context-limit",
+            "6000",
+            "--now-ms",
+            "1760000000000",
+        ]
+    };
+    let (code, check, stderr) = env.historian(&args("check"), "");
+    assert_eq!(code, 0, "{check}\n{stderr}");
+    assert_eq!(check["harness"], "claude-code");
+    assert!(
+        stderr.contains("invalid UTF-8") && stderr.contains("skipped it"),
+        "{stderr}"
+    );
+    let (code, prompt, stderr) = env.historian(&args("prompt"), "");
+    assert_eq!(code, 0, "{prompt}\n{stderr}");
+    let user = user_text(&prompt["request"]["body"]);
+    assert!(
+        user.contains("[1] U: S\u{fffd}ep 0: please handle"),
+        "{user}"
+    );
+    assert!(user.contains("Step 1: please handle"), "{user}");
+}
+
 #[test]
 fn an_opencode_server_session_is_fetched_and_folded() {
     let env = Env::new();

@@ -2,8 +2,9 @@
 //! Code SessionStart hook over transcript files written in the real JSONL
 //! format, and together with mc-transform on one database.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use mc_tests::fake_opencode::FakeOpenCode;
 use serde_json::{Value, json};
@@ -62,6 +63,36 @@ impl Env {
         serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("mc-pin {args:?} printed no JSON ({e}): {}", stdout(&out)))
     }
+}
+
+/// Rounds of each race: enough that the old cursor-only code lost most of them.
+const RACE_ROUNDS: usize = 6;
+
+/// Run `count` mc-pin processes with the same arguments and input at once:
+/// every one is started and waiting on stdin before any input is closed.
+fn race(env: &Env, args: &[&str], stdin: &str, count: usize) -> Vec<Output> {
+    let mut children: Vec<_> = (0..count)
+        .map(|_| {
+            env.command("mc-pin", args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut inputs: Vec<_> = children
+        .iter_mut()
+        .map(|c| c.stdin.take().unwrap())
+        .collect();
+    for input in &mut inputs {
+        input.write_all(stdin.as_bytes()).unwrap();
+    }
+    drop(inputs);
+    children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect()
 }
 
 fn stdout(out: &Output) -> String {
@@ -584,6 +615,55 @@ fn a_replayed_compaction_event_sends_nothing() {
 }
 
 #[test]
+fn racing_restorers_send_each_compaction_once() {
+    for restorers in [2, 10] {
+        let env = Env::new();
+        let server = server_with(&[("msg_u1", T, "user"), ("msg_a1", T + 1_000, "assistant")]);
+        let mut sent_per_round = Vec::new();
+        for round in 1..=RACE_ROUNDS {
+            if round > 1 {
+                let at = T + 120_000 + (round as i64 - 1) * 600_000;
+                for m in compaction(&format!("msg_c{round}"), &format!("msg_sum{round}"), at) {
+                    server.add_message(m);
+                }
+            }
+            let before = server.prompts(SES).len();
+            let outs = race(
+                &env,
+                &["restore", "--opencode-url", server.url()],
+                &compacted_event(),
+                restorers,
+            );
+            let mut actions = Vec::new();
+            for out in &outs {
+                assert!(out.status.success(), "{}", stderr(out));
+                let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+                actions.push(match report["action"].as_str() {
+                    Some("restored") => "restored".to_string(),
+                    _ => report["reason"].as_str().unwrap_or("?").to_string(),
+                });
+            }
+            let sent = server.prompts(SES).len() - before;
+            sent_per_round.push(sent);
+            assert!(
+                actions
+                    .iter()
+                    .all(|a| ["restored", "already_restored", "in_progress"].contains(&a.as_str())),
+                "{actions:?}"
+            );
+            assert_eq!(cursor(&server), format!("msg_sum{round}"));
+        }
+        eprintln!(
+            "{restorers} OpenCode restorers, prompt_async per compaction: {sent_per_round:?}"
+        );
+        assert!(
+            sent_per_round.iter().all(|&n| n == 1),
+            "{restorers} restorers racing: prompt_async per compaction {sent_per_round:?}, expected 1 each"
+        );
+    }
+}
+
+#[test]
 fn idle_and_other_events_make_no_request_at_all() {
     let env = Env::new();
     let server = server_with(&[("msg_u1", T, "user")]);
@@ -993,6 +1073,268 @@ fn claude_code_restore_prints_the_pins_from_the_transcript_once() {
     let context = additional_context(&hook(&env, &hook_input(&transcript, "compact")));
     assert!(context.contains("Rule: never edit"));
     assert_eq!(db_cursor(&env).as_deref(), Some("cb-2"));
+}
+
+#[test]
+fn racing_hooks_print_each_compaction_once() {
+    let printed = |outs: &[Output]| {
+        for out in outs {
+            assert!(out.status.success(), "{}", stderr(out));
+        }
+        outs.iter().filter(|o| !o.stdout.is_empty()).count()
+    };
+    for restorers in [2, 10] {
+        let env = Env::new();
+        let transcript = env.path("session.jsonl");
+        let mut lines = cc_transcript(&[]);
+        write_jsonl(&transcript, &lines);
+        cc_pin(&env, &transcript, &["--message", "u-rule"]);
+        let mut printed_per_round = Vec::new();
+        for round in 1..=RACE_ROUNDS {
+            if round > 1 {
+                let hour = 10 + round;
+                lines.push(cc_line("system", &format!("cb-{round}"), None, &format!("2026-11-30T{hour}:00:00.000Z"),
+                    json!({"subtype": "compact_boundary", "content": "Conversation compacted",
+                           "isMeta": false, "level": "info", "compactMetadata": {"trigger": "auto", "preTokens": 160000}})));
+                lines.push(cc_line("user", &format!("s-{round}"), Some(&format!("cb-{round}")),
+                    &format!("2026-11-30T{hour}:00:00.500Z"),
+                    json!({"isCompactSummary": true, "isVisibleInTranscriptOnly": true,
+                           "message": {"role": "user", "content": "This session is being continued from a previous conversation."}})));
+                write_jsonl(&transcript, &lines);
+            }
+            let outs = race(
+                &env,
+                &["restore", "--harness", "claude-code"],
+                &hook_input(&transcript, "compact"),
+                restorers,
+            );
+            printed_per_round.push(printed(&outs));
+            assert_eq!(db_cursor(&env), Some(format!("s-{round}")));
+        }
+        eprintln!("{restorers} Claude Code hooks, outputs per compaction: {printed_per_round:?}");
+        assert!(
+            printed_per_round.iter().all(|&n| n == 1),
+            "{restorers} hooks racing: hookSpecificOutput per compaction {printed_per_round:?}, expected 1 each"
+        );
+    }
+
+    // The transcript lags the hook and shows no mark of the compaction yet:
+    // the hooks still agree on one.
+    let env = Env::new();
+    let transcript = env.path("session.jsonl");
+    let mut lines = cc_transcript(&[]);
+    lines.truncate(lines.len() - 2);
+    write_jsonl(&transcript, &lines);
+    cc_pin(&env, &transcript, &["--message", "u-rule"]);
+    let outs = race(
+        &env,
+        &["restore", "--harness", "claude-code"],
+        &hook_input(&transcript, "compact"),
+        10,
+    );
+    assert_eq!(printed(&outs), 1, "10 hooks, no marks in the transcript");
+}
+
+/// mc-pin with a deadline: a process that would read (or wait on) its input
+/// forever is killed and the test fails instead of hanging.
+fn pin_within(env: &Env, args: &[&str], stdin: &str) -> Output {
+    mc_tests::pipe_within(
+        &mut env.command("mc-pin", args),
+        stdin.as_bytes(),
+        std::time::Duration::from_secs(20),
+    )
+    .unwrap()
+    .unwrap_or_else(|| panic!("mc-pin {args:?} was still running after 20 s"))
+}
+
+#[cfg(unix)]
+fn mkfifo(path: &Path) {
+    let status = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success());
+}
+
+#[cfg(unix)]
+#[test]
+fn transcripts_that_are_no_regular_file_are_refused_at_once() {
+    let env = Env::new();
+    let transcript = env.path("session.jsonl");
+    write_jsonl(&transcript, &cc_transcript(&[]));
+    let fifo = env.path("fifo.jsonl");
+    mkfifo(&fifo);
+    let folder = env.path("folder.jsonl");
+    std::fs::create_dir(&folder).unwrap();
+    let cases = [
+        (fifo.to_str().unwrap(), "a FIFO"),
+        (folder.to_str().unwrap(), "a directory"),
+        ("/dev/zero", "a character device"),
+    ];
+    for (bad, what) in cases {
+        cc_pin(&env, &transcript, &["--message", "u-rule"]);
+        let with = |action: &str, more: &[&str]| {
+            let mut args = vec![
+                action,
+                "--harness",
+                "claude-code",
+                "--session",
+                CC_SESSION,
+                "--transcript",
+                bad,
+            ];
+            args.extend_from_slice(more);
+            pin_within(&env, &args, "")
+        };
+        // pin needs the transcript: refused, exit 2, one line saying what it is.
+        let out = with("pin", &["--message", "a-3"]);
+        assert_eq!(code(&out), 2, "{bad}: {}", stderr(&out));
+        assert_one_error_line(&out);
+        assert!(
+            stderr(&out).contains(what) && stderr(&out).contains("not a regular file"),
+            "{}",
+            stderr(&out)
+        );
+        // list never reads it; unpin of a pinned id does not either.
+        let out = with("list", &[]);
+        assert!(out.status.success(), "{bad}: {}", stderr(&out));
+        let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(listed["pins"][0]["id"], "u-rule");
+        let out = with("unpin", &["--message", "u-rule"]);
+        assert!(out.status.success(), "{bad}: {}", stderr(&out));
+        // The hook: one error line, exit 1 (never 2), nothing on stdout.
+        cc_pin(&env, &transcript, &["--message", "u-rule"]);
+        let out = pin_within(
+            &env,
+            &["restore", "--harness", "claude-code"],
+            &hook_input(Path::new(bad), "compact"),
+        );
+        assert_eq!(code(&out), 1, "{bad}: {}", stderr(&out));
+        assert_one_error_line(&out);
+        assert!(stderr(&out).contains(what), "{}", stderr(&out));
+        assert!(out.stdout.is_empty());
+        let out = with("unpin", &["--message", "u-rule"]);
+        assert!(out.status.success(), "{bad}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn transcripts_over_the_size_cap_are_refused() {
+    let env = Env::new();
+    let transcript = env.path("session.jsonl");
+    write_jsonl(&transcript, &cc_transcript(&[]));
+    cc_pin(&env, &transcript, &["--message", "u-rule"]);
+    // Past the default cap (256 MiB), sparse: refused before a byte is read.
+    let huge = env.path("huge.jsonl");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(256 * 1024 * 1024 + 1)
+        .unwrap();
+    let pin_args = |path: &Path| {
+        vec![
+            "pin".to_string(),
+            "--harness".into(),
+            "claude-code".into(),
+            "--session".into(),
+            CC_SESSION.into(),
+            "--transcript".into(),
+            path.display().to_string(),
+            "--message".into(),
+            "a-3".into(),
+        ]
+    };
+    let args = pin_args(&huge);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = pin_within(&env, &args, "");
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert_one_error_line(&out);
+    assert!(
+        stderr(&out).contains("larger than 268435456 bytes")
+            && stderr(&out).contains("transcript.max_bytes"),
+        "{}",
+        stderr(&out)
+    );
+    // A lower cap in the user config: a real transcript over it is refused,
+    // by pin and by the hook alike.
+    let config = env.path("config").join("mc");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.jsonc"),
+        r#"{"transcript": {"max_bytes": 1048576}}"#,
+    )
+    .unwrap();
+    let big = env.path("big.jsonl");
+    let padding: Vec<(String, String)> = (0..12)
+        .map(|i| (format!("u-pad-{i}"), "x".repeat(100_000)))
+        .collect();
+    write_jsonl(&big, &cc_transcript(&padding));
+    assert!(std::fs::metadata(&big).unwrap().len() > 1 << 20);
+    let args = pin_args(&big);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = pin_within(&env, &args, "");
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("larger than 1048576 bytes"),
+        "{}",
+        stderr(&out)
+    );
+    let out = hook(&env, &hook_input(&big, "compact"));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
+    // Within the cap, the same hook restores.
+    assert!(additional_context(&hook(&env, &hook_input(&transcript, "compact"))).contains("Rule:"));
+}
+
+#[test]
+fn an_invalid_byte_costs_at_most_its_line() {
+    let env = Env::new();
+    let transcript = env.path("session.jsonl");
+    let mut text: Vec<u8> = Vec::new();
+    for line in cc_transcript(&[]) {
+        text.extend_from_slice(line.to_string().as_bytes());
+        text.push(b'\n');
+    }
+    // One byte that is not UTF-8, inside the plan's text, and one line that
+    // is not JSON at all.
+    let at = text.windows(5).position(|w| w == b"alone").unwrap();
+    text[at] = 0xff;
+    text.extend_from_slice(b"{\"type\": \"user\", \xff torn\n");
+    std::fs::write(&transcript, &text).unwrap();
+
+    cc_pin(&env, &transcript, &["--message", "u-rule"]);
+    let answer = cc_pin(&env, &transcript, &["--last", "assistant"]);
+    assert_eq!(answer["pins"][1]["id"], "a-3");
+    let out = hook(&env, &hook_input(&transcript, "compact"));
+    let context = additional_context(&out);
+    assert!(context.contains("Rule: never edit files under migrations/."));
+    assert!(
+        context.contains("Plan: add 0002_rounding.sql; leave 0001 \u{fffd}lone."),
+        "{context}"
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("invalid UTF-8") && err.contains("skipped it"),
+        "{err}"
+    );
+}
+
+#[test]
+fn non_ascii_timestamps_do_not_stop_a_restore() {
+    let env = Env::new();
+    let transcript = env.path("session.jsonl");
+    let mut lines = cc_transcript(&[]);
+    // Byte slicing of these used to panic (exit 101) in pin and in the hook.
+    for (line, ts) in lines.iter_mut().skip(3).zip([
+        "2026-11-30T09:00:03+0é:0",
+        "2026-11-30T09:00:03é0:00",
+        "２０２６-11-30T09:00:04Z",
+    ]) {
+        line["timestamp"] = json!(ts);
+    }
+    let n = lines.len();
+    lines[n - 2]["timestamp"] = json!("2026-11-30T10:00:00+0€:0");
+    write_jsonl(&transcript, &lines);
+    cc_pin(&env, &transcript, &["--message", "u-rule"]);
+    let out = hook(&env, &hook_input(&transcript, "compact"));
+    assert!(additional_context(&out).contains("Rule: never edit"));
+    assert_eq!(db_cursor(&env).as_deref(), Some("s-1"));
 }
 
 /// The Claude Code cursor in mc's database, read through the public store API.

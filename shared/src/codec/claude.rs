@@ -110,6 +110,62 @@ pub fn parse_transcript_lossy(text: &str) -> (Vec<Entry>, Vec<String>) {
     (entries, skipped)
 }
 
+/// A transcript read from its file: [`read_transcript`].
+#[derive(Debug, Clone, Default)]
+pub struct TranscriptFile {
+    pub entries: Vec<Entry>,
+    /// Lines skipped (not a JSON object) or repaired (invalid UTF-8 replaced).
+    pub warnings: Vec<String>,
+}
+
+/// How many skipped or repaired lines are named one by one; the rest are counted.
+const NAMED_LINE_WARNINGS: usize = 5;
+
+/// Read and parse the transcript at `path` line by line (the file rules and
+/// the size cap are [`super::jsonl::for_each_line`]'s). Like
+/// [`parse_transcript_lossy`], a line that is not a JSON object is skipped
+/// and reported, and each line is decoded on its own: an invalid UTF-8 byte
+/// is replaced (and reported) and never makes another line unreadable.
+pub fn read_transcript(path: &std::path::Path, max_bytes: u64) -> Result<TranscriptFile> {
+    let mut file = TranscriptFile::default();
+    let mut noted = 0usize;
+    let mut note = |warnings: &mut Vec<String>, text: String| {
+        noted += 1;
+        if noted <= NAMED_LINE_WARNINGS {
+            warnings.push(text);
+        }
+    };
+    super::jsonl::for_each_line(path, max_bytes, |line| {
+        if line.replaced {
+            note(
+                &mut file.warnings,
+                format!(
+                    "{}: line {} holds invalid UTF-8; replaced it with U+FFFD",
+                    path.display(),
+                    line.number
+                ),
+            );
+        }
+        match parse_line(line.number, line.text) {
+            Ok(Some(entry)) => file.entries.push(entry),
+            Ok(None) => {}
+            Err(e) => note(
+                &mut file.warnings,
+                format!("{}: {e}; skipped it", path.display()),
+            ),
+        }
+        Ok(())
+    })?;
+    if noted > NAMED_LINE_WARNINGS {
+        file.warnings.push(format!(
+            "{}: {} more lines skipped or repaired",
+            path.display(),
+            noted - NAMED_LINE_WARNINGS
+        ));
+    }
+    Ok(file)
+}
+
 fn parse_line(number: usize, line: &str) -> Result<Option<Entry>> {
     if line.trim().is_empty() {
         return Ok(None);
@@ -126,56 +182,77 @@ fn parse_line(number: usize, line: &str) -> Result<Option<Entry>> {
 }
 
 /// Milliseconds since the epoch of an RFC 3339 timestamp such as
-/// `2025-10-09T09:20:00.000Z` or `2025-10-09T11:20:00+02:00`.
+/// `2025-10-09T09:20:00.000Z` or `2025-10-09T11:20:00+02:00`. Anything else
+/// (including any non-ASCII character anywhere) is `None`; no input panics.
 pub fn parse_timestamp(text: &str) -> Option<i64> {
     let b = text.as_bytes();
-    let digits = |range: std::ops::Range<usize>| -> Option<i64> {
-        let part = text.get(range)?;
-        if part.is_empty() || !part.bytes().all(|c| c.is_ascii_digit()) {
+    let digits = |part: &[u8]| -> Option<i64> {
+        if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
             return None;
         }
-        part.parse().ok()
+        part.iter().try_fold(0i64, |n, d| {
+            n.checked_mul(10)?
+                .checked_add(i64::from(d.wrapping_sub(b'0')))
+        })
     };
-    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+    let (date_time, rest) = b.split_at_checked(19)?;
+    let [
+        y0,
+        y1,
+        y2,
+        y3,
+        b'-',
+        mo0,
+        mo1,
+        b'-',
+        d0,
+        d1,
+        b'T' | b't' | b' ',
+        h0,
+        h1,
+        b':',
+        mi0,
+        mi1,
+        b':',
+        s0,
+        s1,
+    ] = *date_time
+    else {
         return None;
-    }
-    if b[13] != b':' || b[16] != b':' {
-        return None;
-    }
-    let (year, month, day) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
-    let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
+    };
+    let year = digits(&[y0, y1, y2, y3])?;
+    let (month, day) = (digits(&[mo0, mo1])?, digits(&[d0, d1])?);
+    let (hour, minute, second) = (digits(&[h0, h1])?, digits(&[mi0, mi1])?, digits(&[s0, s1])?);
     if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
         return None;
     }
     if second > 60 {
         return None;
     }
-    let mut rest = &text[19..];
+    let mut rest = rest;
     let mut millis = 0i64;
-    if let Some(fraction) = rest.strip_prefix('.') {
-        let len = fraction.bytes().take_while(u8::is_ascii_digit).count();
-        if len == 0 {
+    if let Some(fraction) = rest.strip_prefix(b".") {
+        let len = fraction.iter().take_while(|c| c.is_ascii_digit()).count();
+        let (whole, after) = fraction.split_at_checked(len)?;
+        if whole.is_empty() {
             return None;
         }
-        let first3: String = fraction[..len]
-            .chars()
-            .chain("000".chars())
-            .take(3)
-            .collect();
-        millis = first3.parse().ok()?;
-        rest = &fraction[len..];
+        let first3: Vec<u8> = whole.iter().chain(b"000").take(3).copied().collect();
+        millis = digits(&first3)?;
+        rest = after;
     }
-    let offset_minutes = match rest {
-        "Z" | "z" => 0,
-        _ if rest.len() == 6 && matches!(&rest[3..4], ":") => {
-            let sign = match &rest[..1] {
-                "+" => 1,
-                "-" => -1,
-                _ => return None,
-            };
-            let h: i64 = rest[1..3].parse().ok()?;
-            let m: i64 = rest[4..6].parse().ok()?;
-            sign * (h * 60 + m)
+    let offset_minutes = match *rest {
+        [b'Z' | b'z'] => 0,
+        [sign @ (b'+' | b'-'), h0, h1, b':', m0, m1] => {
+            let (h, m) = (digits(&[h0, h1])?, digits(&[m0, m1])?);
+            if h > 23 || m > 59 {
+                return None;
+            }
+            if sign == b'+' {
+                h * 60 + m
+            } else {
+                -(h * 60 + m)
+            }
         }
         _ => return None,
     };
@@ -267,6 +344,16 @@ struct Builder<'a> {
     open_assistant: Option<(String, usize)>,
 }
 
+/// `info.time.completed = ts`, creating `time` if it is missing.
+fn set_completed(info: &mut Map<String, Value>, ts: i64) {
+    let time = info
+        .entry("time")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Some(time) = time.as_object_mut() {
+        time.insert("completed".into(), json!(ts));
+    }
+}
+
 fn finish_reason(stop_reason: &str) -> &str {
     match stop_reason {
         "end_turn" | "stop_sequence" => "stop",
@@ -293,6 +380,15 @@ impl Builder<'_> {
         });
     }
 
+    /// The parts of the message at `index`.
+    fn parts_mut(&mut self, index: usize) -> Option<&mut Vec<Value>> {
+        self.out
+            .get_mut(index)?
+            .message
+            .get_mut("parts")?
+            .as_array_mut()
+    }
+
     fn base_info(&self, entry: &Entry, role: &str) -> Map<String, Value> {
         let mut info = Map::new();
         info.insert("id".into(), json!(entry.uuid));
@@ -315,7 +411,9 @@ impl Builder<'_> {
         let index = match (&self.open_assistant, &api_id) {
             (Some((open, index)), Some(id)) if open == id => {
                 let index = *index;
-                self.out[index].uuids.push(entry.uuid.clone());
+                if let Some(grouped) = self.out.get_mut(index) {
+                    grouped.uuids.push(entry.uuid.clone());
+                }
                 index
             }
             _ => {
@@ -325,31 +423,35 @@ impl Builder<'_> {
                     info.insert("modelID".into(), json!(model));
                 }
                 self.push(entry, "assistant", info, Vec::new());
-                let index = self.out.len() - 1;
+                let index = self.out.len().saturating_sub(1);
                 self.open_assistant = api_id.map(|id| (id, index));
                 index
             }
         };
         // The newest line's timestamp, stop reason and usage describe the whole reply.
-        let info = self.out[index].message["info"]
-            .as_object_mut()
-            .expect("built with an info object");
-        if let Some(ts) = entry.timestamp_ms {
-            info["time"]["completed"] = json!(ts);
-        }
-        if let Some(reason) = message
-            .and_then(|m| m.get("stop_reason"))
-            .and_then(Value::as_str)
+        if let Some(info) = self
+            .out
+            .get_mut(index)
+            .and_then(|m| m.message.get_mut("info"))
+            .and_then(Value::as_object_mut)
         {
-            info.insert("finish".into(), json!(finish_reason(reason)));
-        }
-        if let Some(usage) = message.and_then(|m| m.get("usage")) {
-            let n = |key: &str| usage.get(key).and_then(Value::as_i64).unwrap_or(0);
-            info.insert(
-                "tokens".into(),
-                json!({"input": n("input_tokens"), "output": n("output_tokens"), "reasoning": 0,
-                       "cache": {"read": n("cache_read_input_tokens"), "write": n("cache_creation_input_tokens")}}),
-            );
+            if let Some(ts) = entry.timestamp_ms {
+                set_completed(info, ts);
+            }
+            if let Some(reason) = message
+                .and_then(|m| m.get("stop_reason"))
+                .and_then(Value::as_str)
+            {
+                info.insert("finish".into(), json!(finish_reason(reason)));
+            }
+            if let Some(usage) = message.and_then(|m| m.get("usage")) {
+                let n = |key: &str| usage.get(key).and_then(Value::as_i64).unwrap_or(0);
+                info.insert(
+                    "tokens".into(),
+                    json!({"input": n("input_tokens"), "output": n("output_tokens"), "reasoning": 0,
+                           "cache": {"read": n("cache_read_input_tokens"), "write": n("cache_creation_input_tokens")}}),
+                );
+            }
         }
         let blocks = match entry.content() {
             Some(Value::Array(blocks)) => blocks.clone(),
@@ -381,9 +483,7 @@ impl Builder<'_> {
                     if let Some(ts) = entry.timestamp_ms {
                         state.insert("time".into(), json!({"start": ts}));
                     }
-                    let parts = self.out[index].message["parts"]
-                        .as_array()
-                        .map_or(0, Vec::len);
+                    let parts = self.parts_mut(index).map_or(0, |p| p.len());
                     if !call.is_empty() {
                         self.calls.insert(call.to_string(), (index, parts));
                     }
@@ -393,7 +493,7 @@ impl Builder<'_> {
                 }
                 _ => continue,
             };
-            if let Some(parts) = self.out[index].message["parts"].as_array_mut() {
+            if let Some(parts) = self.parts_mut(index) {
                 parts.push(part);
             }
         }
@@ -430,8 +530,12 @@ impl Builder<'_> {
         }
         if parts.is_empty() {
             // Only tool results: the assistant reply may go on with more lines.
-            if let Some((_, index)) = self.open_assistant {
-                self.out[index].uuids.push(entry.uuid.clone());
+            if let Some(grouped) = self
+                .open_assistant
+                .as_ref()
+                .and_then(|(_, index)| self.out.get_mut(*index))
+            {
+                grouped.uuids.push(entry.uuid.clone());
             }
             return;
         }
@@ -450,8 +554,10 @@ impl Builder<'_> {
         };
         let text = result_text(block.get("content"));
         let is_error = block.get("is_error").and_then(Value::as_bool) == Some(true);
-        let Some(state) = self.out[index].message["parts"][part]
-            .get_mut("state")
+        let Some(state) = self
+            .parts_mut(index)
+            .and_then(|parts| parts.get_mut(part))
+            .and_then(|p| p.get_mut("state"))
             .and_then(Value::as_object_mut)
         else {
             return;
@@ -492,7 +598,7 @@ impl Builder<'_> {
         info.insert("agent".into(), json!("compaction"));
         info.insert("finish".into(), json!("stop"));
         if let Some(ts) = entry.timestamp_ms {
-            info["time"]["completed"] = json!(ts);
+            set_completed(&mut info, ts);
         }
         let part = json!({"id": format!("{}/0", entry.uuid), "type": "text", "text": text});
         self.push(entry, "assistant", info, vec![part]);
@@ -628,6 +734,117 @@ mod tests {
         assert_eq!(parse_timestamp("2026-13-02T10:00:00Z"), None);
         assert_eq!(parse_timestamp("yesterday"), None);
         assert_eq!(parse_timestamp("2026-03-02T10:00:00"), None, "no zone");
+    }
+
+    #[test]
+    fn non_ascii_anywhere_in_a_timestamp_is_no_timestamp_and_no_panic() {
+        // Byte-index slicing used to panic on these (a multi-byte character
+        // across the offset's or the zone's byte positions).
+        for text in [
+            "2026-03-02T10:00:00+0é:0",
+            "2026-03-02T10:00:00é0:00",
+            "2026-03-02T10:00:00+00:é",
+            "2026-03-02T10:00:00.1é",
+            "2026-03-02T10:00:0é",
+            "２０２６-03-02T10:00:00Z",
+        ] {
+            assert_eq!(parse_timestamp(text), None, "{text}");
+        }
+        // Every position of valid timestamps, replaced by or followed by
+        // characters of every UTF-8 length.
+        for valid in [
+            "2026-03-02T10:00:00.123Z",
+            "2026-03-02T12:00:00.1+02:00",
+            "2026-03-02T10:00:00-05:30",
+        ] {
+            assert!(parse_timestamp(valid).is_some(), "{valid}");
+            for (i, _) in valid.char_indices() {
+                for c in ['é', '€', '😀', '\u{0}'] {
+                    let mut replaced = valid.to_string();
+                    replaced.replace_range(i..=i, &c.to_string());
+                    assert_eq!(parse_timestamp(&replaced), None, "{replaced}");
+                    let mut inserted = valid.to_string();
+                    inserted.insert(i, c);
+                    assert_eq!(parse_timestamp(&inserted), None, "{inserted}");
+                }
+            }
+            for cut in 0..valid.len() {
+                let _ = parse_timestamp(&valid[..cut]);
+            }
+        }
+        assert_eq!(parse_timestamp("2026-03-02T10:00:00+24:00"), None);
+        assert_eq!(parse_timestamp("2026-03-02T10:00:00+-1:00"), None);
+    }
+
+    #[test]
+    fn a_transcript_with_non_ascii_timestamps_converts_without_them() {
+        let text = [
+            line(
+                "user",
+                "u1",
+                None,
+                "2026-03-02T10:00:00+0é:0",
+                json!({"message": {"role": "user", "content": "hello"}}),
+            ),
+            assistant_line(
+                "a1",
+                "u1",
+                "2026-03-02T10:00:00é0:00",
+                "msg_A",
+                json!({"type": "text", "text": "hi"}),
+                Some("end_turn"),
+            ),
+        ]
+        .join("\n");
+        let entries = parse_transcript(&text).unwrap();
+        assert!(entries.iter().all(|e| e.timestamp_ms.is_none()));
+        let messages = to_messages(&entries, SESSION);
+        assert_eq!(messages.len(), 2);
+        assert_eq!(messages[1]["info"]["time"], json!({}));
+    }
+
+    #[test]
+    fn reading_a_file_skips_bad_lines_and_repairs_bad_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let good = transcript();
+        let mut lines: Vec<&str> = good.lines().collect();
+        lines.insert(3, "{\"type\": \"user\", torn");
+        let mut bytes = lines.join("\n").into_bytes();
+        // An invalid byte inside the text of the first user line.
+        let at = bytes
+            .windows(19)
+            .position(|w| w == b"cart total rounding")
+            .unwrap();
+        bytes[at] = 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let file = read_transcript(&path, 1 << 20).unwrap();
+        assert_eq!(
+            file.entries.len(),
+            parse_transcript(&good).unwrap().len(),
+            "only the torn line is lost"
+        );
+        assert_eq!(file.warnings.len(), 2, "{:?}", file.warnings);
+        assert!(
+            file.warnings[0].contains("line 2 holds invalid UTF-8"),
+            "{:?}",
+            file.warnings
+        );
+        assert!(
+            file.warnings[1].contains("line 4 is not valid JSON"),
+            "{:?}",
+            file.warnings
+        );
+        assert!(
+            file.warnings[1].ends_with("; skipped it"),
+            "{:?}",
+            file.warnings
+        );
+        let messages = to_messages(&file.entries, SESSION);
+        assert_eq!(
+            messages[0]["parts"][0]["text"],
+            "Fix the \u{fffd}art total rounding."
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! transform only reads through accessors and edits through setters.
 
 pub mod claude;
+pub mod jsonl;
 pub mod opencode;
 
 pub use opencode::{Message, Part, PartKind, Role};

@@ -294,6 +294,11 @@ pub(super) const SECTIONS: &[Section] = &[
                       project file may set none of it. Models name a provider of the \
                       top-level \"providers\" map.",
     },
+    Section {
+        path: "transcript",
+        description: "Reading a harness's transcript file: mc-pin --transcript and the \
+                      restore hook's transcript_path, mc-historian --transcript. User-only.",
+    },
 ];
 
 /// Every leaf. Order matters only for the schema and for `fallbacks`.
@@ -675,6 +680,25 @@ pub(super) const KEYS: &[KeyDef] = &[
         set: |c, v| {
             if let Some(n) = v.int_u32() {
                 c.historian.max_chunks = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "transcript.max_bytes",
+        kind: Kind::Int {
+            min: 1 << 20,
+            max: 4 << 30,
+        },
+        default: Val::Int(crate::codec::jsonl::DEFAULT_MAX_BYTES),
+        trust: Trust::UserOnly,
+        description: "The largest transcript file, in bytes, mc reads (default 256 MiB). A \
+                      long Claude Code session's transcript reaches tens of MB; a larger file \
+                      is refused with an error instead of being read. Only regular files are \
+                      read at all (never a FIFO or a device).",
+        get: |c| Val::Int(c.transcript.max_bytes),
+        set: |c, v| {
+            if let Some(n) = v.int() {
+                c.transcript.max_bytes = n;
             }
         },
     },

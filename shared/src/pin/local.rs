@@ -149,32 +149,17 @@ pub struct Transcript {
 }
 
 impl Transcript {
-    pub fn load(path: &Path, session_id: &str) -> Result<Transcript> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::Io(std::io::Error::new(
-                e.kind(),
-                format!("cannot read transcript {}: {e}", path.display()),
-            ))
-        })?;
-        Ok(Transcript::parse(
-            &text,
-            session_id,
-            &path.display().to_string(),
-        ))
-    }
-
-    pub fn parse(text: &str, session_id: &str, name: &str) -> Transcript {
-        let (entries, skipped) = claude::parse_transcript_lossy(text);
-        let messages = claude::to_grouped_messages(&entries, session_id);
-        let warnings = skipped
-            .into_iter()
-            .map(|s| format!("{name}: skipped {s}"))
-            .collect();
-        Transcript {
-            entries,
+    /// Read the transcript at `path`: a regular file of at most `max_bytes`,
+    /// line by line (see [`claude::read_transcript`]). A line that cannot be
+    /// read is skipped with a warning; the file itself must be readable.
+    pub fn load(path: &Path, session_id: &str, max_bytes: u64) -> Result<Transcript> {
+        let file = claude::read_transcript(path, max_bytes)?;
+        let messages = claude::to_grouped_messages(&file.entries, session_id);
+        Ok(Transcript {
+            entries: file.entries,
             messages,
-            warnings,
-        }
+            warnings: file.warnings,
+        })
     }
 
     /// The message a line uuid belongs to (a reply spans several lines).
@@ -206,14 +191,17 @@ pub fn run(
 ) -> Result<PinOutcome> {
     let harness = request.harness.as_str();
     let session_id = request.session_id.as_str();
-    let transcript = match &request.transcript {
-        Some(path) => Some(Transcript::load(path, session_id)?),
-        None => None,
+    // The transcript is read only by the actions that need it.
+    let load = || -> Result<(Option<Transcript>, Vec<String>)> {
+        match &request.transcript {
+            Some(path) => {
+                let t = Transcript::load(path, session_id, request.max_transcript_bytes)?;
+                let warnings = t.warnings.clone();
+                Ok((Some(t), warnings))
+            }
+            None => Ok((None, Vec::new())),
+        }
     };
-    let warnings = transcript
-        .as_ref()
-        .map(|t| t.warnings.clone())
-        .unwrap_or_default();
     let row = session_row(store.conn(), harness, session_id)?;
     let current = match row {
         Some(row) => history::pins(store.conn(), row)?,
@@ -226,13 +214,20 @@ pub fn run(
         warnings,
     };
     match action {
-        Action::List => Ok(outcome(current, warnings)),
+        Action::List => Ok(outcome(current, Vec::new())),
         Action::Unpin => {
             let Some(Target::Id(given)) = &request.target else {
                 return Err(Error::input(
                     "unpin needs the id of the message (--message)",
                 ));
             };
+            // An id pinned as given, or no pins at all, needs no lookup.
+            let (transcript, warnings) =
+                if current.is_empty() || current.iter().any(|p| &p.id == given) {
+                    (None, Vec::new())
+                } else {
+                    load()?
+                };
             // Pins made through a transcript carry the id of the reply's first
             // line; one made with flags carries the id as given.
             let normalized = transcript
@@ -255,6 +250,7 @@ pub fn run(
             }
         }
         Action::Pin => {
+            let (transcript, warnings) = load()?;
             let pin = resolve(store.conn(), row, request, transcript.as_ref())?;
             if current.iter().any(|p| p.id == pin.id) {
                 return Ok(outcome(current, warnings));
@@ -315,7 +311,7 @@ fn resolve(
                         .map(|m| m.message.clone())
                         .collect();
                     super::newest_pinnable(&values, role)
-                        .and_then(|v| v["info"]["id"].as_str())
+                        .and_then(|v| v.pointer("/info/id").and_then(|id| id.as_str()))
                         .and_then(|id| t.message_of(id))
                         .map(|m| (m.id.clone(), m.created_ms))
                 }
@@ -369,7 +365,7 @@ fn resolve(
 /// A user line Claude Code writes for a slash command or its output.
 fn is_command_echo(message: &serde_json::Value) -> bool {
     let text = message_text(message);
-    message["info"]["role"] == "user"
+    message.pointer("/info/role").and_then(|r| r.as_str()) == Some("user")
         && ["<command-", "<local-command-"]
             .iter()
             .any(|p| text.starts_with(p))
@@ -428,6 +424,7 @@ mod tests {
             role: None,
             created_at: None,
             transcript: None,
+            max_transcript_bytes: crate::codec::jsonl::DEFAULT_MAX_BYTES,
         }
     }
 
@@ -567,6 +564,39 @@ mod tests {
             run(&mut store, Action::Pin, &req, false, 9, None),
             Err(Error::Input(_))
         ));
+    }
+
+    #[test]
+    fn list_and_unpin_by_a_pinned_id_do_not_read_the_transcript() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open_in_memory().unwrap();
+        let mut req = request(Harness::ClaudeCode, Some(Target::Id("a1".into())));
+        req.transcript = Some(transcript_file(dir.path()));
+        run(&mut store, Action::Pin, &req, false, 9, None).unwrap();
+        // The path now names something that must not be read (a folder).
+        req.transcript = Some(dir.path().to_path_buf());
+        req.target = None;
+        assert_eq!(
+            run(&mut store, Action::List, &req, false, 9, None)
+                .unwrap()
+                .pins
+                .len(),
+            1
+        );
+        // A line of the reply other than its first needs the transcript to be
+        // told apart: that reads it, and the folder is refused.
+        req.target = Some(Target::Id("a2".into()));
+        let err = run(&mut store, Action::Unpin, &req, false, 9, None).unwrap_err();
+        assert!(
+            matches!(&err, Error::Input(m) if m.contains("not a regular file")),
+            "{err}"
+        );
+        req.target = Some(Target::Id("a1".into()));
+        let out = run(&mut store, Action::Unpin, &req, false, 9, None).unwrap();
+        assert!(out.pins.is_empty());
+        // With no pins left, unpinning anything reads nothing either.
+        req.target = Some(Target::Id("a2".into()));
+        assert!(run(&mut store, Action::Unpin, &req, false, 9, None).is_ok());
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! - [`local`]: pins in mc's database (every harness; the transform reads them).
 //! - [`opencode`]: pin, unpin, list and restore against a running OpenCode server.
 //! - [`hook`]: restore for Claude Code and Codex `SessionStart` hooks.
+//! - [`claim`]: one restorer per compaction (a row only one process can insert).
 
+pub mod claim;
 pub mod event;
 pub mod hook;
 pub mod local;
@@ -95,6 +97,8 @@ pub struct PinRequest {
     pub created_at: Option<i64>,
     /// A Claude Code session JSONL to find the message in (by `uuid`).
     pub transcript: Option<std::path::PathBuf>,
+    /// The transcript size cap (`transcript.max_bytes`).
+    pub max_transcript_bytes: u64,
 }
 
 /// The fields of a request given as JSON on stdin. Every field is optional
@@ -209,9 +213,9 @@ pub struct RestoreReport {
     /// The hook's stdout document, when there is context to add.
     #[serde(skip)]
     pub hook_output: Option<Value>,
-    /// The cursor to record once the hook output is out: (session row, cursor).
+    /// A hook's claim and cursor, to settle once its output is out.
     #[serde(skip)]
-    pub pending_cursor: Option<(i64, String)>,
+    pub pending: Option<hook::Pending>,
     /// For stderr.
     #[serde(skip)]
     pub warnings: Vec<String>,
@@ -230,7 +234,7 @@ impl RestoreReport {
             omitted: Vec::new(),
             requests: Vec::new(),
             hook_output: None,
-            pending_cursor: None,
+            pending: None,
             warnings: Vec::new(),
         }
     }

@@ -1,7 +1,7 @@
 //! Pins of an OpenCode session with its server running: the list lives in the
 //! session metadata (OpenChamber's shape, shared with its UI) and is mirrored
 //! into mc's database; restoration after `session.compacted` goes through
-//! `prompt_async`.
+//! `prompt_async`, once the compaction is claimed in mc's database.
 
 use std::path::Path;
 
@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::opencode_api::OpenCode;
 use crate::store::Store;
 
+use super::claim::{self, Found, Outcome};
 use super::{
     Action, CompactedEvent, Harness, Pin, PinOutcome, PinRequest, PinnedText, PlannedRequest,
     RestoreReport, Target, check_role, local, message_text, metadata, newest_pinnable, text,
@@ -30,11 +31,14 @@ fn pin_of(message: &Value, wanted: &str) -> Result<Pin> {
             "message {id:?} is a {role} message; only user and assistant messages are pinned"
         ))
     })?;
-    let created_at = info["time"]["created"].as_i64().ok_or_else(|| {
-        Error::input(format!(
-            "message {id:?} has no time.created; it cannot be pinned"
-        ))
-    })?;
+    let created_at = info
+        .pointer("/time/created")
+        .and_then(Value::as_i64)
+        .ok_or_else(|| {
+            Error::input(format!(
+                "message {id:?} has no time.created; it cannot be pinned"
+            ))
+        })?;
     Ok(Pin {
         id: id.to_string(),
         created_at,
@@ -117,7 +121,11 @@ pub fn run(
 
     let mut warnings = Vec::new();
     if !dry_run {
-        let dir = session["directory"].as_str().map(Path::new).or(project_dir);
+        let dir = session
+            .get("directory")
+            .and_then(Value::as_str)
+            .map(Path::new)
+            .or(project_dir);
         let harness = Harness::OpenCode.as_str();
         let row = local::ensure_session(store, harness, session_id, dir, now_ms)?;
         let mirrored = store.write(|tx| local::mirror(tx, row, &pins))?;
@@ -152,12 +160,15 @@ fn newest_summary(messages: &[Value]) -> std::result::Result<&Value, &'static st
     let summary = messages
         .iter()
         .rev()
-        .find(|m| m["info"]["role"] == "assistant" && m["info"]["summary"] == true)
+        .find(|m| {
+            m.pointer("/info/role").and_then(Value::as_str) == Some("assistant")
+                && m.pointer("/info/summary").and_then(Value::as_bool) == Some(true)
+        })
         .ok_or("no_summary")?;
-    let info = &summary["info"];
-    let finished = info["id"].is_string()
-        && info["time"]["completed"].is_number()
-        && info.get("error").is_none_or(Value::is_null);
+    let field = |path: &str| summary.pointer(path).unwrap_or(&Value::Null);
+    let finished = field("/info/id").is_string()
+        && field("/info/time/completed").is_number()
+        && field("/info/error").is_null();
     if finished {
         Ok(summary)
     } else {
@@ -184,10 +195,14 @@ fn model_and_agent(messages: &[Value]) -> (Option<Value>, Option<String>) {
         }
     }
     for m in messages.iter().rev() {
-        let info = &m["info"];
-        if info["role"] == "user" && info["model"]["providerID"].is_string() {
-            let model = json!({"providerID": info["model"]["providerID"], "modelID": info["model"]["modelID"]});
-            return (Some(model), info["agent"].as_str().map(str::to_string));
+        let field = |path: &str| m.pointer(path).unwrap_or(&Value::Null);
+        if field("/info/role") == "user" && field("/info/model/providerID").is_string() {
+            let model = json!({"providerID": field("/info/model/providerID"),
+                               "modelID": field("/info/model/modelID")});
+            return (
+                Some(model),
+                field("/info/agent").as_str().map(str::to_string),
+            );
         }
     }
     (None, None)
@@ -204,13 +219,18 @@ fn server_error(error: Error) -> Error {
 
 /// Restore the pins of the session an OpenCode `session.compacted` event is
 /// about: skip child sessions; find the newest finished summary; do nothing
-/// if the cursor already names it; fetch each pin by id (missing ones are
-/// skipped); send ONE `prompt_async` with a synthetic text part; then, only
-/// after the send succeeded, merge-write the cursor into freshly read metadata.
+/// if the metadata cursor or a claim in mc's database already answers it;
+/// fetch each pin by id (missing ones are skipped); claim the compaction (one
+/// row only one restorer can insert: the others answer `already_restored` or
+/// `in_progress` and send nothing); send ONE `prompt_async` with a synthetic
+/// text part; then mark the claim done and merge-write the cursor into freshly
+/// read metadata (OpenChamber reads it). A failed send gives the claim back.
 pub fn restore(
+    store: &mut Store,
     api: &OpenCode,
     event: &CompactedEvent,
     options: RestoreOptions,
+    now_ms: i64,
 ) -> Result<RestoreReport> {
     let api = match api.directory() {
         Some(_) => api.clone(),
@@ -220,7 +240,11 @@ pub fn restore(
     let none = |reason| Ok(RestoreReport::none(reason, Some(sid)));
 
     let session = api.get_session(sid).map_err(server_error)?;
-    if session["parentID"].as_str().is_some_and(|p| !p.is_empty()) {
+    if session
+        .get("parentID")
+        .and_then(Value::as_str)
+        .is_some_and(|p| !p.is_empty())
+    {
         return none("child_session");
     }
     let meta = metadata::of_session(&session);
@@ -233,14 +257,27 @@ pub fn restore(
         Ok(summary) => summary,
         Err(reason) => return none(reason),
     };
-    let summary_id = summary["info"]["id"]
-        .as_str()
+    let summary_id = summary
+        .pointer("/info/id")
+        .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
+    let harness = Harness::OpenCode.as_str();
+    let answered = |outcome: Outcome| {
+        let mut report = match outcome {
+            Outcome::Done(_) => RestoreReport::none("already_restored", Some(sid)),
+            Outcome::InProgress | Outcome::Won(_) => RestoreReport::none("in_progress", Some(sid)),
+        };
+        report.compaction = Some(summary_id.clone());
+        Ok(report)
+    };
     if metadata::cursor(&meta) == Some(summary_id.as_str()) {
-        let mut report = RestoreReport::none("already_restored", Some(sid));
-        report.compaction = Some(summary_id);
-        return Ok(report);
+        return answered(Outcome::Done(summary_id.clone()));
+    }
+    match claim::find(store.conn(), harness, sid, &summary_id, now_ms, |_| false)? {
+        Found::Done(key) => return answered(Outcome::Done(key)),
+        Found::InProgress => return answered(Outcome::InProgress),
+        Found::Free { .. } => {}
     }
 
     let mut found = Vec::new();
@@ -289,11 +326,13 @@ pub fn restore(
         "noReply": !options.reply,
     });
     let (model, agent) = model_and_agent(&recent);
-    if let Some(model) = model {
-        body["model"] = model;
-    }
-    if let Some(agent) = agent {
-        body["agent"] = json!(agent);
+    if let Some(fields) = body.as_object_mut() {
+        if let Some(model) = model {
+            fields.insert("model".into(), model);
+        }
+        if let Some(agent) = agent {
+            fields.insert("agent".into(), json!(agent));
+        }
     }
 
     report.reason = None;
@@ -316,18 +355,56 @@ pub fn restore(
         return Ok(report);
     }
 
-    api.prompt_async(sid, &body)?;
-    // Only now may the cursor move; re-read so concurrent edits of other keys survive.
+    // The claim: of the restorers racing for this compaction, exactly one
+    // inserts its row and sends.
+    let claimed =
+        store.write(|tx| claim::take(tx, harness, sid, &summary_id, now_ms, |_| false))?;
+    let claim = match claimed {
+        Outcome::Won(claim) => claim,
+        other => {
+            let mut lost = answered(other)?;
+            lost.warnings = report.warnings;
+            return Ok(lost);
+        }
+    };
+    if let Err(e) = api.prompt_async(sid, &body) {
+        // Not sent: give the compaction back so the next event can restore it.
+        if let Err(release) = store.write(|tx| claim::release(tx, &claim)) {
+            return Err(Error::Io(std::io::Error::other(format!(
+                "{e}; and the claim on compaction {summary_id} could not be given back \
+                 ({release}), so no restorer will retry it for {} minutes",
+                claim::CLAIM_TIMEOUT_MS / 60_000
+            ))));
+        }
+        return Err(e);
+    }
+    // Sent: from now on no restorer of mc sends it again.
+    let finished = store.write(|tx| claim::finish(tx, &claim, now_ms));
+    // The cursor in the metadata is for OpenChamber (and older mc); re-read so
+    // concurrent edits of other keys survive.
     let saved = api
         .get_session(sid)
         .map_err(server_error)
         .and_then(|fresh| metadata::with_cursor(&metadata::of_session(&fresh), &summary_id))
         .and_then(|merged| api.patch_session_metadata(sid, &merged));
-    if let Err(e) = saved {
-        return Err(Error::Io(std::io::Error::other(format!(
-            "the pinned messages were sent, but the cursor could not be saved \
-             (a replay of this event would send them again): {e}"
-        ))));
+    match (finished, saved) {
+        (Ok(true), Ok(_)) => {}
+        (Ok(false), Ok(_)) => report.warnings.push(format!(
+            "the claim on compaction {summary_id} had expired before the pins were sent; \
+             another restorer may have sent them too"
+        )),
+        (Err(e), _) => {
+            return Err(Error::Io(std::io::Error::other(format!(
+                "the pinned messages were sent, but mc could not record it ({e}); \
+                 a replay of this event after the claim expires would send them again"
+            ))));
+        }
+        (Ok(_), Err(e)) => {
+            return Err(Error::Io(std::io::Error::other(format!(
+                "the pinned messages were sent and mc recorded it, but the cursor in the \
+                 session metadata could not be saved (OpenChamber may send them again): {e}"
+            ))));
+        }
     }
     report.action = "restored";
     Ok(report)

@@ -132,7 +132,8 @@ fn prefix_within(text: &str, units: usize) -> &str {
     for (i, c) in text.char_indices() {
         used += c.len_utf16();
         if used > units {
-            return &text[..i];
+            // `i` is a char boundary (it comes from char_indices).
+            return text.get(..i).unwrap_or(text);
         }
     }
     text
@@ -157,18 +158,19 @@ pub struct Fitted {
 pub fn fit(pins: &[PinnedText], limit: usize) -> Fitted {
     let ids = |p: &[PinnedText]| p.iter().map(|p| p.id.clone()).collect::<Vec<_>>();
     for start in 0..pins.len() {
-        let omitted = ids(&pins[..start]);
-        let text = render(&pins[start..], &omitted, None);
+        let (left_out, kept) = pins.split_at(start);
+        let omitted = ids(left_out);
+        let text = render(kept, &omitted, None);
         if js_len(&text) <= limit {
             return Fitted {
                 text,
-                kept: ids(&pins[start..]),
+                kept: ids(kept),
                 omitted,
                 cut: None,
             };
         }
     }
-    let Some(newest) = pins.last() else {
+    let Some((newest, older)) = pins.split_last() else {
         return Fitted {
             text: prefix_within(PREAMBLE, limit).to_string(),
             kept: Vec::new(),
@@ -176,7 +178,7 @@ pub fn fit(pins: &[PinnedText], limit: usize) -> Fitted {
             cut: None,
         };
     };
-    let omitted = ids(&pins[..pins.len() - 1]);
+    let omitted = ids(older);
     let note = format!(
         "\n\n[… the rest of this pinned message ({} characters in all) did not fit]",
         newest.text.chars().count()

@@ -18,6 +18,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_pins_and_historian.sql"),
     include_str!("migrations/0004_system_date_and_reminders.sql"),
     include_str!("migrations/0005_session_project_and_render_version.sql"),
+    include_str!("migrations/0006_restore_claims.sql"),
 ];
 
 /// The newest schema version this build understands (the fence).
