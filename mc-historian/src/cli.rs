@@ -10,7 +10,7 @@ use anyhow::{Context, anyhow};
 use clap::{Args as ClapArgs, Parser, Subcommand};
 use serde_json::Value;
 
-use mc_cli::{Failure, GlobalArgs, write_json};
+use mc_cli::{Failure, GlobalArgs, Wait, write_json};
 use mc_core::codec::claude;
 use mc_core::config::Config;
 use mc_core::historian::{self, Input, RunParams, RunStatus, Settings};
@@ -222,9 +222,24 @@ fn load_config(args: &Args, project_dir: Option<&Path>) -> Config {
     mc_cli::load_config(NAME, args.global.config.as_deref(), project_dir).0
 }
 
-fn open_store(args: &Args, config: &Config) -> anyhow::Result<Store> {
+/// The config and store for the loaded session: the config of the project
+/// folder its first pass recorded (so `check` and the pass agree on the
+/// threshold), else of the input's project folder.
+fn session_setup(args: &Args, loaded: &mut Loaded) -> anyhow::Result<(Config, Store)> {
+    let input = &mut loaded.input;
+    let setup = mc_cli::session_setup(
+        NAME,
+        &args.global,
+        Some((&input.harness, &input.session_id)),
+        input.project_dir.as_deref(),
+        Wait::Background,
+    );
+    input.project_dir = setup.project_dir;
     let path = mc_cli::db_path(args.global.db.as_deref())?;
-    mc_cli::open_store_at(&path, config).with_context(|| format!("opening {}", path.display()))
+    let store = setup
+        .store
+        .with_context(|| format!("opening {}", path.display()))?;
+    Ok((setup.config, store))
 }
 
 /// The model chain, with each provider's key read from the variable the user
@@ -253,9 +268,8 @@ fn client(config: &Config) -> Result<Client, llm::LlmError> {
 }
 
 fn check(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
-    let loaded = load_input(args, source)?;
-    let config = load_config(args, loaded.input.project_dir.as_deref());
-    let store = open_store(args, &config)?;
+    let mut loaded = load_input(args, source)?;
+    let (config, store) = session_setup(args, &mut loaded)?;
     let report = historian::check(store.conn(), &loaded.input, &config.transform)?;
     write_json(
         &serde_json::to_value(report).map_err(anyhow::Error::from)?,
@@ -265,8 +279,8 @@ fn check(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
 }
 
 fn prompt(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
-    let loaded = load_input(args, source)?;
-    let config = load_config(args, loaded.input.project_dir.as_deref());
+    let mut loaded = load_input(args, source)?;
+    let (config, store) = session_setup(args, &mut loaded)?;
     let client = match client(&config) {
         Ok(client) => Some(client),
         Err(error) => {
@@ -274,7 +288,6 @@ fn prompt(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
             None
         }
     };
-    let store = open_store(args, &config)?;
     let settings = Settings {
         historian: &config.historian,
         transform: &config.transform,
@@ -294,10 +307,9 @@ fn run(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
     if source.opencode_url.is_some() {
         client(&load_config(args, source.project_dir.as_deref())).map_err(client_failure)?;
     }
-    let loaded = load_input(args, source)?;
-    let config = load_config(args, loaded.input.project_dir.as_deref());
+    let mut loaded = load_input(args, source)?;
+    let (config, mut store) = session_setup(args, &mut loaded)?;
     let client = client(&config).map_err(client_failure)?;
-    let mut store = open_store(args, &config)?;
     let fixed = loaded.now_ms;
     let now = move || fixed.unwrap_or_else(mc_cli::now_ms);
     // The lease outlives the longest model call (with its retries and

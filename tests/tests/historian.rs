@@ -641,6 +641,26 @@ fn check_agrees_with_the_pass() {
     assert!(env.fake.requests().is_empty(), "check never calls a model");
 }
 
+#[test]
+fn check_reads_the_config_of_the_project_the_session_started_in() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.project().join(".mc")).unwrap();
+    std::fs::write(
+        env.project().join(".mc/config.jsonc"),
+        r#"{"transform": {"execute_threshold_percentage": 80}}"#,
+    )
+    .unwrap();
+    let envelope = env.envelope("ses_project", 10, 5_000, NOW);
+    env.transform(&[], &envelope);
+    // The same session later, from a hook that names no project and runs
+    // elsewhere: the threshold is still the project's.
+    let mut bare: Value = serde_json::from_str(&envelope).unwrap();
+    bare.as_object_mut().unwrap().remove("project_dir");
+    let (code, report, stderr) = env.historian(&["check"], &bare.to_string());
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(report["threshold"], 80.0, "{report}");
+}
+
 /// Claude Code transcript lines in the real JSONL shape.
 struct Transcript {
     session: String,
