@@ -13,6 +13,8 @@ pub mod history;
 pub mod identity;
 pub mod json;
 pub mod llm;
+#[cfg(test)]
+mod never_panics;
 pub mod opencode_api;
 pub mod paths;
 pub mod pin;

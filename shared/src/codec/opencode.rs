@@ -258,7 +258,10 @@ impl Message {
         let cache = tokens.get("cache");
         let read = cache.and_then(|c| c.get("read")).and_then(Value::as_u64);
         let write = cache.and_then(|c| c.get("write")).and_then(Value::as_u64);
-        Some(input + read.unwrap_or(0) + write.unwrap_or(0)).filter(|&total| total > 0)
+        let total = input
+            .saturating_add(read.unwrap_or(0))
+            .saturating_add(write.unwrap_or(0));
+        Some(total).filter(|&total| total > 0)
     }
 
     /// A user message typed by a person: at least one text part that is neither

@@ -801,8 +801,10 @@ impl Runner<'_, '_> {
         self.report.warnings.extend(warnings);
         match result {
             Ok(completion) => {
-                self.report.tokens.input += completion.tokens_in;
-                self.report.tokens.output += completion.tokens_out;
+                // Counts the provider reported: any u64, so they saturate.
+                let tokens = &mut self.report.tokens;
+                tokens.input = tokens.input.saturating_add(completion.tokens_in);
+                tokens.output = tokens.output.saturating_add(completion.tokens_out);
                 self.report.model = Some(completion.model.to_string());
                 (self.progress)(Progress::Answer {
                     model: completion.model.to_string(),

@@ -149,8 +149,8 @@ pub fn finish_run(
             now_ms,
             outcome.status,
             outcome.model,
-            outcome.tokens_in as i64,
-            outcome.tokens_out as i64,
+            i64::try_from(outcome.tokens_in).unwrap_or(i64::MAX),
+            i64::try_from(outcome.tokens_out).unwrap_or(i64::MAX),
             outcome.compartments as i64,
             outcome.facts as i64,
             outcome.error

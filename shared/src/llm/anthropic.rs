@@ -61,11 +61,13 @@ fn parse(target: &Target, prompt: &Prompt, value: &Value) -> Result<Completion, 
     let usage = value.get("usage");
     let count = |field: &str| usage.and_then(|u| u.get(field)).and_then(Value::as_u64);
     let tokens_in = match count("input_tokens") {
-        Some(n) => {
-            n + count("cache_creation_input_tokens").unwrap_or(0)
-                + count("cache_read_input_tokens").unwrap_or(0)
+        // The provider's numbers: any u64, so they saturate.
+        Some(n) => n
+            .saturating_add(count("cache_creation_input_tokens").unwrap_or(0))
+            .saturating_add(count("cache_read_input_tokens").unwrap_or(0)),
+        None => {
+            u64::from(tokens::estimate(&prompt.system)) + u64::from(tokens::estimate(&prompt.user))
         }
-        None => u64::from(tokens::estimate(&prompt.system) + tokens::estimate(&prompt.user)),
     };
     let tokens_out = count("output_tokens").unwrap_or_else(|| u64::from(tokens::estimate(&text)));
     Ok(Completion {

@@ -98,7 +98,7 @@ fn parse(target: &Target, prompt: &Prompt, value: &Value) -> Result<Completion, 
     Ok(Completion {
         truncated: choice.get("finish_reason").and_then(Value::as_str) == Some("length"),
         tokens_in: count("prompt_tokens").unwrap_or_else(|| {
-            u64::from(tokens::estimate(&prompt.system) + tokens::estimate(&prompt.user))
+            u64::from(tokens::estimate(&prompt.system)) + u64::from(tokens::estimate(&prompt.user))
         }),
         tokens_out: count("completion_tokens")
             .unwrap_or_else(|| u64::from(tokens::estimate(&text))),

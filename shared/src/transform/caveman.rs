@@ -27,6 +27,7 @@
 //! glues two words together and never leaves a line starting with a code fence,
 //! so the next call sees the same protected regions and finds nothing new.
 
+use std::collections::BTreeSet;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -92,7 +93,11 @@ pub fn depth_for(position: usize, count: usize) -> u8 {
 /// chars), never longer than the result of a lower level, leaves protected
 /// regions byte-identical, and `compress(compress(t, l), l) == compress(t, l)`.
 pub fn compress(text: &str, level: Level) -> String {
-    let mut vault = Vault::new(text);
+    // A text holding every private-use character leaves no sentinel: it is
+    // left as it is (only a hostile text does that).
+    let Some(mut vault) = Vault::new(text) else {
+        return text.to_string();
+    };
     let mut current = vault.shield(text);
     // Each level starts from the settled output of the level below, so a
     // higher level can only remove more.
@@ -316,6 +321,21 @@ static HEX_RE: LazyLock<Regex> = LazyLock::new(|| compile(r"\b[0-9A-Fa-f]{7,40}\
 /// First code point of the ten private-use "digits" that spell an index.
 const DIGIT_BASE: u32 = 0xE000;
 
+/// The private-use characters a sentinel may be, in the order they are tried.
+fn sentinel_candidates() -> impl Iterator<Item = char> {
+    (DIGIT_BASE + 10..=0xF8FF)
+        .chain(0xF_0000..=0xF_FFFD)
+        .chain(0x10_0000..=0x10_FFFD)
+        .filter_map(char::from_u32)
+}
+
+fn is_sentinel_candidate(c: char) -> bool {
+    let code = u32::from(c);
+    (DIGIT_BASE + 10..=0xF8FF).contains(&code)
+        || (0xF_0000..=0xF_FFFD).contains(&code)
+        || (0x10_0000..=0x10_FFFD).contains(&code)
+}
+
 /// Holds the protected regions of one text and the sentinel that brackets
 /// their placeholders.
 struct Vault {
@@ -325,18 +345,15 @@ struct Vault {
 
 impl Vault {
     /// Pick a sentinel from the private-use areas that does not occur in `text`,
-    /// so a placeholder can never be confused with real text.
-    fn new(text: &str) -> Vault {
-        let sentinel = (DIGIT_BASE + 10..=0xF8FF)
-            .chain(0xF_0000..=0xF_FFFD)
-            .chain(0x10_0000..=0x10_FFFD)
-            .filter_map(char::from_u32)
-            .find(|c| !text.contains(*c))
-            .expect("a text cannot contain every private-use character");
-        Vault {
+    /// so a placeholder can never be confused with real text; `None` when the
+    /// text holds every one of them. One scan of the text, whatever it holds.
+    fn new(text: &str) -> Option<Vault> {
+        let used: BTreeSet<char> = text.chars().filter(|c| is_sentinel_candidate(*c)).collect();
+        let sentinel = sentinel_candidates().find(|c| !used.contains(c))?;
+        Some(Vault {
             sentinel,
             items: Vec::new(),
-        }
+        })
     }
 
     /// Store `region` (with any placeholders inside it expanded) and return its
@@ -1114,6 +1131,19 @@ mod tests {
     }
 
     #[test]
+    fn a_text_holding_every_sentinel_candidate_is_left_as_is() {
+        // Before: `expect` panicked (and the search scanned the text once per
+        // candidate, ~137k times).
+        let mut text: String = sentinel_candidates().collect();
+        text.push_str(" I think that we should just really fix it.");
+        assert_eq!(compress(&text, Level::Ultra), text);
+        // One candidate missing: that one becomes the sentinel, and the text compresses.
+        let missing = sentinel_candidates().nth(4_000).unwrap();
+        let text: String = text.chars().filter(|c| *c != missing).collect();
+        assert!(compress(&text, Level::Ultra).len() < text.len());
+    }
+
+    #[test]
     fn tags_ids_and_hex_untouched() {
         assert_eq!(
             full(
@@ -1123,7 +1153,7 @@ mod tests {
         );
         // Rules never target hex-looking words, so check the shield itself.
         let text = "x 3f2a9c1d y 0123456789abcdef0123456789abcdef01234567 z defaced 123abc w";
-        let mut vault = Vault::new(text);
+        let mut vault = Vault::new(text).unwrap();
         let shielded = vault.shield(text);
         assert!(!shielded.contains("3f2a9c1d"));
         assert!(!shielded.contains("0123456789abcdef"));
@@ -1136,7 +1166,7 @@ mod tests {
     fn shield_covers_each_kind_and_restores_exactly() {
         let text = "```\ncode  \n```\nU: the  user  \n`tick` https://x.y/z §3§ msg_1 ses_2 \
                     toolu_3 prt_4 call_5 src/a.rs ./b/c.json lib.rs deadbeef42 plain";
-        let mut vault = Vault::new(text);
+        let mut vault = Vault::new(text).unwrap();
         let shielded = vault.shield(text);
         let visible: String = shielded
             .chars()

@@ -44,9 +44,12 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// What the prompt occupied: every input token, cached or not.
+    /// What the prompt occupied: every input token, cached or not. The
+    /// harness's numbers may be anything, so the sum saturates.
     pub fn prompt_tokens(&self) -> u64 {
-        self.input + self.cache_read + self.cache_write
+        self.input
+            .saturating_add(self.cache_read)
+            .saturating_add(self.cache_write)
     }
 }
 

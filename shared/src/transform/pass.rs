@@ -440,7 +440,7 @@ fn apply(
         // so the next bust is many turns away instead of on the next turn.
         let over_threshold = facts.usage_percent >= config.execute_threshold_percentage;
         if schedule.force_band || (config.relief_drop && over_threshold) {
-            let sample = facts.prompt_tokens as i64;
+            let sample = i64::try_from(facts.prompt_tokens).unwrap_or(i64::MAX);
             if session.last_emergency_sample != Some(sample) {
                 mutation.emergency_drop(facts.prompt_tokens, facts.ceiling)?;
                 session.last_emergency_sample = Some(sample);
@@ -605,9 +605,10 @@ fn apply(
         session.ordinal_counter,
         last_response,
         session.last_execute_ms,
-        facts.prompt_tokens as i64,
+        // The harness's numbers may exceed i64: stored saturated, never negative.
+        i64::try_from(facts.prompt_tokens).unwrap_or(i64::MAX),
         facts.usage_percent,
-        facts.window as i64,
+        i64::try_from(facts.window).unwrap_or(i64::MAX),
         facts.model_key,
         session.heuristics_turn_id,
         session.tool_reclaim_watermark,

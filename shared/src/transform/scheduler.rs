@@ -88,7 +88,12 @@ pub struct Schedule {
 pub fn ttl_expired(ttl: CacheTtl, last_response_ms: i64, now_ms: i64) -> bool {
     match ttl.as_millis() {
         None => false,
-        Some(ms) => last_response_ms > 0 && now_ms - last_response_ms > ms as i64,
+        // The clock comes from the envelope and the TTL from the config: both
+        // may be anything, so neither wraps.
+        Some(ms) => {
+            last_response_ms > 0
+                && now_ms.saturating_sub(last_response_ms) > i64::try_from(ms).unwrap_or(i64::MAX)
+        }
     }
 }
 
