@@ -1254,8 +1254,13 @@ fn read_transcript(text: &str) {
     let messages: Vec<Value> = grouped.into_iter().map(|m| m.message).collect();
     let compaction = pin::hook::newest_compaction(&entries, NOW);
     let _ = pin::hook::already_restored("at:0", &compaction);
-    let transcript = pin::local::Transcript::parse(text, "e93c", "t.jsonl");
-    let _ = transcript.cwd();
+    // The file reader too: line by line, lossy per line, under a cap.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.jsonl");
+    std::fs::write(&path, text).unwrap();
+    if let Ok(transcript) = pin::local::Transcript::load(&path, "e93c", 1 << 20) {
+        let _ = transcript.cwd();
+    }
     if messages.is_empty() {
         return;
     }
@@ -1312,8 +1317,8 @@ fn claude_transcripts_over_arbitrary_bytes() {
     );
 }
 
-/// The timestamps that panic `codec::claude::parse_timestamp` today: a
-/// multi-byte character where the `+hh:mm` offset is sliced by byte index.
+/// Timestamps that panicked `codec::claude::parse_timestamp` when it sliced
+/// the `+hh:mm` offset by byte index: a multi-byte character there.
 const PANICKING_TIMESTAMPS: [&str; 3] = [
     // `&rest[3..4]` (claude.rs:170) inside the 4-byte character
     "2025-10-09T09:20:00𝄞00",
@@ -1323,8 +1328,6 @@ const PANICKING_TIMESTAMPS: [&str; 3] = [
 ];
 
 #[test]
-#[ignore = "panics in codec/claude.rs parse_timestamp (byte-index slicing of the offset); \
-            owned by the claude.rs fix, enable with it"]
 fn claude_transcripts_over_mutated_samples() {
     for stamp in PANICKING_TIMESTAMPS {
         let line = json!({"type": "user", "uuid": "u1", "timestamp": stamp,
@@ -1347,8 +1350,6 @@ fn claude_transcripts_over_mutated_samples() {
 }
 
 #[test]
-#[ignore = "panics in codec/claude.rs parse_timestamp (byte-index slicing of the offset); \
-            owned by the claude.rs fix, enable with it"]
 fn claude_timestamps_over_arbitrary_text() {
     for stamp in PANICKING_TIMESTAMPS {
         assert_eq!(claude::parse_timestamp(stamp), None, "{stamp:?}");
