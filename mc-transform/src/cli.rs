@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 use mc_cli::{Failure, GlobalArgs, now_ms, write_json};
 use mc_core::config::Config;
 use mc_core::store::Store;
-use mc_core::transform::{self, Envelope, PassReport, ReduceRequest, SystemRequest};
+use mc_core::transform::{
+    self, Envelope, OverflowRequest, PassReport, ReduceRequest, SystemRequest,
+};
 
 const NAME: &str = "mc-transform";
 
@@ -79,6 +81,17 @@ enum Command {
     /// anyway. A session no pass has seen comes back unchanged. Fails open like
     /// the pass: on an internal error the input parts come back with a warning.
     System,
+    /// Learn from a provider's context-overflow error (the harness's session
+    /// error event): reads {"harness", "session_id", "model": {"provider", "id"},
+    /// "error": <the error text or object>}
+    ///
+    /// Recognises the wordings of Anthropic ("prompt is too long: N tokens > M
+    /// maximum"), OpenAI-compatible servers ("maximum context length is M
+    /// tokens", context_length_exceeded) and GitHub Copilot ("prompt token
+    /// count of N exceeds the limit of M"). Stores the limit for the model (every
+    /// later pass on it uses at most that) and makes the session's next pass an
+    /// emergency. Answers {"recognised": false} for anything else, also exit 0.
+    Overflow,
 }
 
 pub fn main() -> ExitCode {
@@ -93,6 +106,7 @@ pub fn main() -> ExitCode {
         Some(Command::Status { session, harness }) => run_status(&args, session, harness),
         Some(Command::Recount) => run_recount(&args),
         Some(Command::System) => run_system(&args),
+        Some(Command::Overflow) => run_overflow(&args),
     };
     mc_cli::finish(NAME, result)
 }
@@ -259,5 +273,16 @@ fn run_recount(args: &Args) -> Result<(), Failure> {
     let mut store = open_store(args, &config)?;
     let result = transform::recount::recount(&mut store, envelope).map_err(anyhow::Error::from)?;
     write_json(&json!(result), args.global.pretty)?;
+    Ok(())
+}
+
+fn run_overflow(args: &Args) -> Result<(), Failure> {
+    let request = OverflowRequest::from_value(parse_json(&read_stdin()?)?)
+        .map_err(|e| Failure::input(e.into()))?;
+    let (config, _) = load_config(args, None);
+    let mut store = open_store(args, &config)?;
+    let answer =
+        transform::overflow::report(&mut store, &request, now_ms()).map_err(anyhow::Error::from)?;
+    write_json(&answer.into_value(), args.global.pretty)?;
     Ok(())
 }

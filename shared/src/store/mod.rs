@@ -17,6 +17,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_history.sql"),
     include_str!("migrations/0003_pins_and_historian.sql"),
     include_str!("migrations/0004_system_date_and_reminders.sql"),
+    include_str!("migrations/0005_reserved.sql"),
+    include_str!("migrations/0006_learned_limits.sql"),
 ];
 
 /// The newest schema version this build understands (the fence).

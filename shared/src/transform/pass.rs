@@ -25,7 +25,7 @@ use super::notation::strip_leading_tags;
 use super::render::{Bindings, Head, RenderState, age_tags, render};
 use super::scheduler::{self, Schedule, SchedulerInput};
 use super::state::{self, DropMode, NewTag, SessionRow, TagKind, TagRow};
-use super::{caveman, emergency, nudge, system, temporal};
+use super::{caveman, emergency, nudge, overflow, system, temporal};
 
 /// The newest this-many tool tags (any status) are dropped as skeletons; older ones go whole.
 pub const SKELETON_WINDOW: u32 = 20;
@@ -74,7 +74,12 @@ pub fn run_pass(
         None
     };
 
-    let facts = InputFacts::read(&messages, &model, usage, config);
+    // Earlier overflows: the limit a provider stated for this model caps the
+    // harness's, and an overflow this session has not recovered from makes
+    // this pass an emergency.
+    let recovery = overflow::Recovery::load(store.conn(), &harness, &session_id, &model)?;
+    let facts = InputFacts::read(&messages, &recovery.model(&model), usage, config, &recovery);
+
     let key = SessionKey {
         harness: &harness,
         session_id: &session_id,
@@ -115,6 +120,7 @@ pub fn run_pass(
             scheduler::EMERGENCY_PERCENT
         ));
     }
+    warnings.extend(recovery.warning(facts.window));
     Ok(PassOutput {
         messages: encode_all(messages),
         system: outcome.system,
@@ -162,6 +168,9 @@ struct InputFacts {
     history_budget: u64,
     /// Tokens the execute threshold stands for (the emergency ceiling).
     ceiling: u64,
+    /// The provider rejected the session's last request as too long: this
+    /// pass recovers (usage raised, emergency drop, reason `overflow`).
+    overflow: Option<overflow::Pending>,
 }
 
 impl InputFacts {
@@ -170,8 +179,10 @@ impl InputFacts {
         model: &ModelInfo,
         usage: Option<Usage>,
         config: &TransformConfig,
+        recovery: &overflow::Recovery,
     ) -> InputFacts {
-        let pressure = trigger::pressure(model, usage, messages);
+        let mut pressure = trigger::pressure(model, usage, messages);
+        recovery.raise(&mut pressure);
         let window = pressure.window;
         let response_ms = messages
             .iter()
@@ -198,6 +209,7 @@ impl InputFacts {
             model_key: model.key(),
             history_budget: (ceiling as f64 * config.history_budget_percentage).floor() as u64,
             ceiling,
+            overflow: recovery.pending,
         }
     }
 }
@@ -314,6 +326,9 @@ fn apply(
         deferred_owed: session.deferred_execute_ms.is_some(),
         model_changed,
     });
+    if facts.overflow.is_some() && schedule.decision == Decision::Execute {
+        schedule.reason = "overflow";
+    }
 
     // The system prompt with the frozen date, and whether m[0] must be rebuilt.
     let guidance = system::guidance_for(config, subagent, prefixes);
@@ -431,7 +446,8 @@ fn apply(
         let over_threshold = facts.usage_percent >= config.execute_threshold_percentage;
         if schedule.force_band || (config.relief_drop && over_threshold) {
             let sample = facts.prompt_tokens as i64;
-            if session.last_emergency_sample != Some(sample) {
+            // An overflow drops again even on a sample already acted on.
+            if facts.overflow.is_some() || session.last_emergency_sample != Some(sample) {
                 mutation.emergency_drop(facts.prompt_tokens, facts.ceiling)?;
                 session.last_emergency_sample = Some(sample);
             }
@@ -456,6 +472,9 @@ fn apply(
         session.tool_reclaim_watermark = session.tag_counter;
         session.deferred_execute_ms = None;
         session.last_execute_ms = now_ms;
+        if let Some(seen) = &facts.overflow {
+            overflow::clear(tx, session.id, seen)?;
+        }
     } else if schedule.deferred_mid_turn && session.deferred_execute_ms.is_none() {
         session.deferred_execute_ms = Some(now_ms);
     }
