@@ -48,6 +48,7 @@ pub fn run_pass(
         model,
         usage,
         subagent,
+        wait_for_fold,
         system,
         messages,
         ..
@@ -80,6 +81,26 @@ pub fn run_pass(
     let recovery = overflow::Recovery::load(store.conn(), &harness, &session_id, &model)?;
     let facts = InputFacts::read(&messages, &recovery.model(&model), usage, config, &recovery);
 
+    // An adapter that can wait hears of a blocking fold before anything is
+    // written: it runs the historian, then this pass once (not twice).
+    if wait_for_fold && facts.usage_percent >= trigger::BLOCKING_PERCENT {
+        let due = crate::historian::due_before_pass(
+            store.conn(),
+            &harness,
+            &session_id,
+            &messages,
+            &facts.pressure,
+            config.execute_threshold_percentage,
+            subagent,
+        )?;
+        if due.blocking {
+            return Ok(PassOutput {
+                messages: encode_all(messages),
+                system,
+                pass: PassReport::wait(facts.usage_percent, due.reason),
+            });
+        }
+    }
     let key = SessionKey {
         harness: &harness,
         session_id: &session_id,

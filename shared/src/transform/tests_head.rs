@@ -796,6 +796,65 @@ fn historian_due_follows_the_shared_trigger_and_blocks_at_95() {
 }
 
 #[test]
+fn an_adapter_that_can_wait_hears_of_a_blocking_fold_before_anything_is_written() {
+    let mut f = Fixture::new(1);
+    let big = "let value = compute(input, 42);\n".repeat(1500);
+    f.messages = (0..12)
+        .map(|i| {
+            tool_step(
+                &format!("msg_t{i:02}"),
+                &format!("c{i}"),
+                "read",
+                &big,
+                T0 + i * 1000,
+            )
+        })
+        .collect();
+    f.messages.insert(0, user("msg_u", "go", T0 - 1000));
+    f.run(30, T0 + 20_000);
+    let waiting = |f: &mut Fixture, percent: u64, now: i64| {
+        let mut env = envelope_in(f.dir.path(), &f.messages, percent, now, None);
+        env.wait_for_fold = true;
+        run_pass(&mut f.store, env, &f.config, now).unwrap()
+    };
+    let counts = |f: &Fixture| -> (i64, i64) {
+        f.store
+            .conn()
+            .query_row(
+                "SELECT passes_execute + passes_defer, tag_counter FROM sessions",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap()
+    };
+    let before = counts(&f);
+    // A new read arrives; at 96 % the fold is blocking: the pass says wait,
+    // hands the input back unchanged and stores nothing (no tag, no pass).
+    f.messages
+        .push(tool_step("msg_t12", "c12", "read", &big, T0 + 30_000));
+    let wait = waiting(&mut f, 96, T0 + 31_000);
+    assert_eq!(
+        (wait.pass.decision, wait.pass.reason, wait.pass.blocking),
+        (Decision::Wait, "blocking_fold", true)
+    );
+    assert_eq!(wait.pass.historian_reason, Some("force_band"));
+    assert_eq!(wait.messages, f.messages, "the input, untouched");
+    assert_eq!(counts(&f), before, "nothing written");
+    // Without the flag (after the wait) the same input is the one full pass.
+    let full = f.run(96, T0 + 32_000);
+    assert_eq!(full.pass.decision, Decision::Execute);
+    assert!(
+        full.pass.blocking,
+        "the report still says so: {:?}",
+        full.pass
+    );
+    assert_ne!(counts(&f), before);
+    // Below the blocking band a waiting adapter gets the ordinary pass.
+    let calm = waiting(&mut f, 40, T0 + 33_000);
+    assert_ne!(calm.pass.decision, Decision::Wait);
+}
+
+#[test]
 fn guidance_has_a_variant_without_ctx_reduce() {
     let mut f = Fixture::new(1);
     f.system = Some(json!(["Base prompt."]));
