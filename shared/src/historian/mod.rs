@@ -167,18 +167,24 @@ fn known_model(conn: &Connection, session: Option<i64>, input: &Input) -> Result
 /// pass makes, so a pass and `check` on one envelope agree. Writes nothing.
 pub fn check(conn: &Connection, input: &Input, transform: &TransformConfig) -> Result<CheckReport> {
     let session = state::find_session(conn, &input.harness, &input.session_id)?;
-    let model = known_model(conn, session.as_ref().map(|s| s.id), input)?;
+    let ordinals = state::preview_ordinals(conn, session.as_ref(), &input.messages)?;
+    let covered = match &session {
+        Some(s) => publish::covered_through(conn, s.id)?,
+        None => 0,
+    };
+    let id = session.as_ref().map(|s| s.id);
+    let model = known_model(conn, id, input)?;
     let pressure = trigger::pressure(&model, input.usage, &input.messages);
+    let subagent = input.subagent || session.as_ref().is_some_and(|s| s.is_subagent);
+    let tail = trigger::Tail {
+        messages: &input.messages,
+        ordinals: &ordinals,
+        covered_through: covered,
+    };
+    let untagged = trigger::untagged_tokens(conn, id, &tail)?;
     let threshold = transform.execute_threshold_percentage;
-    let measured = measure(
-        conn,
-        session.as_ref(),
-        &input.messages,
-        &pressure,
-        threshold,
-        input.subagent,
-    )?;
-    let trigger_input = measured.input;
+    let trigger_input =
+        trigger::trigger_input(conn, id, &pressure, threshold, subagent, &tail, untagged)?;
     Ok(CheckReport {
         harness: input.harness.clone(),
         session_id: input.session_id.clone(),
@@ -190,65 +196,10 @@ pub fn check(conn: &Connection, input: &Input, transform: &TransformConfig) -> R
         tail_tokens: trigger_input.tail_tokens,
         protected_tail: trigger::protected_tail(pressure.window),
         commit_clusters: trigger_input.commit_clusters,
-        covered_through: measured.covered,
-        subagent: trigger_input.subagent,
+        covered_through: covered,
+        subagent,
         known_session: session.is_some(),
     })
-}
-
-/// The trigger's answer for `messages` before a pass has stored them, as
-/// `check` gives it (read-only): the pass asks this first when its adapter
-/// can wait for a blocking fold.
-pub fn due_before_pass(
-    conn: &Connection,
-    harness: &str,
-    session_id: &str,
-    messages: &[Message],
-    pressure: &Pressure,
-    threshold: f64,
-    subagent: bool,
-) -> Result<Due> {
-    let session = state::find_session(conn, harness, session_id)?;
-    let measured = measure(
-        conn,
-        session.as_ref(),
-        messages,
-        pressure,
-        threshold,
-        subagent,
-    )?;
-    Ok(trigger::historian_due(&measured.input))
-}
-
-/// What the trigger reads off a session's stored state and `messages`.
-struct Measured {
-    input: trigger::TriggerInput,
-    covered: i64,
-}
-
-fn measure(
-    conn: &Connection,
-    session: Option<&SessionRow>,
-    messages: &[Message],
-    pressure: &Pressure,
-    threshold: f64,
-    subagent: bool,
-) -> Result<Measured> {
-    let ordinals = state::preview_ordinals(conn, session, messages)?;
-    let covered = match session {
-        Some(s) => publish::covered_through(conn, s.id)?,
-        None => 0,
-    };
-    let id = session.map(|s| s.id);
-    let subagent = subagent || session.is_some_and(|s| s.is_subagent);
-    let tail = trigger::Tail {
-        messages,
-        ordinals: &ordinals,
-        covered_through: covered,
-    };
-    let untagged = trigger::untagged_tokens(conn, id, &tail)?;
-    let input = trigger::trigger_input(conn, id, pressure, threshold, subagent, &tail, untagged)?;
-    Ok(Measured { input, covered })
 }
 
 // ---------------------------------------------------------------------------

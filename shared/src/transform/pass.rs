@@ -79,28 +79,9 @@ pub fn run_pass(
     // harness's, and an overflow this session has not recovered from makes
     // this pass an emergency.
     let recovery = overflow::Recovery::load(store.conn(), &harness, &session_id, &model)?;
-    let facts = InputFacts::read(&messages, &recovery.model(&model), usage, config, &recovery);
+    let mut facts = InputFacts::read(&messages, &recovery.model(&model), usage, config, &recovery);
+    facts.wait_for_fold = wait_for_fold;
 
-    // An adapter that can wait hears of a blocking fold before anything is
-    // written: it runs the historian, then this pass once (not twice).
-    if wait_for_fold && facts.usage_percent >= trigger::BLOCKING_PERCENT {
-        let due = crate::historian::due_before_pass(
-            store.conn(),
-            &harness,
-            &session_id,
-            &messages,
-            &facts.pressure,
-            config.execute_threshold_percentage,
-            subagent,
-        )?;
-        if due.blocking {
-            return Ok(PassOutput {
-                messages: encode_all(messages),
-                system,
-                pass: PassReport::wait(facts.usage_percent, due.reason),
-            });
-        }
-    }
     let key = SessionKey {
         harness: &harness,
         session_id: &session_id,
@@ -109,7 +90,22 @@ pub fn run_pass(
         project_dir: project_dir.as_deref(),
         system: system.as_ref(),
     };
-    let outcome = store.write(|tx| apply(tx, &key, &facts, &messages, config, now_ms))?;
+    let applied = store.write_or_roll_back(|tx| {
+        let applied = apply(tx, &key, &facts, &messages, config, now_ms)?;
+        let keep = matches!(applied, Applied::Pass(_));
+        Ok((applied, keep))
+    })?;
+    let outcome = match applied {
+        Applied::Pass(outcome) => *outcome,
+        // Nothing was kept: the adapter runs the historian, then the pass again.
+        Applied::Wait(due) => {
+            return Ok(PassOutput {
+                messages: encode_all(messages),
+                system,
+                pass: PassReport::wait(facts.usage_percent, due.reason),
+            });
+        }
+    };
 
     let markers = if config.temporal_awareness {
         temporal::markers(&messages)
@@ -192,6 +188,8 @@ struct InputFacts {
     /// The provider rejected the session's last request as too long: this
     /// pass recovers (usage raised, emergency drop, reason `overflow`).
     overflow: Option<overflow::Pending>,
+    /// The adapter can wait for a blocking fold (the envelope's `wait_for_fold`).
+    wait_for_fold: bool,
 }
 
 impl InputFacts {
@@ -231,6 +229,7 @@ impl InputFacts {
             history_budget: (ceiling as f64 * config.history_budget_percentage).floor() as u64,
             ceiling,
             overflow: recovery.pending,
+            wait_for_fold: false,
         }
     }
 }
@@ -240,6 +239,13 @@ struct HeadOut {
     m0: String,
     m1: String,
     covered_through: i64,
+}
+
+/// What the transaction made of the pass.
+enum Applied {
+    Pass(Box<Outcome>),
+    /// A blocking fold is due and the adapter can wait: roll everything back.
+    Wait(Due),
 }
 
 struct Outcome {
@@ -292,7 +298,7 @@ fn apply(
     messages: &[Message],
     config: &TransformConfig,
     now_ms: i64,
-) -> Result<Outcome> {
+) -> Result<Applied> {
     let mut session = match state::find_session(tx, key.harness, key.session_id)? {
         Some(row) => row,
         None => state::create_session(
@@ -500,6 +506,29 @@ fn apply(
         session.deferred_execute_ms = Some(now_ms);
     }
 
+    // Historian due? Measured on the raw tail the head does not cover yet,
+    // by the same functions `mc-historian check` uses.
+    let tail = trigger::Tail {
+        messages,
+        ordinals: &ordinals,
+        covered_through: markers.covered_through,
+    };
+    let due = trigger::historian_due(&trigger::trigger_input(
+        tx,
+        Some(session.id),
+        &facts.pressure,
+        config.execute_threshold_percentage,
+        subagent,
+        &tail,
+        0,
+    )?);
+    // An adapter that can wait hears of a blocking fold now, as the pass
+    // would report it (after this pass's drops), and before the head and the
+    // render: it runs the historian, then this pass once more.
+    if facts.wait_for_fold && due.blocking {
+        return Ok(Applied::Wait(due));
+    }
+
     // The head: rebuilt on HARD, m[1] refreshed on other busting passes, else replayed.
     let ordinal_of = |id: &str| -> Option<i64> {
         messages
@@ -560,23 +589,6 @@ fn apply(
             params![session.id],
         )?;
     }
-
-    // Historian due? Measured on the raw tail the head does not cover yet,
-    // by the same functions `mc-historian check` uses.
-    let tail = trigger::Tail {
-        messages,
-        ordinals: &ordinals,
-        covered_through: markers.covered_through,
-    };
-    let due = trigger::historian_due(&trigger::trigger_input(
-        tx,
-        Some(session.id),
-        &facts.pressure,
-        config.execute_threshold_percentage,
-        subagent,
-        &tail,
-        0,
-    )?);
 
     // Reduce nudges, on content the provider has not cached yet.
     let covered_final = head.as_ref().map_or(0, |h| h.covered_through);
@@ -654,7 +666,7 @@ fn apply(
     ])?;
 
     let nudge2 = state::load_reminders(tx, session.id)?;
-    Ok(Outcome {
+    Ok(Applied::Pass(Box::new(Outcome {
         tags,
         bindings,
         ordinals,
@@ -673,7 +685,7 @@ fn apply(
         system: out_system.or_else(|| key.system.cloned()),
         due,
         nudge2,
-    })
+    })))
 }
 
 /// The live tail as the nudges measure it.
