@@ -9,7 +9,9 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
 use mc_cli::{Failure, GlobalArgs, SessionSetup, Wait, now_ms, write_json};
-use mc_core::transform::{self, Envelope, PassReport, ReduceRequest, SystemRequest};
+use mc_core::transform::{
+    self, Envelope, OverflowRequest, PassReport, ReduceRequest, SystemRequest,
+};
 
 const NAME: &str = "mc-transform";
 
@@ -78,6 +80,17 @@ enum Command {
     /// anyway. A session no pass has seen comes back unchanged. Fails open like
     /// the pass: on an internal error the input parts come back with a warning.
     System,
+    /// Learn from a provider's context-overflow error (the harness's session
+    /// error event): reads {"harness", "session_id", "model": {"provider", "id"},
+    /// "error": <the error text or object>}
+    ///
+    /// Recognises the wordings of Anthropic ("prompt is too long: N tokens > M
+    /// maximum"), OpenAI-compatible servers ("maximum context length is M
+    /// tokens", context_length_exceeded) and GitHub Copilot ("prompt token
+    /// count of N exceeds the limit of M"). Stores the limit for the model (every
+    /// later pass on it uses at most that) and makes the session's next pass an
+    /// emergency. Answers {"recognised": false} for anything else, also exit 0.
+    Overflow,
 }
 
 pub fn main() -> ExitCode {
@@ -92,6 +105,7 @@ pub fn main() -> ExitCode {
         Some(Command::Status { session, harness }) => run_status(&args, session, harness),
         Some(Command::Recount) => run_recount(&args),
         Some(Command::System) => run_system(&args),
+        Some(Command::Overflow) => run_overflow(&args),
     };
     mc_cli::finish(NAME, result)
 }
@@ -291,5 +305,23 @@ fn run_recount(args: &Args) -> Result<(), Failure> {
     let mut store = setup.store?;
     let result = transform::recount::recount(&mut store, envelope).map_err(anyhow::Error::from)?;
     write_json(&json!(result), args.global.pretty)?;
+    Ok(())
+}
+
+fn run_overflow(args: &Args) -> Result<(), Failure> {
+    let request = OverflowRequest::from_value(parse_json(&read_stdin()?)?)
+        .map_err(|e| Failure::input(e.into()))?;
+    // Sent from an error event, not on the model call's path: the long wait.
+    let session = request.session_id.as_deref();
+    let setup = session_setup(
+        args,
+        session.map(|id| (request.harness.as_str(), id)),
+        None,
+        Wait::Background,
+    );
+    let mut store = setup.store?;
+    let answer =
+        transform::overflow::report(&mut store, &request, now_ms()).map_err(anyhow::Error::from)?;
+    write_json(&answer.into_value(), args.global.pretty)?;
     Ok(())
 }

@@ -597,6 +597,7 @@ fn help_explains_the_commands() {
         "status",
         "recount",
         "system",
+        "overflow",
         "--db",
         "--config",
         "passthrough",
@@ -642,4 +643,36 @@ fn system_renders_the_guidance_for_a_known_session_and_fails_open() {
     assert_eq!(doc["system"], request["system"]);
     assert!(doc["warnings"].to_string().contains("database"), "{doc}");
     assert!(stderr(&out).contains("system left unchanged"));
+}
+
+#[test]
+fn overflow_learns_from_a_rejection_and_answers_false_for_anything_else() {
+    let env = Env::new();
+    let db = env.db();
+    let db = db.to_str().unwrap();
+    stdout_json(&env.run(&["--db", db], &example()));
+    // OpenCode's session.error event for the example session.
+    let request = json!({"harness": "opencode", "session_id": "ses_example0001",
+        "model": {"provider": "anthropic", "id": "claude-sonnet-4-5"},
+        "error": {"name": "APIError", "data": {"message": "Bad Request", "statusCode": 400, "isRetryable": false,
+            "responseBody": "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 210000 tokens > 200000 maximum\"}}"}}});
+    let out = env.run(&["--db", db, "overflow"], &request.to_string());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let answer = stdout_json(&out);
+    assert_eq!(
+        answer,
+        json!({"recognised": true, "source": "anthropic", "limit": 200000, "tokens": 210000,
+               "message": "prompt is too long: 210000 tokens > 200000 maximum",
+               "model": "anthropic/claude-sonnet-4-5", "limit_stored": true, "emergency_next_pass": true})
+    );
+    let status = stdout_json(&env.run(&["--db", db, "status", "--session", "ses_example0001"], ""));
+    assert_eq!(status["overflow_pending"], true);
+    // Anything else: exit 0, {"recognised": false}; bad input exits 2.
+    let other = json!({"session_id": "ses_example0001", "error": {"name": "MessageAbortedError", "data": {"message": "aborted"}}});
+    let out = env.run(&["--db", db, "overflow"], &other.to_string());
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(stdout_json(&out), json!({"recognised": false}));
+    let bad = env.run(&["--db", db, "overflow"], r#"{"session_id": "s"}"#);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("\"error\""), "{}", stderr(&bad));
 }

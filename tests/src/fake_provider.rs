@@ -30,6 +30,24 @@ pub enum Reply {
         name: String,
         input: Value,
     },
+    /// The request is rejected: this HTTP status and JSON body, not streamed
+    /// (as Anthropic answers a prompt that is too long).
+    Error {
+        status: u16,
+        body: Value,
+    },
+}
+
+impl Reply {
+    /// Anthropic's real answer to a prompt over the model's window: HTTP 400,
+    /// `invalid_request_error`, "prompt is too long: N tokens > M maximum".
+    pub fn prompt_too_long(tokens: u64, maximum: u64) -> Reply {
+        Reply::Error {
+            status: 400,
+            body: json!({"type": "error", "error": {"type": "invalid_request_error",
+                "message": format!("prompt is too long: {tokens} tokens > {maximum} maximum")}}),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -103,9 +121,17 @@ impl FakeProvider {
                             .respond(Response::from_string(answer.to_string()).with_header(header));
                         continue;
                     }
-                    let sse = respond(&state, recorded);
-                    let header = Header::from_bytes("Content-Type", "text/event-stream").unwrap();
-                    let _ = request.respond(Response::from_string(sse).with_header(header));
+                    let response = match respond(&state, recorded) {
+                        Ok(sse) => Response::from_string(sse).with_header(
+                            Header::from_bytes("Content-Type", "text/event-stream").unwrap(),
+                        ),
+                        Err((status, body)) => Response::from_string(body.to_string())
+                            .with_status_code(status)
+                            .with_header(
+                                Header::from_bytes("Content-Type", "application/json").unwrap(),
+                            ),
+                    };
+                    let _ = request.respond(response);
                 }
             })
         };
@@ -165,7 +191,8 @@ impl Drop for FakeProvider {
     }
 }
 
-fn respond(state: &Mutex<State>, recorded: Recorded) -> String {
+/// The SSE body of the reply, or the status and body of a scripted rejection.
+fn respond(state: &Mutex<State>, recorded: Recorded) -> Result<String, (u16, Value)> {
     let mut state = state.lock().unwrap();
     state.calls += 1;
     let id = state.calls;
@@ -202,7 +229,10 @@ fn respond(state: &Mutex<State>, recorded: Recorded) -> String {
             },
         )
     };
-    stream(&reply, usage, id)
+    if let Reply::Error { status, body } = reply {
+        return Err((status, body));
+    }
+    Ok(stream(&reply, usage, id))
 }
 
 /// The SSE body of one streamed Messages API response.
@@ -240,6 +270,7 @@ fn stream(reply: &Reply, usage: Usage, id: u64) -> String {
             ));
             "tool_use"
         }
+        Reply::Error { .. } => unreachable!("a rejection is not streamed"),
     };
     events.push((
         "content_block_stop",

@@ -45,6 +45,7 @@ pub struct OpenCode {
     agent: ureq::Agent,
 }
 
+#[derive(Default)]
 pub struct Options {
     /// Where mc keeps its database; `None` for a path that cannot be created.
     pub db: Option<PathBuf>,
@@ -60,6 +61,8 @@ pub struct Options {
     pub context: Option<u64>,
     /// Point the plugin at this mc-historian instead of the built one.
     pub historian_bin: Option<PathBuf>,
+    /// More environment for the server (and so the plugin), e.g. `MC_OPENCODE_SESSIONS`.
+    pub env: Vec<(String, String)>,
 }
 
 impl OpenCode {
@@ -143,6 +146,7 @@ impl OpenCode {
                     .clone()
                     .unwrap_or_else(|| bin_path("mc-historian")),
             )
+            .envs(options.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -21,6 +21,7 @@ fn with_mc(mc_config: Option<&str>) -> (OpenCode, tempfile::TempDir) {
             transform_bin: None,
             context: None,
             historian_bin: None,
+            env: Vec::new(),
         },
     );
     (oc, dir)
@@ -97,6 +98,7 @@ fn without_a_usable_database_the_session_keeps_working_untouched() {
             transform_bin: None,
             context: None,
             historian_bin: None,
+            env: Vec::new(),
         },
     );
     let session = oc.new_session();
@@ -407,6 +409,7 @@ fn without_mc_transform_the_messages_go_out_untouched() {
             transform_bin: Some(dir.path().join("no-such-mc-transform")),
             context: None,
             historian_bin: None,
+            env: Vec::new(),
         },
     );
     let session = oc.new_session();
@@ -424,7 +427,19 @@ fn without_mc_transform_the_messages_go_out_untouched() {
 
 #[test]
 fn at_the_blocking_band_the_plugin_waits_for_the_fold_before_sending() {
-    let (oc, _dir) = with_mc(Some(&historian_config("")));
+    // A wrapper around mc-transform logs each call and its decision.
+    let dir = tempfile::tempdir().unwrap();
+    let (wrapper, calls) = logging_wrapper(dir.path(), "mc-transform");
+    let oc = OpenCode::start(
+        dir.path(),
+        Options {
+            db: Some(dir.path().join("ctx.db")),
+            with_plugin: true,
+            mc_config: Some(historian_config("")),
+            transform_bin: Some(wrapper),
+            ..Options::default()
+        },
+    );
     oc.provider.play_historian("mock-historian");
     oc.provider.set_usage(usage_at(20));
     let session = oc.new_session();
@@ -437,11 +452,30 @@ fn at_the_blocking_band_the_plugin_waits_for_the_fold_before_sending() {
     }
     oc.provider.set_usage(usage_at(96));
     oc.prompt(&session, "turn that reports 96 %");
-    // This request's pass is blocking: the plugin ran the historian first and
-    // transformed again, so the compartment is already at the head.
+    // This request's pass is blocking: the pass said so before writing
+    // anything, the plugin ran the historian, then the one pass that went out,
+    // so the compartment is already at the head.
     oc.provider.set_usage(usage_at(40));
+    let before = std::fs::read_to_string(&calls).unwrap().lines().count();
     oc.prompt(&session, "next turn");
+    let log = std::fs::read_to_string(&calls).unwrap();
+    let passes: Vec<&str> = log
+        .lines()
+        .skip(before)
+        .filter(|l| l.starts_with("pass "))
+        .map(|l| l.rsplit(' ').next().unwrap())
+        .collect();
+    assert_eq!(passes, ["wait", "execute"], "one full pass: {log}");
+    let full_passes = log
+        .lines()
+        .filter(|l| l.starts_with("pass ") && !l.ends_with(" wait"))
+        .count();
     let requests = oc.provider.agent_requests();
+    assert_eq!(
+        full_passes,
+        requests.len(),
+        "one full pass per request: {log}"
+    );
     let text = all_text(requests.last().unwrap());
     let status = oc.mc("mc-transform", &["status", "--session", &session], b"");
     assert!(
@@ -518,17 +552,27 @@ fn a_subagent_session_gets_tags_but_no_head() {
     assert_eq!(status["subagent"], true, "{status}");
 }
 
-/// A script in `dir` that runs the built `bin`, first logging its subcommand
-/// (`pass` when there is none) as a line of the returned log file.
+/// A script in `dir` that runs the built `bin` and logs each call as a line
+/// of the returned log file: its subcommand (`pass` when there is none), the
+/// `session_id` of its stdin and the `decision` of its answer, when present
+/// (e.g. `pass ses_… execute`, `system ses_…`, `run`).
 fn logging_wrapper(dir: &std::path::Path, bin: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     let log = dir.join(format!("{bin}-calls.log"));
     let wrapper = dir.join(format!("{bin}-wrapper"));
     std::fs::write(
         &wrapper,
         format!(
-            "#!/bin/sh\necho \"${{1:-pass}}\" >> '{}'\nexec '{}' \"$@\"\n",
-            log.display(),
-            mc_tests::bin_path(bin).display()
+            "#!/bin/sh\n\
+             input=$(cat)\n\
+             out=$(printf '%s' \"$input\" | '{bin}' \"$@\")\n\
+             code=$?\n\
+             session=$(printf '%s' \"$input\" | grep -o '\"session_id\":\"[^\"]*\"' | head -n 1 | cut -d '\"' -f 4)\n\
+             decision=$(printf '%s' \"$out\" | grep -o '\"decision\":\"[a-z]*\"' | tail -n 1 | cut -d '\"' -f 4)\n\
+             echo \"${{1:-pass}} $session $decision\" | tr -s ' ' | sed 's/ $//' >> '{log}'\n\
+             printf '%s\\n' \"$out\"\n\
+             exit $code\n",
+            bin = mc_tests::bin_path(bin).display(),
+            log = log.display(),
         ),
     )
     .unwrap();
@@ -555,6 +599,7 @@ fn after_a_failed_historian_run_the_plugin_backs_off() {
             transform_bin: None,
             context: None,
             historian_bin: Some(wrapper),
+            env: Vec::new(),
         },
     );
     let session = read_a_big_file_four_times(&oc, 600);
@@ -586,6 +631,7 @@ fn while_passes_defer_the_system_prompt_is_rendered_once_and_reused() {
             transform_bin: Some(wrapper),
             context: None,
             historian_bin: None,
+            env: Vec::new(),
         },
     );
     oc.provider.set_usage(usage_at(20));
@@ -594,7 +640,11 @@ fn while_passes_defer_the_system_prompt_is_rendered_once_and_reused() {
         oc.prompt(&session, &format!("turn {turn}"));
     }
     let log = std::fs::read_to_string(&calls).unwrap();
-    let count = |what: &str| log.lines().filter(|l| *l == what).count();
+    let count = |what: &str| {
+        log.lines()
+            .filter(|l| l.split(' ').next() == Some(what))
+            .count()
+    };
     let requests = oc.provider.agent_requests();
     assert_eq!(count("pass"), requests.len(), "{log}");
     // The first pass executes (first render); the rest defer: one render
@@ -646,4 +696,148 @@ fn a_tool_output_cut_mid_character_keeps_mc_on() {
     let status = oc.mc("mc-transform", &["status", "--session", &session], b"");
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(status["passes"]["passthrough"], 0, "{status}");
+}
+
+/// `mc-transform status` of a session, as JSON.
+fn status(oc: &OpenCode, session: &str) -> serde_json::Value {
+    let out = oc.mc("mc-transform", &["status", "--session", session], b"");
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+#[test]
+fn a_prompt_rejected_as_too_long_teaches_the_limit_and_the_next_request_recovers() {
+    // OpenCode's catalog says 250k tokens; the provider's own limit is 200k.
+    let dir = tempfile::tempdir().unwrap();
+    let (wrapper, calls) = logging_wrapper(dir.path(), "mc-transform");
+    let oc = OpenCode::start(
+        dir.path(),
+        Options {
+            db: Some(dir.path().join("ctx.db")),
+            with_plugin: true,
+            mc_config: Some(r#"{"transform": {"protected_tags": 2}}"#.into()),
+            transform_bin: Some(wrapper),
+            context: Some(250_000),
+            ..Options::default()
+        },
+    );
+    // Four reads at low usage: every pass defers, nothing is dropped.
+    let session = read_a_big_file_four_times(&oc, 200);
+    // The provider rejects the next request with Anthropic's real answer.
+    oc.provider
+        .push(Reply::prompt_too_long(210_000, 200_000), None);
+    let failed = oc.prompt(&session, "one more question");
+    assert_eq!(
+        failed["info"]["error"]["name"], "ContextOverflowError",
+        "{failed}"
+    );
+    let rejected = oc.provider.agent_requests().last().unwrap().clone();
+    assert!(all_text(&rejected).contains("one more question"));
+    // OpenCode's session.error event reaches the plugin, which hands it to
+    // `mc-transform overflow`: the limit is stored and the session armed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while status(&oc, &session)["overflow_pending"] != true && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let armed = status(&oc, &session);
+    assert_eq!(armed["overflow_pending"], true, "{armed}");
+    assert_eq!(armed["learned_limit"]["context_limit"], 200_000, "{armed}");
+    assert_eq!(armed["learned_limit"]["model"], "mock/mock-sonnet");
+    assert_eq!(armed["learned_limit"]["source"], "anthropic");
+    assert!(
+        std::fs::read_to_string(&calls)
+            .unwrap()
+            .lines()
+            .any(|l| l == format!("overflow {session}")),
+        "the plugin called mc-transform overflow"
+    );
+    // The next request went through the emergency path: old reads dropped,
+    // smaller than the rejected one, against the learned window.
+    oc.prompt(&session, "try again");
+    let recovered = oc.provider.agent_requests().last().unwrap().clone();
+    assert!(all_text(&recovered).contains("try again"));
+    let dropped = tool_results(&recovered)
+        .iter()
+        .filter(|(_, t)| t.starts_with("[dropped §"))
+        .count();
+    assert!(dropped >= 2, "{:?}", tool_results(&recovered));
+    assert!(
+        recovered.raw.len() < rejected.raw.len() * 2 / 3,
+        "{} bytes after, {} before",
+        recovered.raw.len(),
+        rejected.raw.len()
+    );
+    let after = status(&oc, &session);
+    assert_eq!(after["last_reason"], "overflow", "{after}");
+    assert_eq!(after["overflow_pending"], false);
+    assert_eq!(
+        after["context_window"], 190_000,
+        "200k less the 10k output reserve, not 250k"
+    );
+}
+
+#[test]
+fn the_plugin_forgets_deleted_sessions_and_remembers_at_most_its_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wrapper, calls) = logging_wrapper(dir.path(), "mc-transform");
+    let oc = OpenCode::start(
+        dir.path(),
+        Options {
+            db: Some(dir.path().join("ctx.db")),
+            with_plugin: true,
+            transform_bin: Some(wrapper),
+            env: vec![("MC_OPENCODE_SESSIONS".into(), "2".into())],
+            ..Options::default()
+        },
+    );
+    oc.provider.set_usage(usage_at(20));
+    // A session's first prompt, and its title settled (the title call renders
+    // a system prompt of its own).
+    let start = |name: &str| {
+        let session = oc.new_session();
+        oc.prompt(&session, &format!("{name}: hello"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while oc.get(&format!("/session/{session}"))["title"] != "Test session"
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        session
+    };
+    // `system` processes a deferring prompt of `session` costs.
+    let renders = |session: &str, text: &str| {
+        let before = std::fs::read_to_string(&calls).unwrap().lines().count();
+        oc.prompt(session, text);
+        let log = std::fs::read_to_string(&calls).unwrap();
+        let pass = format!("pass {session} defer");
+        assert!(log.lines().skip(before).any(|l| l == pass), "{log}");
+        let system = format!("system {session}");
+        log.lines().skip(before).filter(|l| *l == system).count()
+    };
+    let a = start("a");
+    assert_eq!(
+        renders(&a, "a again"),
+        0,
+        "remembered: the render is reused"
+    );
+    let b = start("b");
+    // Deleting b frees its place: c does not push a out.
+    let response = ureq::Agent::config_builder()
+        .proxy(None)
+        .http_status_as_error(false)
+        .build()
+        .new_agent()
+        .delete(&format!("{}/session/{b}", oc.url))
+        .call()
+        .unwrap();
+    assert!(response.status().is_success());
+    let c = start("c");
+    assert_eq!(renders(&a, "a once more"), 0, "a is still remembered");
+    // A third live session pushes out the least recently used one (c).
+    start("d");
+    assert_eq!(
+        renders(&c, "c again"),
+        1,
+        "c was forgotten: one render more"
+    );
 }

@@ -1,13 +1,15 @@
 // mc for OpenCode: runs mc-transform on every model call (the messages, then
 // the system prompt: guidance about §N§ tags and a date that moves only when
 // the cache is busted anyway), restores pins after OpenCode's own compaction,
-// starts the historian when a pass says it is due, and gives the agent the
-// ctx_reduce tool.
+// starts the historian when a pass says it is due, hands a provider's
+// "prompt is too long" error to mc so the next pass recovers, and gives the
+// agent the ctx_reduce tool.
 //
 // Install: copy this file into OpenCode's plugin folder
 // (~/.config/opencode/plugin/mc.js). The mc binaries are found on PATH, or
 // through MC_TRANSFORM_BIN, MC_PIN_BIN and MC_HISTORIAN_BIN; the database
-// through MC_DB as usual.
+// through MC_DB as usual. MC_OPENCODE_SESSIONS caps how many sessions the
+// plugin remembers (default 200).
 import { spawn } from "node:child_process"
 import { tool } from "@opencode-ai/plugin"
 
@@ -18,8 +20,22 @@ const HISTORIAN_TIMEOUT_MS = 300_000
 // trigger says "due", and each run fetches the whole session.
 const HISTORIAN_RETRY_MS = 30_000
 const HISTORIAN_RETRY_MAX_MS = 600_000
+// A long-running server sees many sessions: what the plugin remembers about
+// them is dropped when a session is deleted, and beyond this many sessions
+// the least recently used one is forgotten (it costs a process or a server
+// call to learn again, never a wrong answer).
+const SESSION_CAP = positive(process.env.MC_OPENCODE_SESSIONS) ?? 200
+// System renders kept per session (the agent's prompt and side calls' own).
+const SYSTEM_RENDERS_CAP = 8
+// Session errors that may be a provider's context overflow; mc recognises it.
+const OVERFLOW_CANDIDATES = new Set(["ContextOverflowError", "APIError", "UnknownError"])
 
 const bin = (name, env) => process.env[env] || name
+
+function positive(text) {
+  const n = Number.parseInt(text ?? "", 10)
+  return n > 0 ? n : undefined
+}
 
 /**
  * Run a command with `input` on stdin; resolves {code, stdout, stderr}.
@@ -116,16 +132,28 @@ function restoreToolMetadata(messages, stash) {
 export const McContext = async ({ client, serverUrl, directory }) => {
   const server = String(serverUrl ?? "").replace(/\/$/, "")
   const limits = new Map() // "provider/model" -> {context, output}
-  const historians = new Map() // sessionID -> Promise of a running historian
-  const historianFailures = new Map() // sessionID -> {count, retryAt} after failed runs
-  const passed = new Set() // sessions a messages pass has seen: their system prompt is ours to render
-  const subagents = new Map() // sessionID -> whether it has a parent session
-  // sessionID -> Map(input -> output): system renders. A render depends on its
-  // input and on the frozen date, which only an execute pass moves, so the same
-  // input after defer passes gets the same bytes without a process. (Side
-  // calls such as the title have inputs of their own.)
-  const systemRenders = new Map()
+  const historians = new Map() // sessionID -> Promise of a running historian (removed when it ends)
+  // sessionID -> what the plugin knows of the session, least recently used first:
+  //   passed          a messages pass has seen it: its system prompt is ours to render
+  //   subagent        whether it has a parent session (undefined: not asked yet)
+  //   model           the model its last pass named (for an overflow error)
+  //   systemRenders   Map(input -> output). A render depends on its input and on
+  //                   the frozen date, which only an execute pass moves, so the
+  //                   same input after defer passes gets the same bytes without
+  //                   a process. (Side calls such as the title have inputs of their own.)
+  //   historianFailure {count, retryAt} after failed historian runs
+  const sessions = new Map()
   let warned = false
+
+  /** The session's state, created if new, marked most recently used. */
+  function session(sessionID) {
+    let state = sessions.get(sessionID)
+    if (state) sessions.delete(sessionID)
+    else state = { passed: false, subagent: undefined, model: undefined, systemRenders: new Map(), historianFailure: undefined }
+    sessions.set(sessionID, state)
+    while (sessions.size > SESSION_CAP) sessions.delete(sessions.keys().next().value)
+    return state
+  }
 
   const warnOnce = (message) => {
     if (warned) return
@@ -164,33 +192,38 @@ export const McContext = async ({ client, serverUrl, directory }) => {
   }
 
   /** A session with a parent is a subagent's (the task tool): no head, no historian. */
-  async function isSubagent(sessionID) {
-    if (!subagents.has(sessionID)) {
+  async function isSubagent(sessionID, state) {
+    if (state.subagent === undefined) {
       try {
         const res = await client.session.get({ path: { id: sessionID } })
-        const session = res?.data ?? res
-        if (!session?.id) return false // unknown for now: ask again next call
-        subagents.set(sessionID, Boolean(session.parentID))
+        const info = res?.data ?? res
+        if (!info?.id) return false // unknown for now: ask again next call
+        state.subagent = Boolean(info.parentID)
       } catch {
         return false
       }
     }
-    return subagents.get(sessionID)
+    return state.subagent
   }
 
-  async function transform(messages) {
-    const { sessionID, model, usage } = envelope(messages)
-    if (!sessionID) return null
+  /**
+   * One mc-transform pass. With `waitForFold` the pass may answer
+   * `decision: "wait"` (a blocking fold is due; nothing was written).
+   */
+  async function transform(messages, found, state, waitForFold) {
+    const { sessionID, model, usage } = found
     const limit = model.providerID ? await modelLimits(model.providerID, model.modelID) : {}
-    const subagent = await isSubagent(sessionID)
+    const subagent = await isSubagent(sessionID, state)
+    state.model = { provider: model.providerID, id: model.modelID, context_limit: limit.context, output_limit: limit.output }
     const metadata = new Map()
     const input = JSON.stringify({
       harness: "opencode",
       session_id: sessionID,
       project_dir: directory,
-      model: { provider: model.providerID, id: model.modelID, context_limit: limit.context, output_limit: limit.output },
+      model: state.model,
       usage,
       subagent,
+      wait_for_fold: waitForFold || undefined,
       messages,
     }, withoutToolMetadata(metadata))
     const result = await run(bin("mc-transform", "MC_TRANSFORM_BIN"), [], input, TRANSFORM_TIMEOUT_MS)
@@ -208,23 +241,33 @@ export const McContext = async ({ client, serverUrl, directory }) => {
     }
   }
 
+  /** Whether a historian could run for the session now (not backing off). */
+  function historianAvailable(sessionID, state) {
+    if (!server || state.subagent) return false
+    if (historians.has(sessionID)) return true
+    const failed = state.historianFailure
+    return !(failed && Date.now() < failed.retryAt)
+  }
+
   /**
    * Start the historian for a session once; later calls share the running
    * one. Null while a failed run's back-off lasts.
    */
   function historian(sessionID) {
     if (!historians.has(sessionID)) {
-      const failed = historianFailures.get(sessionID)
+      const failed = sessions.get(sessionID)?.historianFailure
       if (failed && Date.now() < failed.retryAt) return null
       const args = ["run", "--session", sessionID, "--opencode-url", server]
       const running = run(bin("mc-historian", "MC_HISTORIAN_BIN"), args, "", HISTORIAN_TIMEOUT_MS)
         .then((result) => {
+          // A session deleted or forgotten meanwhile stays forgotten.
+          const state = sessions.get(sessionID)
           if (result.code === 0) {
-            historianFailures.delete(sessionID)
+            if (state) state.historianFailure = undefined
           } else {
             const count = (failed?.count ?? 0) + 1
             const wait = Math.min(HISTORIAN_RETRY_MAX_MS, HISTORIAN_RETRY_MS * 2 ** (count - 1))
-            historianFailures.set(sessionID, { count, retryAt: Date.now() + wait })
+            if (state) state.historianFailure = { count, retryAt: Date.now() + wait }
             const reason = result.stderr.trim().split("\n").pop()
             console.error(`mc: mc-historian failed (exit ${result.code}): ${reason}; next try in ${wait / 1000} s`)
           }
@@ -236,27 +279,59 @@ export const McContext = async ({ client, serverUrl, directory }) => {
     return historians.get(sessionID)
   }
 
+  /**
+   * A session error event: a provider's context overflow goes to
+   * `mc-transform overflow`, which learns the model's limit and makes the
+   * session's next pass an emergency (anything else it answers as unrecognised).
+   */
+  async function overflow(properties) {
+    const { sessionID, error } = properties ?? {}
+    if (!sessionID || !OVERFLOW_CANDIDATES.has(error?.name)) return
+    const model = sessions.get(sessionID)?.model
+    const result = await run(
+      bin("mc-transform", "MC_TRANSFORM_BIN"),
+      ["overflow"],
+      JSON.stringify({ harness: "opencode", session_id: sessionID, model, error }),
+      TRANSFORM_TIMEOUT_MS,
+    )
+    if (result.code !== 0) {
+      console.error(`mc: mc-transform overflow failed (exit ${result.code}): ${result.stderr.trim().split("\n").pop()}`)
+      return
+    }
+    try {
+      const answer = JSON.parse(result.stdout)
+      if (answer.recognised) {
+        const learned = answer.limit_stored ? `; ${answer.model} holds ${answer.limit} tokens` : ""
+        console.error(`mc: the provider rejected the prompt as too long${learned}; the next call drops to fit`)
+      }
+    } catch {}
+  }
+
   return {
     "experimental.chat.messages.transform": async (_input, output) => {
       // OpenCode keeps using this very array: splice in place, never reassign.
       const messages = output.messages
-      let pass = await transform(messages)
+      const found = envelope(messages)
+      if (!found.sessionID) return
+      const state = session(found.sessionID)
+      let pass = await transform(messages, found, state, historianAvailable(found.sessionID, state))
       if (!pass) return
-      const report = pass.output.pass ?? {}
-      if (report.historian_due && server) {
-        const running = historian(pass.sessionID)
-        if (report.blocking && running) {
-          // Near the limit: wait for the fold, then transform again so this
-          // very request carries the compartments.
-          await running
-          pass = (await transform(messages)) ?? pass
-        }
+      if (pass.output.pass?.decision === "wait") {
+        // Near the limit with a fold due: the pass wrote nothing and said so
+        // at once. Wait for the historian, then run the one pass that goes
+        // out, so this very request carries the compartments.
+        const running = historian(found.sessionID)
+        if (running) await running
+        pass = await transform(messages, found, state, false)
+        if (!pass) return
       }
+      const report = pass.output.pass ?? {}
+      if (report.historian_due && server) historian(found.sessionID)
       if (Array.isArray(pass.output.messages)) {
         messages.splice(0, messages.length, ...pass.output.messages)
       }
-      passed.add(pass.sessionID)
-      if (pass.output.pass?.decision === "execute") systemRenders.delete(pass.sessionID)
+      state.passed = true
+      if (report.decision === "execute") state.systemRenders.clear()
     },
 
     // Runs after the messages hook of the same model call (and for side calls
@@ -264,9 +339,10 @@ export const McContext = async ({ client, serverUrl, directory }) => {
     "experimental.chat.system.transform": async (input, output) => {
       const sessionID = input?.sessionID
       const system = output?.system
-      if (!sessionID || !passed.has(sessionID) || !Array.isArray(system)) return
+      if (!sessionID || !sessions.get(sessionID)?.passed || !Array.isArray(system)) return
+      const state = session(sessionID)
       const key = JSON.stringify(system)
-      const cached = systemRenders.get(sessionID)?.get(key)
+      const cached = state.systemRenders.get(key)
       if (cached) {
         system.splice(0, system.length, ...cached)
         return
@@ -289,8 +365,10 @@ export const McContext = async ({ client, serverUrl, directory }) => {
         system.splice(0, system.length, ...rendered)
         // An unknown session (or a database error) is not worth remembering.
         if (answer.known_session) {
-          if (!systemRenders.has(sessionID)) systemRenders.set(sessionID, new Map())
-          systemRenders.get(sessionID).set(key, rendered)
+          state.systemRenders.set(key, rendered)
+          while (state.systemRenders.size > SYSTEM_RENDERS_CAP) {
+            state.systemRenders.delete(state.systemRenders.keys().next().value)
+          }
         }
       } catch (error) {
         warnOnce(`mc-transform system printed no JSON: ${error}`)
@@ -298,6 +376,11 @@ export const McContext = async ({ client, serverUrl, directory }) => {
     },
 
     event: async ({ event }) => {
+      if (event?.type === "session.deleted") {
+        sessions.delete(event.properties?.sessionID ?? event.properties?.info?.id)
+        return
+      }
+      if (event?.type === "session.error") return overflow(event.properties)
       if (event?.type !== "session.compacted" || !server) return
       const result = await run(
         bin("mc-pin", "MC_PIN_BIN"),

@@ -37,6 +37,7 @@ use crate::identity::project_identity;
 use crate::llm::{self, Completion, Model, Prompt};
 use crate::store::Store;
 use crate::transform::envelope::{Envelope, ModelInfo, Usage};
+use crate::transform::overflow;
 use crate::transform::pass::session_from_messages;
 use crate::transform::scheduler;
 use crate::transform::state::{self, SessionRow};
@@ -138,7 +139,8 @@ pub struct CheckReport {
 /// The model as the input describes it; without a context limit (a
 /// transcript, an OpenCode server's list), the usable window the transform
 /// last measured for the session, so a run the transform asked for uses the
-/// window the transform saw.
+/// window the transform saw. A context limit learned from the provider's
+/// overflow error caps it.
 fn known_model(conn: &Connection, session: Option<i64>, input: &Input) -> Result<ModelInfo> {
     let mut model = input.model.clone();
     if model.context_limit.is_none()
@@ -153,6 +155,10 @@ fn known_model(conn: &Connection, session: Option<i64>, input: &Input) -> Result
             model.context_limit = Some(window as u64);
             model.output_limit = None;
         }
+    }
+    // A limit a provider stated for the model caps it, as in the pass.
+    if let Some(key) = model.key() {
+        model = overflow::cap(&model, overflow::learned_limit(conn, &key)?.as_ref());
     }
     Ok(model)
 }

@@ -19,6 +19,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_system_date_and_reminders.sql"),
     include_str!("migrations/0005_session_project_and_render_version.sql"),
     include_str!("migrations/0006_restore_claims.sql"),
+    include_str!("migrations/0007_learned_limits.sql"),
 ];
 
 /// The newest schema version this build understands (the fence).
@@ -198,6 +199,24 @@ impl Store {
         tx.commit()?;
         Ok(value)
     }
+
+    /// As [`Store::write`], but `f` decides: its changes are committed when
+    /// it answers `(value, true)` and rolled back on `(value, false)`.
+    pub fn write_or_roll_back<T>(
+        &mut self,
+        f: impl FnOnce(&Transaction<'_>) -> Result<(T, bool)>,
+    ) -> Result<T> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (value, keep) = f(&tx)?;
+        if keep {
+            tx.commit()?;
+        } else {
+            tx.rollback()?;
+        }
+        Ok(value)
+    }
 }
 
 #[cfg(test)]
@@ -332,6 +351,33 @@ mod tests {
             Some(PathBuf::from("/home/u/.local/share/mc/context.db"))
         );
         assert_eq!(default_db_path(None, None), None);
+    }
+
+    #[test]
+    fn write_or_roll_back_keeps_only_what_the_closure_keeps() {
+        let mut store = Store::open_in_memory().unwrap();
+        for (session, keep) in [("dropped", false), ("kept", true)] {
+            let value = store
+                .write_or_roll_back(|tx| {
+                    tx.execute(
+                        "INSERT INTO sessions (harness, session_id, created_ms, updated_ms)
+                         VALUES ('h', ?1, 0, 0)",
+                        [session],
+                    )?;
+                    Ok((session, keep))
+                })
+                .unwrap();
+            assert_eq!(value, session);
+        }
+        let ids: Vec<String> = store
+            .conn()
+            .prepare("SELECT session_id FROM sessions")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(ids, ["kept"]);
     }
 
     #[test]

@@ -62,6 +62,9 @@ pub struct Envelope {
     pub usage: Option<Usage>,
     pub now_ms: Option<i64>,
     pub subagent: bool,
+    /// The adapter can run the historian and wait for it: when a blocking
+    /// fold is due, the pass answers `wait` before writing anything.
+    pub wait_for_fold: bool,
     pub system: Option<Value>,
     pub messages: Vec<Value>,
 }
@@ -135,6 +138,7 @@ impl Envelope {
             usage: take_field(&mut map, "usage")?,
             now_ms: take_field(&mut map, "now_ms")?,
             subagent: take_field(&mut map, "subagent")?.unwrap_or(false),
+            wait_for_fold: take_field(&mut map, "wait_for_fold")?.unwrap_or(false),
             system: map.remove("system").filter(|v| !v.is_null()),
             messages,
         })
@@ -159,6 +163,9 @@ pub enum Decision {
     Defer,
     Execute,
     Passthrough,
+    /// A blocking fold is due and the adapter said it can wait: nothing was
+    /// written, the messages are the input's; run the historian, then the pass.
+    Wait,
 }
 
 impl Decision {
@@ -167,6 +174,7 @@ impl Decision {
             Decision::Defer => "defer",
             Decision::Execute => "execute",
             Decision::Passthrough => "passthrough",
+            Decision::Wait => "wait",
         }
     }
 }
@@ -234,6 +242,20 @@ impl PassReport {
             historian_reason: None,
             blocking: false,
             warnings: vec![warning],
+        }
+    }
+
+    /// The answer of a pass that stops for a blocking fold (`decision: wait`).
+    pub fn wait(usage_percent: f64, historian_reason: Option<&'static str>) -> PassReport {
+        PassReport {
+            decision: Decision::Wait,
+            reason: "blocking_fold",
+            usage_percent: (usage_percent * 10.0).round() / 10.0,
+            historian_due: true,
+            historian_reason,
+            blocking: true,
+            warnings: Vec::new(),
+            ..PassReport::passthrough(String::new())
         }
     }
 }

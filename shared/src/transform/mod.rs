@@ -7,6 +7,7 @@ pub mod envelope;
 pub mod head;
 pub mod notation;
 pub mod nudge;
+pub mod overflow;
 pub mod pass;
 pub mod recount;
 pub mod reduce;
@@ -18,6 +19,7 @@ pub mod system;
 pub mod temporal;
 
 pub use envelope::{Bust, Decision, Envelope, PassOutput, PassReport};
+pub use overflow::{OverflowAnswer, OverflowRequest};
 pub use pass::{record_passthrough, run_pass};
 pub use reduce::{ReduceRequest, ReduceResult, reduce};
 pub use status::{StatusReport, status};

@@ -25,7 +25,7 @@ use super::notation::strip_leading_tags;
 use super::render::{Bindings, Head, RENDER_VERSION, RenderState, age_tags, render};
 use super::scheduler::{self, Schedule, SchedulerInput};
 use super::state::{self, DropMode, NewTag, SessionRow, TagKind, TagRow};
-use super::{caveman, emergency, nudge, system, temporal};
+use super::{caveman, emergency, nudge, overflow, system, temporal};
 
 /// The newest this-many tool tags (any status) are dropped as skeletons; older ones go whole.
 pub const SKELETON_WINDOW: u32 = 20;
@@ -48,6 +48,7 @@ pub fn run_pass(
         model,
         usage,
         subagent,
+        wait_for_fold,
         system,
         messages,
         ..
@@ -74,7 +75,13 @@ pub fn run_pass(
         None
     };
 
-    let facts = InputFacts::read(&messages, &model, usage, config);
+    // Earlier overflows: the limit a provider stated for this model caps the
+    // harness's, and an overflow this session has not recovered from makes
+    // this pass an emergency.
+    let recovery = overflow::Recovery::load(store.conn(), &harness, &session_id, &model)?;
+    let mut facts = InputFacts::read(&messages, &recovery.model(&model), usage, config, &recovery);
+    facts.wait_for_fold = wait_for_fold;
+
     let key = SessionKey {
         harness: &harness,
         session_id: &session_id,
@@ -83,7 +90,22 @@ pub fn run_pass(
         project_dir: project_dir.as_deref(),
         system: system.as_ref(),
     };
-    let outcome = store.write(|tx| apply(tx, &key, &facts, &messages, config, now_ms))?;
+    let applied = store.write_or_roll_back(|tx| {
+        let applied = apply(tx, &key, &facts, &messages, config, now_ms)?;
+        let keep = matches!(applied, Applied::Pass(_));
+        Ok((applied, keep))
+    })?;
+    let outcome = match applied {
+        Applied::Pass(outcome) => *outcome,
+        // Nothing was kept: the adapter runs the historian, then the pass again.
+        Applied::Wait(due) => {
+            return Ok(PassOutput {
+                messages: encode_all(messages),
+                system,
+                pass: PassReport::wait(facts.usage_percent, due.reason),
+            });
+        }
+    };
 
     let markers = if config.temporal_awareness {
         temporal::markers(&messages)
@@ -115,6 +137,7 @@ pub fn run_pass(
             scheduler::EMERGENCY_PERCENT
         ));
     }
+    warnings.extend(recovery.warning(facts.window));
     Ok(PassOutput {
         messages: encode_all(messages),
         system: outcome.system,
@@ -162,6 +185,11 @@ struct InputFacts {
     history_budget: u64,
     /// Tokens the execute threshold stands for (the emergency ceiling).
     ceiling: u64,
+    /// The provider rejected the session's last request as too long: this
+    /// pass recovers (usage raised, emergency drop, reason `overflow`).
+    overflow: Option<overflow::Pending>,
+    /// The adapter can wait for a blocking fold (the envelope's `wait_for_fold`).
+    wait_for_fold: bool,
 }
 
 impl InputFacts {
@@ -170,8 +198,10 @@ impl InputFacts {
         model: &ModelInfo,
         usage: Option<Usage>,
         config: &TransformConfig,
+        recovery: &overflow::Recovery,
     ) -> InputFacts {
-        let pressure = trigger::pressure(model, usage, messages);
+        let mut pressure = trigger::pressure(model, usage, messages);
+        recovery.raise(&mut pressure);
         let window = pressure.window;
         let response_ms = messages
             .iter()
@@ -198,6 +228,8 @@ impl InputFacts {
             model_key: model.key(),
             history_budget: (ceiling as f64 * config.history_budget_percentage).floor() as u64,
             ceiling,
+            overflow: recovery.pending,
+            wait_for_fold: false,
         }
     }
 }
@@ -207,6 +239,13 @@ struct HeadOut {
     m0: String,
     m1: String,
     covered_through: i64,
+}
+
+/// What the transaction made of the pass.
+enum Applied {
+    Pass(Box<Outcome>),
+    /// A blocking fold is due and the adapter can wait: roll everything back.
+    Wait(Due),
 }
 
 struct Outcome {
@@ -259,7 +298,7 @@ fn apply(
     messages: &[Message],
     config: &TransformConfig,
     now_ms: i64,
-) -> Result<Outcome> {
+) -> Result<Applied> {
     let mut session = match state::find_session(tx, key.harness, key.session_id)? {
         Some(row) => row,
         None => state::create_session(
@@ -314,6 +353,9 @@ fn apply(
         deferred_owed: session.deferred_execute_ms.is_some(),
         model_changed,
     });
+    if facts.overflow.is_some() && schedule.decision == Decision::Execute {
+        schedule.reason = "overflow";
+    }
 
     // The system prompt with the frozen date, and whether m[0] must be rebuilt.
     let guidance = system::guidance_for(config, subagent, prefixes);
@@ -441,7 +483,8 @@ fn apply(
         let over_threshold = facts.usage_percent >= config.execute_threshold_percentage;
         if schedule.force_band || (config.relief_drop && over_threshold) {
             let sample = i64::try_from(facts.prompt_tokens).unwrap_or(i64::MAX);
-            if session.last_emergency_sample != Some(sample) {
+            // An overflow drops again even on a sample already acted on.
+            if facts.overflow.is_some() || session.last_emergency_sample != Some(sample) {
                 mutation.emergency_drop(facts.prompt_tokens, facts.ceiling)?;
                 session.last_emergency_sample = Some(sample);
             }
@@ -466,8 +509,34 @@ fn apply(
         session.tool_reclaim_watermark = session.tag_counter;
         session.deferred_execute_ms = None;
         session.last_execute_ms = now_ms;
+        if let Some(seen) = &facts.overflow {
+            overflow::clear(tx, session.id, seen)?;
+        }
     } else if schedule.deferred_mid_turn && session.deferred_execute_ms.is_none() {
         session.deferred_execute_ms = Some(now_ms);
+    }
+
+    // Historian due? Measured on the raw tail the head does not cover yet,
+    // by the same functions `mc-historian check` uses.
+    let tail = trigger::Tail {
+        messages,
+        ordinals: &ordinals,
+        covered_through: markers.covered_through,
+    };
+    let due = trigger::historian_due(&trigger::trigger_input(
+        tx,
+        Some(session.id),
+        &facts.pressure,
+        config.execute_threshold_percentage,
+        subagent,
+        &tail,
+        0,
+    )?);
+    // An adapter that can wait hears of a blocking fold now, as the pass
+    // would report it (after this pass's drops), and before the head and the
+    // render: it runs the historian, then this pass once more.
+    if facts.wait_for_fold && due.blocking {
+        return Ok(Applied::Wait(due));
     }
 
     // The head: rebuilt on HARD, m[1] refreshed on other busting passes, else replayed.
@@ -530,23 +599,6 @@ fn apply(
             params![session.id],
         )?;
     }
-
-    // Historian due? Measured on the raw tail the head does not cover yet,
-    // by the same functions `mc-historian check` uses.
-    let tail = trigger::Tail {
-        messages,
-        ordinals: &ordinals,
-        covered_through: markers.covered_through,
-    };
-    let due = trigger::historian_due(&trigger::trigger_input(
-        tx,
-        Some(session.id),
-        &facts.pressure,
-        config.execute_threshold_percentage,
-        subagent,
-        &tail,
-        0,
-    )?);
 
     // Reduce nudges, on content the provider has not cached yet.
     let covered_final = head.as_ref().map_or(0, |h| h.covered_through);
@@ -628,7 +680,7 @@ fn apply(
     ])?;
 
     let nudge2 = state::load_reminders(tx, session.id)?;
-    Ok(Outcome {
+    Ok(Applied::Pass(Box::new(Outcome {
         tags,
         bindings,
         ordinals,
@@ -647,7 +699,7 @@ fn apply(
         system: out_system.or_else(|| key.system.cloned()),
         due,
         nudge2,
-    })
+    })))
 }
 
 /// The live tail as the nudges measure it.

@@ -86,6 +86,12 @@ pub struct StatusReport {
     pub passes_materialized: i64,
     /// The historian's last run and last failure (with its cause), if it ever ran.
     pub historian: Option<crate::historian::HistorianStatus>,
+    /// The context limit a provider's overflow error stated for the session's
+    /// model (it caps the harness's limit on every pass on that model).
+    pub learned_limit: Option<super::overflow::LearnedLimit>,
+    /// A provider rejected the session's last request as too long and no
+    /// pass has recovered yet: the next pass is an emergency.
+    pub overflow_pending: bool,
 }
 
 pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<StatusReport>> {
@@ -205,5 +211,10 @@ pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<S
         pins,
         passes_materialized,
         historian: crate::historian::status(conn, session.id)?,
+        learned_limit: match &session.last_model_key {
+            Some(key) => super::overflow::learned_limit(conn, key)?,
+            None => None,
+        },
+        overflow_pending: super::overflow::pending(conn, harness, session_id)?.is_some(),
     }))
 }

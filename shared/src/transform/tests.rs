@@ -850,3 +850,131 @@ fn render_fingerprint_is_pinned_to_the_version() {
         "the rendered bytes changed: bump RENDER_VERSION and pin the new fingerprint"
     );
 }
+
+fn report_overflow(store: &mut Store, session: &str, error: Value) -> Value {
+    let request = super::OverflowRequest::from_value(json!({
+        "harness": "opencode", "session_id": session,
+        "model": {"provider": "anthropic", "id": "m"}, "error": error,
+    }))
+    .unwrap();
+    super::overflow::report(store, &request, T0)
+        .unwrap()
+        .into_value()
+}
+
+#[test]
+fn a_reported_overflow_makes_the_next_pass_an_emergency_once() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(8);
+    start(&mut store, &messages);
+    defer(&mut store, &messages);
+    // OpenCode's session.error event for Anthropic's answer.
+    let answer = report_overflow(
+        &mut store,
+        SESSION,
+        json!({"name": "ContextOverflowError", "data": {
+            "message": "prompt is too long: 90000 tokens > 80000 maximum",
+            "responseBody": "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 90000 tokens > 80000 maximum\"}}"}}),
+    );
+    assert_eq!(answer["recognised"], true, "{answer}");
+    assert_eq!(
+        (&answer["limit"], &answer["tokens"], &answer["model"]),
+        (&json!(80_000), &json!(90_000), &json!("anthropic/m"))
+    );
+    assert_eq!(
+        (&answer["limit_stored"], &answer["emergency_next_pass"]),
+        (&json!(true), &json!(true))
+    );
+    let before = status(&store, "opencode", SESSION).unwrap().unwrap();
+    assert!(before.overflow_pending);
+    assert_eq!(before.learned_limit.unwrap().context_limit, 80_000);
+
+    // The same usage sample that deferred a moment ago now recovers: the
+    // prompt is taken at the rejected size, over the learned window.
+    let now = warm_now(&messages) + 10;
+    let out = pass(&mut store, &messages, 30, now);
+    assert_eq!(
+        (out.pass.decision, out.pass.reason),
+        (Decision::Execute, "overflow")
+    );
+    assert_eq!(out.pass.usage_percent, 112.5, "90k over the 80k window");
+    assert!(!out.pass.dropped.is_empty(), "the emergency drop ran");
+    assert!(
+        out.pass
+            .warnings
+            .iter()
+            .any(|w| w.contains("rejected") && w.contains("80000 tokens the provider stated")),
+        "{:?}",
+        out.pass.warnings
+    );
+    let after = status(&store, "opencode", SESSION).unwrap().unwrap();
+    assert!(!after.overflow_pending, "recovered once");
+    assert_eq!(after.context_window, 80_000, "the learned limit caps 100k");
+    // The next pass on the same sample is an ordinary one again.
+    let calm = pass(&mut store, &messages, 30, now + 10);
+    assert_eq!(calm.pass.decision, Decision::Defer, "{:?}", calm.pass);
+}
+
+#[test]
+fn a_learned_limit_caps_every_session_on_the_model() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(2);
+    start(&mut store, &messages);
+    // Copilot's wording, reported for this session; no size, no session of its own.
+    let answer = report_overflow(
+        &mut store,
+        SESSION,
+        json!({"error": {"message": "prompt token count of 93854 exceeds the limit of 60000", "code": "model_max_prompt_tokens_exceeded"}}),
+    );
+    assert_eq!(answer["source"], "copilot", "{answer}");
+    // Another session on the same model: capped, yet no emergency of its own.
+    let other = "ses_other";
+    let now = warm_now(&messages);
+    let envelope = Envelope::from_value(json!({
+        "harness": "opencode", "session_id": other,
+        "model": {"provider": "anthropic", "id": "m", "context_limit": 100_000, "output_limit": 0},
+        "usage": {"input": 30_000, "output": 10}, "now_ms": now, "messages": messages,
+    }))
+    .unwrap();
+    let out = run_pass(&mut store, envelope, &config(), now).unwrap();
+    assert_eq!(out.pass.usage_percent, 50.0, "30k of the learned 60k");
+    assert_ne!(out.pass.reason, "overflow");
+    let status = status(&store, "opencode", other).unwrap().unwrap();
+    assert_eq!(status.context_window, 60_000);
+    assert!(!status.overflow_pending);
+    // An unknown session learns the limit but arms nothing.
+    let answer = report_overflow(
+        &mut store,
+        "ses_unknown",
+        json!("prompt is too long: 70000 tokens > 50000 maximum"),
+    );
+    assert_eq!(
+        (&answer["limit_stored"], &answer["emergency_next_pass"]),
+        (&json!(true), &json!(false))
+    );
+}
+
+#[test]
+fn an_overflow_drops_again_on_a_sample_the_emergency_latch_has_seen() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(12);
+    start(&mut store, &messages);
+    let now = warm_now(&messages);
+    let first = pass(&mut store, &messages, 96, now);
+    assert_eq!(first.pass.reason, "emergency");
+    let again = pass(&mut store, &messages, 96, now + 10);
+    assert!(
+        again.pass.dropped.is_empty(),
+        "latched: {:?}",
+        again.pass.dropped
+    );
+    // The request at 96 % was still too long (no numbers in Bedrock's wording).
+    report_overflow(
+        &mut store,
+        SESSION,
+        json!("Input is too long for requested model."),
+    );
+    let out = pass(&mut store, &messages, 96, now + 20);
+    assert_eq!(out.pass.reason, "overflow");
+    assert!(!out.pass.dropped.is_empty(), "{:?}", out.pass);
+}

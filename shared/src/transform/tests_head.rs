@@ -795,6 +795,103 @@ fn historian_due_follows_the_shared_trigger_and_blocks_at_95() {
     assert!(!out.pass.historian_due && out.pass.historian_reason.is_none());
 }
 
+/// A session of `turns` turns, each a user message and a `bash` step whose
+/// output is about `tokens` tokens.
+fn bash_session(turns: i64, tokens: usize) -> Vec<Value> {
+    let output = "let value = compute(input, 42);\n".repeat(tokens / 8);
+    (0..turns)
+        .flat_map(|t| {
+            let at = T0 + t * 10_000;
+            [
+                user(&format!("msg_u{t:03}"), &format!("step {t}"), at),
+                tool_step(
+                    &format!("msg_t{t:03}"),
+                    &format!("c{t}"),
+                    "bash",
+                    &output,
+                    at + 1000,
+                ),
+            ]
+        })
+        .collect()
+}
+
+#[test]
+fn an_adapter_that_can_wait_hears_of_a_blocking_fold_before_anything_is_kept() {
+    let waiting = |f: &mut Fixture, percent: u64, now: i64| {
+        let mut env = envelope_in(f.dir.path(), &f.messages, percent, now, None);
+        env.wait_for_fold = true;
+        run_pass(&mut f.store, env, &f.config, now).unwrap()
+    };
+    let counts = |f: &Fixture| -> (i64, i64, i64) {
+        f.store
+            .conn()
+            .query_row(
+                "SELECT passes_execute + passes_defer, tag_counter,
+                        (SELECT count(*) FROM tags WHERE status = 'dropped')
+                 FROM sessions",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap()
+    };
+    // ~140k tokens of tool output, all of it in the newest 20 tags: the
+    // emergency drop can take nothing, so at 96 % the fold is blocking.
+    let mut f = Fixture::new(1);
+    let big = "let value = compute(input, 42);\n".repeat(1500);
+    f.messages = (0..12)
+        .map(|i| {
+            tool_step(
+                &format!("msg_t{i:02}"),
+                &format!("c{i}"),
+                "read",
+                &big,
+                T0 + i * 1000,
+            )
+        })
+        .collect();
+    f.messages.insert(0, user("msg_u", "go", T0 - 1000));
+    f.run(30, T0 + 20_000);
+    let before = counts(&f);
+    f.messages
+        .push(tool_step("msg_t12", "c12", "read", &big, T0 + 30_000));
+    let wait = waiting(&mut f, 96, T0 + 31_000);
+    assert_eq!(
+        (wait.pass.decision, wait.pass.reason, wait.pass.blocking),
+        (Decision::Wait, "blocking_fold", true)
+    );
+    assert_eq!(wait.pass.historian_reason, Some("force_band"));
+    assert_eq!(wait.messages, f.messages, "the input, untouched");
+    assert_eq!(counts(&f), before, "nothing kept: no tag, no drop, no pass");
+    // Without the flag (after the fold) the same input is the one full pass,
+    // and its own report agrees that the fold was blocking.
+    let full = f.run(96, T0 + 32_000);
+    assert_eq!(full.pass.decision, Decision::Execute);
+    assert!(full.pass.blocking, "{:?}", full.pass);
+    // Below the blocking band a waiting adapter gets the ordinary pass.
+    let calm = waiting(&mut f, 40, T0 + 33_000);
+    assert_ne!(calm.pass.decision, Decision::Wait);
+
+    // ~100k tokens of old bash output: before this pass's drops the fold
+    // would be blocking, after them the live tail is all that is left. The
+    // answer is the one the pass reports, so the adapter does not wait.
+    let mut g = Fixture::new(1);
+    g.messages = bash_session(60, 1700);
+    g.run(30, T0 + 700_000);
+    let envelope = envelope_in(g.dir.path(), &g.messages, 96, T0 + 701_000, None);
+    let before_drops = crate::historian::check(
+        g.store.conn(),
+        &crate::historian::Input::from_envelope(envelope).unwrap(),
+        &g.config,
+    )
+    .unwrap();
+    assert!(before_drops.due.blocking, "{before_drops:?}");
+    let pass = waiting(&mut g, 96, T0 + 701_000);
+    assert_eq!(pass.pass.decision, Decision::Execute, "{:?}", pass.pass);
+    assert!(!pass.pass.dropped.is_empty());
+    assert!(!pass.pass.blocking, "{:?}", pass.pass);
+}
+
 #[test]
 fn guidance_has_a_variant_without_ctx_reduce() {
     let mut f = Fixture::new(1);

@@ -93,6 +93,7 @@ fn drive(with_mc: bool, script: Script, mc_config: Option<&str>) -> Run {
             transform_bin: std::env::var_os("MC_BENCH_TRANSFORM").map(std::path::PathBuf::from),
             context: Some(context),
             historian_bin: None,
+            env: Vec::new(),
         },
     );
     let src = dir.path().join("project/src");
