@@ -257,7 +257,7 @@ pub fn session_setup(
     });
     let recorded = match (&store, session) {
         (Ok(store), Some((harness, id))) => {
-            mc_core::transform::state::session_project_dir(store.conn(), harness, id)
+            mc_core::domain::sessions::session_project_dir(store.conn(), harness, id)
                 .ok()
                 .flatten()
                 .map(PathBuf::from)

@@ -7,11 +7,14 @@
 
 pub mod codec;
 pub mod config;
+pub mod domain;
 pub mod error;
 pub mod historian;
 pub mod history;
 pub mod identity;
 pub mod json;
+#[cfg(test)]
+mod layering;
 pub mod llm;
 #[cfg(test)]
 mod never_panics;

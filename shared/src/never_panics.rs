@@ -49,6 +49,7 @@ use serde_json::{Value, json};
 
 use crate::codec::claude;
 use crate::config::{self, Tier, TransformConfig};
+use crate::domain::notation::parse_ranges;
 use crate::historian::parse::{Answer, RawCompartment, RawFact, parse};
 use crate::historian::validate::{ChunkView, validate};
 use crate::historian::{self, Input, RunParams, Settings};
@@ -56,7 +57,6 @@ use crate::llm::{self, Completion, LlmError, Model, ModelRef, Prompt};
 use crate::opencode_api::OpenCode;
 use crate::pin;
 use crate::store::Store;
-use crate::transform::notation::parse_ranges;
 use crate::transform::{
     self, Envelope, ReduceRequest, SystemRequest, record_passthrough, run_pass,
 };
@@ -573,7 +573,7 @@ fn caveman_and_token_estimates_over_arbitrary_text() {
                 let _ = compress(&text, level);
             }
             let _ = crate::tokens::estimate(&text);
-            let _ = transform::notation::strip_leading_tags(&text);
+            let _ = crate::domain::notation::strip_leading_tags(&text);
             Ok(())
         },
     );
@@ -716,9 +716,10 @@ fn the_historian_property_reaches_publish() {
         let model = Scripted::new(Vec::new(), (10, 10));
         historian_on(&mut store, &input, &model);
         assert!(model.calls.get() > 0, "the model was asked");
-        let session = transform::state::find_session(store.conn(), "opencode", &input.session_id)
-            .unwrap()
-            .unwrap();
+        let session =
+            crate::domain::sessions::find_session(store.conn(), "opencode", &input.session_id)
+                .unwrap()
+                .unwrap();
         assert!(
             historian::publish::covered_through(store.conn(), session.id).unwrap() > 0,
             "the answer was published"
@@ -1370,7 +1371,7 @@ fn claude_timestamps_over_arbitrary_text() {
 
 #[test]
 fn found_usage_sums_saturate() {
-    let usage = transform::envelope::Usage {
+    let usage = crate::domain::envelope::Usage {
         input: u64::MAX,
         cache_read: 8_000,
         cache_write: 1,
@@ -1483,9 +1484,10 @@ fn found_provider_token_counts_saturate() {
     );
     historian_on(&mut store, &input, &model);
     assert_eq!(model.calls.get(), 2, "asked, then asked to repair");
-    let session = transform::state::find_session(store.conn(), "opencode", &input.session_id)
-        .unwrap()
-        .unwrap();
+    let session =
+        crate::domain::sessions::find_session(store.conn(), "opencode", &input.session_id)
+            .unwrap()
+            .unwrap();
     let run = historian::publish::last_run(store.conn(), session.id)
         .unwrap()
         .unwrap();

@@ -7,9 +7,9 @@
 //! moved on a defer pass).
 
 use mc_core::config::TransformConfig;
+use mc_core::domain::sessions;
 use mc_core::history::store::{self as history, NewCompartment};
 use mc_core::store::Store;
-use mc_core::transform::state;
 use mc_core::transform::{Decision, Envelope, ReduceRequest, reduce, run_pass};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -117,7 +117,7 @@ impl Builder {
 /// Publish a compartment over the next `share` % of the session's messages
 /// that no compartment covers yet (the historian's job, done by hand).
 fn publish(store: &mut Store, share: u8, now: i64) {
-    let Some(session) = state::find_session(store.conn(), "opencode", SESSION).unwrap() else {
+    let Some(session) = sessions::find_session(store.conn(), "opencode", SESSION).unwrap() else {
         return;
     };
     store
@@ -154,7 +154,7 @@ fn publish(store: &mut Store, share: u8, now: i64) {
 }
 
 fn remember(store: &mut Store, update: bool, n: usize, now: i64) {
-    let Some(session) = state::find_session(store.conn(), "opencode", SESSION).unwrap() else {
+    let Some(session) = sessions::find_session(store.conn(), "opencode", SESSION).unwrap() else {
         return;
     };
     let project = session
@@ -186,7 +186,7 @@ fn remember(store: &mut Store, update: bool, n: usize, now: i64) {
 }
 
 fn pin(store: &mut Store, messages: &[Value], pick: u16, now: i64) {
-    let Some(session) = state::find_session(store.conn(), "opencode", SESSION).unwrap() else {
+    let Some(session) = sessions::find_session(store.conn(), "opencode", SESSION).unwrap() else {
         return;
     };
     let m = &messages[usize::from(pick) % messages.len()];

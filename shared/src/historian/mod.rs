@@ -30,17 +30,17 @@ use serde_json::Value;
 use crate::codec::Message;
 use crate::codec::opencode::decode_all;
 use crate::config::{HistorianConfig, TransformConfig};
+use crate::domain::envelope::{Envelope, ModelInfo, Usage};
+use crate::domain::measure;
+use crate::domain::messages::{self, session_from_messages};
+use crate::domain::models;
+use crate::domain::sessions::{self, SessionRow};
 use crate::error::{Error, Result};
 use crate::history::store::{self, NewCompartment};
 use crate::history::trigger::{self, Due, MIN_CHUNK_TOKENS, Pressure};
 use crate::identity::project_identity;
 use crate::llm::{self, Completion, Model, Prompt};
 use crate::store::Store;
-use crate::transform::envelope::{Envelope, ModelInfo, Usage};
-use crate::transform::overflow;
-use crate::transform::pass::session_from_messages;
-use crate::transform::scheduler;
-use crate::transform::state::{self, SessionRow};
 
 use self::transcript::{Chunk, TailMessage};
 use self::validate::{ChunkView, Folded, Validated};
@@ -158,7 +158,7 @@ fn known_model(conn: &Connection, session: Option<i64>, input: &Input) -> Result
     }
     // A limit a provider stated for the model caps it, as in the pass.
     if let Some(key) = model.key() {
-        model = overflow::cap(&model, overflow::learned_limit(conn, &key)?.as_ref());
+        model = models::cap(&model, models::learned_limit(conn, &key)?.as_ref());
     }
     Ok(model)
 }
@@ -166,8 +166,8 @@ fn known_model(conn: &Connection, session: Option<i64>, input: &Input) -> Result
 /// Is a run due? Uses the transform's trigger over the same measurements a
 /// pass makes, so a pass and `check` on one envelope agree. Writes nothing.
 pub fn check(conn: &Connection, input: &Input, transform: &TransformConfig) -> Result<CheckReport> {
-    let session = state::find_session(conn, &input.harness, &input.session_id)?;
-    let ordinals = state::preview_ordinals(conn, session.as_ref(), &input.messages)?;
+    let session = sessions::find_session(conn, &input.harness, &input.session_id)?;
+    let ordinals = messages::preview_ordinals(conn, session.as_ref(), &input.messages)?;
     let covered = match &session {
         Some(s) => publish::covered_through(conn, s.id)?,
         None => 0,
@@ -246,7 +246,7 @@ fn plan<'a>(
     let model = known_model(conn, session, input)?;
     let pressure = trigger::pressure(&model, input.usage, &input.messages);
     let threshold = settings.transform.execute_threshold_percentage;
-    let live_floor = pressure.usage_percent < scheduler::force_band(threshold);
+    let live_floor = pressure.usage_percent < measure::force_band(threshold);
     let eligible =
         transcript::eligible(&tail, trigger::protected_tail(pressure.window), live_floor);
     let messages: Vec<(i64, &Message)> = tail[..eligible.end]
@@ -374,8 +374,8 @@ pub fn prompt(
     client: Option<&llm::Client>,
     now_ms: i64,
 ) -> Result<PromptReport> {
-    let session = state::find_session(conn, &input.harness, &input.session_id)?;
-    let ordinals = state::preview_ordinals(conn, session.as_ref(), &input.messages)?;
+    let session = sessions::find_session(conn, &input.harness, &input.session_id)?;
+    let ordinals = messages::preview_ordinals(conn, session.as_ref(), &input.messages)?;
     let mut report = PromptReport {
         status: "nothing_to_do",
         reason: None,
@@ -560,15 +560,15 @@ pub fn run(
         return Ok(report);
     }
     // Project identity may run git: outside the transaction, only when new.
-    let identity = match state::find_session(store.conn(), &input.harness, &input.session_id)? {
+    let identity = match sessions::find_session(store.conn(), &input.harness, &input.session_id)? {
         None => input.project_dir.as_deref().map(project_identity),
         Some(_) => None,
     };
     let started = now();
     let (session, ordinals) = store.write(|tx| {
-        let mut session = match state::find_session(tx, &input.harness, &input.session_id)? {
+        let mut session = match sessions::find_session(tx, &input.harness, &input.session_id)? {
             Some(row) => row,
-            None => state::create_session(
+            None => sessions::create_session(
                 tx,
                 &input.harness,
                 &input.session_id,
@@ -577,7 +577,7 @@ pub fn run(
                 started,
             )?,
         };
-        let (ordinals, _) = state::register_messages(tx, &mut session, &input.messages)?;
+        let (ordinals, _) = messages::register_messages(tx, &mut session, &input.messages)?;
         tx.execute(
             "UPDATE sessions SET ordinal_counter = ?2 WHERE id = ?1",
             params![session.id, session.ordinal_counter],

@@ -383,12 +383,14 @@ pub fn publish(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::sessions;
     use crate::store::Store;
-    use crate::transform::state;
 
     fn session(store: &mut Store, id: &str) -> i64 {
         store
-            .write(|tx| Ok(state::create_session(tx, "opencode", id, false, Some("git:p"), 0)?.id))
+            .write(|tx| {
+                Ok(sessions::create_session(tx, "opencode", id, false, Some("git:p"), 0)?.id)
+            })
             .unwrap()
     }
 

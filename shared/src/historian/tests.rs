@@ -136,7 +136,7 @@ fn run_with(
 }
 
 fn compartments(store: &Store, input: &Input) -> Vec<(i64, i64, String)> {
-    let session = state::find_session(store.conn(), &input.harness, &input.session_id)
+    let session = sessions::find_session(store.conn(), &input.harness, &input.session_id)
         .unwrap()
         .unwrap();
     store::load_compartments(store.conn(), session.id)
@@ -202,7 +202,7 @@ fn a_clean_run_publishes_compartments_and_facts() {
         "Tests never touch the real home directory."
     );
     // The run is recorded and the lease released.
-    let session = state::find_session(store.conn(), "opencode", "ses_clean")
+    let session = sessions::find_session(store.conn(), "opencode", "ses_clean")
         .unwrap()
         .unwrap();
     let status = super::status(store.conn(), session.id).unwrap().unwrap();
@@ -315,7 +315,7 @@ fn rejected_twice_publishes_nothing_and_records_the_cause() {
         let error = report.error.clone().unwrap();
         assert!(error.contains("repaired answer was rejected too"), "{name}: {error}");
         assert!(compartments(&store, &input).is_empty(), "{name}: nothing published");
-        let session = state::find_session(store.conn(), "opencode", "ses_bad").unwrap().unwrap();
+        let session = sessions::find_session(store.conn(), "opencode", "ses_bad").unwrap().unwrap();
         let status = super::status(store.conn(), session.id).unwrap().unwrap();
         let failure = status.last_failure.unwrap();
         assert_eq!(failure.status.as_deref(), Some("failed"));
@@ -363,7 +363,7 @@ fn nothing_to_do_when_everything_is_protected_or_folded() {
         (RunStatus::NothingToDo, Some("protected"))
     );
     assert!(model.prompts.borrow().is_empty());
-    let session = state::find_session(store.conn(), "opencode", "ses_small")
+    let session = sessions::find_session(store.conn(), "opencode", "ses_small")
         .unwrap()
         .unwrap();
     assert_eq!(
@@ -387,7 +387,7 @@ fn a_held_lease_stops_a_second_historian() {
     let (historian, _) = settings();
     let session = store
         .write(|tx| {
-            let s = state::create_session(tx, "opencode", "ses_lease", false, None, NOW)?;
+            let s = sessions::create_session(tx, "opencode", "ses_lease", false, None, NOW)?;
             publish::acquire_lease(tx, s.id, "other", NOW, 60_000)?.unwrap();
             Ok(s)
         })
@@ -561,6 +561,6 @@ fn inputs_without_a_context_limit_use_the_window_the_transform_saw() {
         Input::from_messages("opencode", "ses_unknown", messages("ses_unknown", 3, 10)).unwrap();
     assert_eq!(
         check(store.conn(), &unknown, &config).unwrap().window,
-        scheduler::DEFAULT_CONTEXT_LIMIT
+        measure::DEFAULT_CONTEXT_LIMIT
     );
 }

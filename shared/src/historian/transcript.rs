@@ -396,8 +396,8 @@ pub fn first_chunk(blocks: &[Block], budget: u64) -> Option<Chunk> {
 /// Per-message context tokens: the transform's stored count for tagged parts
 /// (0 once dropped), the same estimate the transform would store for the rest.
 pub fn message_tokens(message: &Message, stored: &HashMap<String, Option<u64>>) -> u64 {
-    use crate::transform::pass::{measure, part_identity};
-    use crate::transform::state::TagKind;
+    use crate::domain::tags::TagKind;
+    use crate::domain::tags::{measure_part, part_identity};
     let Some(id) = message.id() else { return 0 };
     message
         .parts
@@ -409,7 +409,7 @@ pub fn message_tokens(message: &Message, stored: &HashMap<String, Option<u64>>) 
                 Some(tokens) => Some(tokens.unwrap_or(0)),
                 None if kind == TagKind::Tool && part.tool_output().is_none() => None,
                 None => {
-                    let (_, tokens, _, input) = measure(kind, part);
+                    let (_, tokens, _, input) = measure_part(kind, part);
                     Some((tokens + input).max(0) as u64)
                 }
             }

@@ -9,11 +9,11 @@ use rusqlite::{Connection, params};
 use serde::Serialize;
 
 use crate::codec::{Message, Part, PartKind, Role};
+use crate::domain::envelope::{ModelInfo, Usage};
+use crate::domain::measure;
+use crate::domain::tags::TagKind;
+use crate::domain::tags::{measure_part, part_identity};
 use crate::error::Result;
-use crate::transform::envelope::{ModelInfo, Usage};
-use crate::transform::pass::{measure, part_identity};
-use crate::transform::scheduler;
-use crate::transform::state::TagKind;
 
 /// Fraction of the usable window protected from folding (the live tail) and its cap.
 const PROTECTED_TAIL_SHARE: f64 = 0.40;
@@ -99,7 +99,7 @@ pub struct Pressure {
 }
 
 pub fn pressure(model: &ModelInfo, usage: Option<Usage>, messages: &[Message]) -> Pressure {
-    let window = scheduler::usable_window(model);
+    let window = measure::usable_window(model);
     let prompt_tokens = usage.map(|u| u.prompt_tokens()).or_else(|| {
         messages
             .iter()
@@ -111,7 +111,7 @@ pub fn pressure(model: &ModelInfo, usage: Option<Usage>, messages: &[Message]) -
         prompt_tokens: prompt_tokens.unwrap_or(0),
         sampled: prompt_tokens.is_some(),
         window,
-        usage_percent: scheduler::usage_percent(prompt_tokens.unwrap_or(0), window),
+        usage_percent: measure::usage_percent(prompt_tokens.unwrap_or(0), window),
     }
 }
 
@@ -181,7 +181,7 @@ pub fn trigger_input(
     Ok(TriggerInput {
         usage_percent: pressure.usage_percent,
         threshold,
-        force_band: scheduler::force_band(threshold),
+        force_band: measure::force_band(threshold),
         window: pressure.window,
         tail_tokens: stored.max(0) as u64 + untagged_tokens,
         commit_clusters: commit_clusters(texts.iter().map(String::as_str)),
@@ -215,7 +215,7 @@ pub fn untagged_tokens(conn: &Connection, session: Option<i64>, tail: &Tail<'_>)
             if tagged.contains(&identity) || !seen.insert(identity) {
                 continue;
             }
-            let (_, tokens, _, input_tokens) = measure(kind, part);
+            let (_, tokens, _, input_tokens) = measure_part(kind, part);
             total += (tokens + input_tokens).max(0) as u64;
         }
     }

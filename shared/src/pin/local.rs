@@ -7,17 +7,17 @@ use std::path::Path;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::codec::claude::{self, GroupedMessage};
+use crate::domain::sessions;
 use crate::error::{Error, Result};
 use crate::history::store as history;
 use crate::identity::project_identity;
 use crate::store::Store;
-use crate::transform::state;
 
 use super::{Action, Pin, PinOutcome, PinRequest, Target, check_role, message_text};
 
 /// The session's row id, if mc knows the session.
 pub fn session_row(conn: &Connection, harness: &str, session_id: &str) -> Result<Option<i64>> {
-    Ok(state::find_session(conn, harness, session_id)?.map(|s| s.id))
+    Ok(sessions::find_session(conn, harness, session_id)?.map(|s| s.id))
 }
 
 /// The session's row id, creating the row when mc has not seen the session.
@@ -37,12 +37,15 @@ pub fn ensure_session(
     let identity = project_dir.map(project_identity);
     store.write(|tx| match session_row(tx, harness, session_id)? {
         Some(row) => Ok(row),
-        None => {
-            Ok(
-                state::create_session(tx, harness, session_id, false, identity.as_deref(), now_ms)?
-                    .id,
-            )
-        }
+        None => Ok(sessions::create_session(
+            tx,
+            harness,
+            session_id,
+            false,
+            identity.as_deref(),
+            now_ms,
+        )?
+        .id),
     })
 }
 
@@ -490,7 +493,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open_in_memory().unwrap();
         let row = ensure_session(&mut store, "claude-code", SESSION, Some(dir.path()), 1).unwrap();
-        let found = state::find_session(store.conn(), "claude-code", SESSION)
+        let found = sessions::find_session(store.conn(), "claude-code", SESSION)
             .unwrap()
             .unwrap();
         assert_eq!(found.id, row);
@@ -551,7 +554,7 @@ mod tests {
         );
 
         // The new session row is attributed to the transcript's working folder.
-        let row = state::find_session(store.conn(), "claude-code", SESSION)
+        let row = sessions::find_session(store.conn(), "claude-code", SESSION)
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -605,10 +608,24 @@ mod tests {
         let row = ensure_session(&mut store, "opencode", SESSION, None, 1).unwrap();
         store
             .write(|tx| {
-                state::insert_message(tx, row, "msg_1", 1, "user", Some(100))?;
-                state::insert_message(tx, row, "msg_2", 2, "assistant", Some(200))?;
-                state::insert_message(tx, row, "msg_3", 3, "assistant", Some(300))?;
-                state::insert_message(tx, row, "msg_4", 4, "user", None)
+                crate::domain::messages::insert_message(tx, row, "msg_1", 1, "user", Some(100))?;
+                crate::domain::messages::insert_message(
+                    tx,
+                    row,
+                    "msg_2",
+                    2,
+                    "assistant",
+                    Some(200),
+                )?;
+                crate::domain::messages::insert_message(
+                    tx,
+                    row,
+                    "msg_3",
+                    3,
+                    "assistant",
+                    Some(300),
+                )?;
+                crate::domain::messages::insert_message(tx, row, "msg_4", 4, "user", None)
             })
             .unwrap();
         let out = run(

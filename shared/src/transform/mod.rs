@@ -3,25 +3,25 @@
 
 pub mod caveman;
 pub mod emergency;
-pub mod envelope;
 pub mod head;
-pub mod notation;
 pub mod nudge;
 pub mod overflow;
 pub mod pass;
 pub mod recount;
 pub mod reduce;
 pub mod render;
+pub mod report;
 pub mod scheduler;
 pub mod state;
 pub mod status;
 pub mod system;
 pub mod temporal;
 
-pub use envelope::{Bust, Decision, Envelope, PassOutput, PassReport};
+pub use crate::domain::envelope::Envelope;
 pub use overflow::{OverflowAnswer, OverflowRequest};
 pub use pass::{record_passthrough, run_pass};
 pub use reduce::{ReduceRequest, ReduceResult, reduce};
+pub use report::{Bust, Decision, PassOutput, PassReport};
 pub use status::{StatusReport, status};
 pub use system::{SystemOutput, SystemRequest, system_hook};
 

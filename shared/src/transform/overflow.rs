@@ -18,9 +18,10 @@ use crate::error::{Error, Result};
 use crate::history::trigger::Pressure;
 use crate::store::Store;
 
-use super::envelope::ModelInfo;
-use super::scheduler::{self, EMERGENCY_PERCENT};
-use super::state;
+use crate::domain::envelope::ModelInfo;
+use crate::domain::measure::{self, EMERGENCY_PERCENT};
+use crate::domain::models::{LearnedLimit, cap, learned_limit};
+use crate::domain::sessions;
 
 /// A limit below this is no model's window: a misread, ignored.
 const MIN_LIMIT: u64 = 1024;
@@ -222,31 +223,6 @@ fn error_codes(text: &str) -> Option<(&'static str, Option<u64>, Option<u64>)> {
 // the store
 
 /// A limit a provider stated for a model.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct LearnedLimit {
-    /// provider/model, as the envelope names it.
-    pub model: String,
-    pub context_limit: u64,
-    pub source: String,
-    pub learned_ms: i64,
-}
-
-pub fn learned_limit(conn: &Connection, model_key: &str) -> Result<Option<LearnedLimit>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT context_limit, source, learned_ms FROM model_limits WHERE model_key = ?1",
-        )?
-        .query_row(params![model_key], |r| {
-            Ok(LearnedLimit {
-                model: model_key.to_string(),
-                context_limit: r.get::<_, i64>(0)?.max(0) as u64,
-                source: r.get(1)?,
-                learned_ms: r.get(2)?,
-            })
-        })
-        .optional()?)
-}
-
 /// An overflow the session has not recovered from yet.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Pending {
@@ -321,7 +297,7 @@ impl Recovery {
             .max(band);
         pressure.prompt_tokens = tokens;
         pressure.sampled = true;
-        pressure.usage_percent = scheduler::usage_percent(tokens, pressure.window);
+        pressure.usage_percent = measure::usage_percent(tokens, pressure.window);
     }
 
     /// The pass report's warning on the recovering pass.
@@ -346,20 +322,6 @@ impl Recovery {
              pass against a usable window of {window} tokens{limit}"
         ))
     }
-}
-
-/// `model` with its context limit at most `learned`'s (a model without one
-/// takes the learned limit).
-pub fn cap(model: &ModelInfo, learned: Option<&LearnedLimit>) -> ModelInfo {
-    let mut model = model.clone();
-    if let Some(learned) = learned {
-        let limit = model
-            .context_limit
-            .filter(|&c| c > 0)
-            .map_or(learned.context_limit, |c| c.min(learned.context_limit));
-        model.context_limit = Some(limit);
-    }
-    model
 }
 
 // ---------------------------------------------------------------------------
@@ -447,7 +409,7 @@ pub fn report(store: &mut Store, request: &OverflowRequest, now_ms: i64) -> Resu
     };
     store.write(|tx| {
         let session = match &request.session_id {
-            Some(id) => state::find_session(tx, &request.harness, id)?,
+            Some(id) => sessions::find_session(tx, &request.harness, id)?,
             None => None,
         };
         let model = request
@@ -693,7 +655,7 @@ mod tests {
             prompt_tokens: tokens,
             sampled: true,
             window: 100_000,
-            usage_percent: scheduler::usage_percent(tokens, 100_000),
+            usage_percent: measure::usage_percent(tokens, 100_000),
         };
         let recovery = |tokens| Recovery {
             learned: None,

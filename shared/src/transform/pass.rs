@@ -9,7 +9,7 @@ use rusqlite::{Transaction, params};
 use serde_json::Value;
 
 use crate::codec::opencode::{decode_all, encode_all};
-use crate::codec::{Message, Part, PartKind, Role};
+use crate::codec::{Message, PartKind, Role};
 use crate::config::TransformConfig;
 use crate::error::Result;
 use crate::history::head::PinnedText;
@@ -17,22 +17,23 @@ use crate::history::store as history;
 use crate::history::trigger::{self, Due, Pressure, message_text};
 use crate::identity::project_identity;
 use crate::store::Store;
-use crate::tokens;
 
-use super::envelope::{Bust, Decision, Envelope, ModelInfo, PassOutput, PassReport, Usage};
 use super::head::{self as heads, HardSignals, HeadContext, HeadRow};
-use super::notation::strip_leading_tags;
 use super::render::{Bindings, Head, RENDER_VERSION, RenderState, age_tags, render};
+use super::report::{Bust, Decision, PassOutput, PassReport};
 use super::scheduler::{self, Schedule, SchedulerInput};
-use super::state::{self, DropMode, NewTag, SessionRow, TagKind, TagRow};
+use super::state;
 use super::{caveman, emergency, nudge, overflow, system, temporal};
+use crate::domain::envelope::{Envelope, ModelInfo, Usage};
+use crate::domain::measure;
+use crate::domain::messages::{self, session_from_messages};
+use crate::domain::sessions::{self, SessionRow};
+use crate::domain::tags::{self, DropMode, NewTag, TagKind, TagRow, measure_part, part_identity};
 
 /// The newest this-many tool tags (any status) are dropped as skeletons; older ones go whole.
 pub const SKELETON_WINDOW: u32 = 20;
 /// The newest this-many `ctx_reduce` results stay, as examples for the agent.
 const CTX_REDUCE_KEEP: usize = 3;
-/// Token estimate for an inline image (a data: URL's length says nothing useful).
-const IMAGE_TOKENS: i64 = 1600;
 
 /// Run one pass. `now_ms` is the envelope's clock or the caller's.
 pub fn run_pass(
@@ -69,7 +70,7 @@ pub fn run_pass(
     };
 
     // Project identity is derived once per session (it may run git).
-    let identity = if state::find_session(store.conn(), &harness, &session_id)?.is_none() {
+    let identity = if sessions::find_session(store.conn(), &harness, &session_id)?.is_none() {
         project_dir.as_deref().map(project_identity)
     } else {
         None
@@ -134,7 +135,7 @@ pub fn run_pass(
         warnings.push(format!(
             "context at {:.1}% of the usable window: emergency band (≥ {}%)",
             facts.usage_percent,
-            scheduler::EMERGENCY_PERCENT
+            measure::EMERGENCY_PERCENT
         ));
     }
     warnings.extend(recovery.warning(facts.window));
@@ -156,16 +157,6 @@ pub fn run_pass(
             warnings,
         },
     })
-}
-
-/// The session id of the newest user message that has one, else of any message.
-pub fn session_from_messages(messages: &[Message]) -> Option<String> {
-    messages
-        .iter()
-        .rev()
-        .filter(|m| m.role() == Role::User)
-        .chain(messages.iter().rev())
-        .find_map(|m| m.session_id().map(str::to_string))
 }
 
 /// What the pass reads off the input once.
@@ -211,7 +202,7 @@ impl InputFacts {
             .unwrap_or(0);
         let threshold = config
             .execute_threshold_percentage
-            .min(scheduler::MAX_THRESHOLD_PERCENT);
+            .min(measure::MAX_THRESHOLD_PERCENT);
         let ceiling = (window as f64 * threshold / 100.0).floor() as u64;
         InputFacts {
             pressure,
@@ -299,9 +290,9 @@ fn apply(
     config: &TransformConfig,
     now_ms: i64,
 ) -> Result<Applied> {
-    let mut session = match state::find_session(tx, key.harness, key.session_id)? {
+    let mut session = match sessions::find_session(tx, key.harness, key.session_id)? {
         Some(row) => row,
-        None => state::create_session(
+        None => sessions::create_session(
             tx,
             key.harness,
             key.session_id,
@@ -317,7 +308,7 @@ fn apply(
     }
     let prefixes = session.reduce_callable.unwrap_or(true);
 
-    let (ordinals, mut keep_reasoning) = state::register_messages(tx, &mut session, messages)?;
+    let (ordinals, mut keep_reasoning) = messages::register_messages(tx, &mut session, messages)?;
     let counter_before = session.tag_counter;
     let (mut tags, bindings) = bind_tags(tx, &mut session, messages, &ordinals, now_ms)?;
 
@@ -732,7 +723,7 @@ fn nudges(
         pinned,
         new_after,
     } = *tail;
-    let floor = state::protected_floor(tx, session.id, config.protected_tags)?;
+    let floor = tags::protected_floor(tx, session.id, config.protected_tags)?;
     let mut total = 0u64;
     let mut reducible = 0u64;
     let mut oldest: Vec<(i64, String)> = Vec::new();
@@ -778,7 +769,7 @@ fn nudges(
         )
     {
         let text = nudge::channel1_text(level, reducible, &oldest);
-        state::set_nudge(tx, session.id, tags[i].number, &text)?;
+        tags::set_nudge(tx, session.id, tags[i].number, &text)?;
         tags[i].nudge = Some(text);
         session.nudge1_level = i64::from(level);
         session.nudge1_reducible = reducible as i64;
@@ -805,29 +796,6 @@ fn nudges(
     Ok(())
 }
 
-/// The identity of a taggable part, or `None` for parts that never get a tag.
-pub(crate) fn part_identity(
-    message_id: &str,
-    part_index: usize,
-    part: &Part,
-) -> Option<(TagKind, String)> {
-    match part.kind {
-        PartKind::Text
-            if !part.is_ignored() && part.text().is_some_and(|t| !t.trim().is_empty()) =>
-        {
-            Some((TagKind::Message, format!("{message_id}:p{part_index}")))
-        }
-        PartKind::File if part.file_url().is_some() => {
-            Some((TagKind::File, format!("{message_id}:file{part_index}")))
-        }
-        // Tool identity is (call id, owning message): harnesses reuse call ids.
-        PartKind::Tool => part
-            .call_id()
-            .map(|c| (TagKind::Tool, format!("{c}@{message_id}"))),
-        _ => None,
-    }
-}
-
 /// Bind each part to its existing tag, creating tags for content seen for the
 /// first time. Token counts are estimated here, once; later passes never
 /// re-tokenize (the exact count replaces the estimate off the hot path).
@@ -839,7 +807,7 @@ fn bind_tags(
     now_ms: i64,
 ) -> Result<(Vec<TagRow>, Bindings)> {
     let from = ordinals.iter().flatten().min().copied().unwrap_or(i64::MAX);
-    let mut tags = state::load_tags_from_ordinal(tx, session.id, from)?;
+    let mut tags = tags::load_tags_from_ordinal(tx, session.id, from)?;
     let mut by_identity: HashMap<String, usize> = tags
         .iter()
         .enumerate()
@@ -874,7 +842,7 @@ fn bind_tags(
                 row.push(None);
                 continue;
             }
-            let (byte_size, tokens, input_bytes, input_tokens) = measure(kind, part);
+            let (byte_size, tokens, input_bytes, input_tokens) = measure_part(kind, part);
             let reasoning = if kind == TagKind::Message && first_text {
                 first_text = false;
                 reasoning_bytes
@@ -884,7 +852,7 @@ fn bind_tags(
             session.tag_counter += 1;
             let number = session.tag_counter;
             let tool_name = part.tool_name().filter(|_| kind == TagKind::Tool);
-            state::insert_tag(
+            tags::insert_tag(
                 tx,
                 session.id,
                 &NewTag {
@@ -920,38 +888,6 @@ fn bind_tags(
         bindings.push(row);
     }
     Ok((tags, bindings))
-}
-
-/// (bytes, estimated tokens, input bytes, estimated input tokens) of a part.
-pub(crate) fn measure(kind: TagKind, part: &Part) -> (i64, i64, i64, i64) {
-    match kind {
-        TagKind::Message => {
-            let text = strip_leading_tags(part.text().unwrap_or_default());
-            (text.len() as i64, tokens::estimate(text) as i64, 0, 0)
-        }
-        TagKind::File => {
-            let url = part.file_url().unwrap_or_default();
-            let tokens = if url.starts_with("data:image/") {
-                IMAGE_TOKENS
-            } else {
-                tokens::estimate(url) as i64
-            };
-            (url.len() as i64, tokens, 0, 0)
-        }
-        TagKind::Tool => {
-            let output = strip_leading_tags(part.tool_output().unwrap_or_default());
-            let input = part
-                .tool_input()
-                .map(|v| serde_json::to_string(v).unwrap_or_default())
-                .unwrap_or_default();
-            (
-                output.len() as i64,
-                tokens::estimate(output) as i64,
-                input.len() as i64,
-                tokens::estimate(&input) as i64,
-            )
-        }
-    }
 }
 
 fn tag_positions(bindings: &[Vec<Option<usize>>]) -> HashMap<usize, (usize, usize)> {
@@ -1008,7 +944,7 @@ impl Mutation<'_, '_> {
     }
 
     fn protected_floor(&self) -> Result<Option<i64>> {
-        state::protected_floor(self.tx, self.session.id, self.config.protected_tags)
+        tags::protected_floor(self.tx, self.session.id, self.config.protected_tags)
     }
 
     /// Drop a tag now, freezing its mode: recent tool calls keep a skeleton.
@@ -1020,7 +956,7 @@ impl Mutation<'_, '_> {
         cause: &str,
     ) -> Result<()> {
         let mode = if kind == TagKind::Tool {
-            let floor = state::newest_tool_floor(self.tx, self.session.id, SKELETON_WINDOW)?;
+            let floor = tags::newest_tool_floor(self.tx, self.session.id, SKELETON_WINDOW)?;
             if floor.is_some_and(|f| number >= f) {
                 DropMode::Skeleton
             } else {
@@ -1029,7 +965,7 @@ impl Mutation<'_, '_> {
         } else {
             DropMode::Full
         };
-        state::mark_dropped(self.tx, self.session.id, number, mode, cause, self.now_ms)?;
+        tags::mark_dropped(self.tx, self.session.id, number, mode, cause, self.now_ms)?;
         if let Some(index) = visible {
             self.tags[index].dropped = Some(mode);
             if self
@@ -1045,7 +981,7 @@ impl Mutation<'_, '_> {
 
     /// Drops the agent queued with ctx_reduce.
     fn apply_pending(&mut self) -> Result<()> {
-        let pending = state::pending_drops(self.tx, self.session.id)?;
+        let pending = tags::pending_drops(self.tx, self.session.id)?;
         if pending.is_empty() {
             return Ok(());
         }
@@ -1056,7 +992,7 @@ impl Mutation<'_, '_> {
             .enumerate()
             .map(|(i, t)| (t.number, i))
             .collect();
-        let stored = state::load_tags_by_numbers(
+        let stored = tags::load_tags_by_numbers(
             self.tx,
             self.session.id,
             &pending
@@ -1071,13 +1007,13 @@ impl Mutation<'_, '_> {
                 None => match stored.iter().find(|t| t.number == number) {
                     Some(t) => (t.kind, t.dropped.is_some(), None),
                     None => {
-                        state::delete_pending(self.tx, self.session.id, number)?;
+                        tags::delete_pending(self.tx, self.session.id, number)?;
                         continue;
                     }
                 },
             };
             if dropped {
-                state::delete_pending(self.tx, self.session.id, number)?;
+                tags::delete_pending(self.tx, self.session.id, number)?;
                 continue;
             }
             if floor.is_some_and(|f| number >= f) {
@@ -1095,7 +1031,7 @@ impl Mutation<'_, '_> {
                 }
             }
             self.drop_tag(number, kind, index, "reduce")?;
-            state::delete_pending(self.tx, self.session.id, number)?;
+            tags::delete_pending(self.tx, self.session.id, number)?;
         }
         Ok(())
     }
@@ -1120,7 +1056,7 @@ impl Mutation<'_, '_> {
             }
             match message.id() {
                 Some(id) if self.pinned.contains(id) => {
-                    state::set_keep_reasoning(self.tx, self.session.id, id)?;
+                    messages::set_keep_reasoning(self.tx, self.session.id, id)?;
                     keep[index] = true;
                 }
                 _ if self.visible[index] => *self.visible_change = true,
@@ -1262,7 +1198,7 @@ impl Mutation<'_, '_> {
         for (position, index) in eligible.into_iter().enumerate() {
             let depth = caveman::depth_for(position, count);
             if depth > self.tags[index].caveman_depth {
-                state::set_caveman_depth(self.tx, self.session.id, self.tags[index].number, depth)?;
+                tags::set_caveman_depth(self.tx, self.session.id, self.tags[index].number, depth)?;
                 self.tags[index].caveman_depth = depth;
                 *self.visible_change = true;
             }

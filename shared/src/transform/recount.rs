@@ -13,10 +13,11 @@ use crate::error::Result;
 use crate::store::Store;
 use crate::tokens;
 
-use super::envelope::Envelope;
-use super::notation::strip_leading_tags;
-use super::pass::{part_identity, session_from_messages};
-use super::state::{self, TagKind};
+use crate::domain::envelope::Envelope;
+use crate::domain::messages::session_from_messages;
+use crate::domain::notation::strip_leading_tags;
+use crate::domain::sessions;
+use crate::domain::tags::{TagKind, part_identity};
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct RecountResult {
@@ -40,7 +41,8 @@ pub fn recount(store: &mut Store, envelope: Envelope) -> Result<RecountResult> {
     else {
         return Ok(result);
     };
-    let Some(session) = state::find_session(store.conn(), &envelope.harness, &session_id)? else {
+    let Some(session) = sessions::find_session(store.conn(), &envelope.harness, &session_id)?
+    else {
         return Ok(result);
     };
     // Tokenize outside the write lock; write the counts in one transaction.

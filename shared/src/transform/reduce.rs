@@ -8,9 +8,9 @@ use crate::config::TransformConfig;
 use crate::error::{Error, Result};
 use crate::store::Store;
 
-use super::envelope::session_key;
-use super::notation::parse_ranges;
-use super::state;
+use crate::domain::envelope::session_key;
+use crate::domain::notation::parse_ranges;
+use crate::domain::{sessions, tags};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReduceRequest {
@@ -81,18 +81,19 @@ pub fn reduce(
 ) -> Result<ReduceResult> {
     store.write(|tx| {
         let mut result = ReduceResult::default();
-        let Some(session) = state::find_session(tx, &request.harness, &request.session_id)? else {
+        let Some(session) = sessions::find_session(tx, &request.harness, &request.session_id)?
+        else {
             result.unknown = request.drop.clone();
             return Ok(result);
         };
-        let floor = state::protected_floor(tx, session.id, config.protected_tags)?;
-        let rows = state::load_tags_by_numbers(tx, session.id, &request.drop)?;
+        let floor = tags::protected_floor(tx, session.id, config.protected_tags)?;
+        let rows = tags::load_tags_by_numbers(tx, session.id, &request.drop)?;
         for &number in &request.drop {
             let Some(tag) = rows.iter().find(|t| t.number == number) else {
                 result.unknown.push(number);
                 continue;
             };
-            if tag.dropped.is_some() || !state::queue_drop(tx, session.id, number, now_ms)? {
+            if tag.dropped.is_some() || !tags::queue_drop(tx, session.id, number, now_ms)? {
                 result.already.push(number);
             } else if floor.is_some_and(|f| number >= f) {
                 result.protected.push(number);

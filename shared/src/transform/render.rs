@@ -11,8 +11,8 @@ use serde_json::{Map, Value};
 use crate::codec::{Message, Part, PartKind, Role};
 
 use super::caveman;
-use super::notation::{placeholder, prefixed, strip_leading_tags};
-use super::state::{DropMode, TagKind, TagRow};
+use crate::domain::notation::{placeholder, prefixed, strip_leading_tags};
+use crate::domain::tags::{DropMode, TagKind, TagRow};
 
 /// The version of every rule that turns input and stored state into bytes:
 /// placeholders, skeletons, prefixes, caveman, temporal markers, reminders and

@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::error::Result;
 use crate::store::Store;
 
-use super::state;
+use crate::domain::{sessions, tags};
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct TokenSplit {
@@ -88,7 +88,7 @@ pub struct StatusReport {
     pub historian: Option<crate::historian::HistorianStatus>,
     /// The context limit a provider's overflow error stated for the session's
     /// model (it caps the harness's limit on every pass on that model).
-    pub learned_limit: Option<super::overflow::LearnedLimit>,
+    pub learned_limit: Option<crate::domain::models::LearnedLimit>,
     /// A provider rejected the session's last request as too long and no
     /// pass has recovered yet: the next pass is an emergency.
     pub overflow_pending: bool,
@@ -96,7 +96,7 @@ pub struct StatusReport {
 
 pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<StatusReport>> {
     let conn = store.conn();
-    let Some(session) = state::find_session(conn, harness, session_id)? else {
+    let Some(session) = sessions::find_session(conn, harness, session_id)? else {
         return Ok(None);
     };
     let row = conn
@@ -195,7 +195,7 @@ pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<S
         tags,
         tokens,
         exact_share,
-        pending_drops: state::pending_drops(conn, session.id)?,
+        pending_drops: tags::pending_drops(conn, session.id)?,
         last_decision,
         last_reason,
         last_bust: bust.map(|bust| LastBust { bust, cause, at_ms }),
@@ -212,7 +212,7 @@ pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<S
         passes_materialized,
         historian: crate::historian::status(conn, session.id)?,
         learned_limit: match &session.last_model_key {
-            Some(key) => super::overflow::learned_limit(conn, key)?,
+            Some(key) => crate::domain::models::learned_limit(conn, key)?,
             None => None,
         },
         overflow_pending: super::overflow::pending(conn, harness, session_id)?.is_some(),

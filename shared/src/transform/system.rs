@@ -14,8 +14,8 @@ use crate::config::TransformConfig;
 use crate::error::{Error, Result};
 use crate::store::Store;
 
-use super::envelope::session_key;
-use super::state;
+use crate::domain::envelope::session_key;
+use crate::domain::sessions;
 
 const DATE_PREFIX: &str = "Today's date:";
 /// Marks our section, so it is appended once.
@@ -108,7 +108,8 @@ pub fn system_hook(
     config: &TransformConfig,
 ) -> Result<SystemOutput> {
     store.write(|tx| {
-        let Some(session) = state::find_session(tx, &request.harness, &request.session_id)? else {
+        let Some(session) = sessions::find_session(tx, &request.harness, &request.session_id)?
+        else {
             return Ok(SystemOutput {
                 system: request.system.clone(),
                 known_session: false,

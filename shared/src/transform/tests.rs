@@ -6,9 +6,10 @@ use serde_json::{Value, json};
 use crate::config::{CacheTtl, TransformConfig};
 use crate::store::Store;
 
-use super::envelope::{Bust, Decision, Envelope, PassOutput};
 use super::reduce::{ReduceRequest, reduce};
+use super::report::{Bust, Decision, PassOutput};
 use super::{run_pass, status};
+use crate::domain::envelope::Envelope;
 
 pub(super) const SESSION: &str = "ses_test";
 pub(super) const T0: i64 = 1_800_000_000_000;

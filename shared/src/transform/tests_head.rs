@@ -7,21 +7,22 @@ use crate::config::TransformConfig;
 use crate::history::store::{self as history, NewCompartment};
 use crate::store::Store;
 
-use super::envelope::{Bust, Decision, Envelope, PassOutput};
 use super::reduce::{ReduceRequest, reduce};
-use super::state;
+use super::report::{Bust, Decision, PassOutput};
 use super::tests::*;
 use super::{run_pass, status};
+use crate::domain::envelope::Envelope;
+use crate::domain::sessions;
 
 fn session_row(store: &Store) -> i64 {
-    state::find_session(store.conn(), "opencode", SESSION)
+    sessions::find_session(store.conn(), "opencode", SESSION)
         .unwrap()
         .unwrap()
         .id
 }
 
 fn project(store: &Store) -> String {
-    state::find_session(store.conn(), "opencode", SESSION)
+    sessions::find_session(store.conn(), "opencode", SESSION)
         .unwrap()
         .unwrap()
         .project_identity

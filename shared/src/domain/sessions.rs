@@ -1,0 +1,113 @@
+//! The session row: one per (harness, session id), shared by every tool.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::error::{Error, Result};
+
+/// The session row: counters, last usage, frozen verdicts and watermarks.
+#[derive(Debug, Clone, Default)]
+pub struct SessionRow {
+    pub id: i64,
+    pub project_identity: Option<String>,
+    pub reduce_callable: Option<bool>,
+    pub tag_counter: i64,
+    pub ordinal_counter: i64,
+    pub last_response_ms: i64,
+    pub last_execute_ms: i64,
+    pub last_model_key: Option<String>,
+    pub heuristics_turn_id: Option<String>,
+    pub tool_reclaim_watermark: i64,
+    pub reasoning_cleared_through: i64,
+    pub deferred_execute_ms: Option<i64>,
+    pub is_subagent: bool,
+    /// The `Today's date:` line the system prompt keeps until a busting pass.
+    pub today_line: Option<String>,
+    /// The newest `Today's date:` line the system hook saw (`mc-transform system`).
+    pub seen_today_line: Option<String>,
+    /// Usage sample the last emergency drop acted on (idempotence latch).
+    pub last_emergency_sample: Option<i64>,
+    /// Channel 2 may place a reminder (its reminders are in `channel2_reminders`).
+    pub nudge2_armed: bool,
+    /// Channel 1: last level sent and the reducible tokens then.
+    pub nudge1_level: i64,
+    pub nudge1_reducible: i64,
+    /// The project folder the session's config is read from (recorded once).
+    pub project_dir: Option<String>,
+    /// The render rules the session's bytes were produced with.
+    pub render_version: i64,
+}
+
+pub fn find_session(
+    conn: &Connection,
+    harness: &str,
+    session_id: &str,
+) -> Result<Option<SessionRow>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id, project_identity, reduce_callable, tag_counter, ordinal_counter,
+                    last_response_ms, last_execute_ms, last_model_key, heuristics_turn_id,
+                    tool_reclaim_watermark, reasoning_cleared_through, deferred_execute_ms,
+                    is_subagent, today_line, last_emergency_sample,
+                    nudge2_armed, nudge1_level, nudge1_reducible, seen_today_line,
+                    project_dir, render_version
+             FROM sessions WHERE harness = ?1 AND session_id = ?2",
+        )?
+        .query_row(params![harness, session_id], |r| {
+            Ok(SessionRow {
+                id: r.get(0)?,
+                project_identity: r.get(1)?,
+                reduce_callable: r.get(2)?,
+                tag_counter: r.get(3)?,
+                ordinal_counter: r.get(4)?,
+                last_response_ms: r.get(5)?,
+                last_execute_ms: r.get(6)?,
+                last_model_key: r.get(7)?,
+                heuristics_turn_id: r.get(8)?,
+                tool_reclaim_watermark: r.get(9)?,
+                reasoning_cleared_through: r.get(10)?,
+                deferred_execute_ms: r.get(11)?,
+                is_subagent: r.get(12)?,
+                today_line: r.get(13)?,
+                last_emergency_sample: r.get(14)?,
+                nudge2_armed: r.get(15)?,
+                nudge1_level: r.get(16)?,
+                nudge1_reducible: r.get(17)?,
+                seen_today_line: r.get(18)?,
+                project_dir: r.get(19)?,
+                render_version: r.get(20)?,
+            })
+        })
+        .optional()?)
+}
+
+pub fn create_session(
+    conn: &Connection,
+    harness: &str,
+    session_id: &str,
+    subagent: bool,
+    project_identity: Option<&str>,
+    now_ms: i64,
+) -> Result<SessionRow> {
+    // The render version is stamped by the session's first pass.
+    conn.prepare_cached(
+        "INSERT INTO sessions (harness, session_id, is_subagent, project_identity, created_ms, updated_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+    )?
+    .execute(params![harness, session_id, subagent, project_identity, now_ms])?;
+    find_session(conn, harness, session_id)?
+        .ok_or_else(|| Error::Corrupt("session row vanished right after insert".into()))
+}
+
+/// The project folder a session's config is read from, as recorded by the
+/// first pass that knew one; `None` for an unknown session or none recorded.
+pub fn session_project_dir(
+    conn: &Connection,
+    harness: &str,
+    session_id: &str,
+) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT project_dir FROM sessions WHERE harness = ?1 AND session_id = ?2")?
+        .query_row(params![harness, session_id], |r| r.get(0))
+        .optional()?
+        .flatten())
+}

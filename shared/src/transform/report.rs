@@ -1,0 +1,130 @@
+//! The pass's output document (DESIGN §4.2): the messages and the report.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Defer,
+    Execute,
+    Passthrough,
+    /// A blocking fold is due and the adapter said it can wait: nothing was
+    /// written, the messages are the input's; run the historian, then the pass.
+    Wait,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Defer => "defer",
+            Decision::Execute => "execute",
+            Decision::Passthrough => "passthrough",
+            Decision::Wait => "wait",
+        }
+    }
+}
+
+/// How much of the previously sent prompt this pass changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bust {
+    /// Every byte sent before is sent again: the provider cache survives.
+    None,
+    /// Mutations were first applied to earlier messages (drops, clearing).
+    Soft,
+    /// The head of the prompt was rebuilt.
+    Hard,
+}
+
+impl Bust {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Bust::None => "none",
+            Bust::Soft => "soft",
+            Bust::Hard => "hard",
+        }
+    }
+}
+
+/// The `pass` object of the output: what happened and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct PassReport {
+    pub decision: Decision,
+    /// Why the scheduler decided as it did (threshold, ttl_expired, mid_turn, ...).
+    pub reason: &'static str,
+    pub bust: Bust,
+    pub usage_percent: f64,
+    /// Tags present in this pass's messages.
+    pub tags: u64,
+    /// Tags first dropped on this pass.
+    pub dropped: Vec<i64>,
+    /// m[0] was rebuilt on this pass...
+    pub materialized: bool,
+    /// ...for this reason (first_render, model_change, ttl_idle, pressure_backstop, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub materialize_reason: Option<&'static str>,
+    /// A historian run would fold old history now (same rule as `mc-historian check`).
+    pub historian_due: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub historian_reason: Option<&'static str>,
+    /// Usage is so high the adapter should wait for the fold before sending.
+    pub blocking: bool,
+    pub warnings: Vec<String>,
+}
+
+impl PassReport {
+    pub fn passthrough(warning: String) -> PassReport {
+        PassReport {
+            decision: Decision::Passthrough,
+            reason: "error",
+            bust: Bust::None,
+            usage_percent: 0.0,
+            tags: 0,
+            dropped: Vec::new(),
+            materialized: false,
+            materialize_reason: None,
+            historian_due: false,
+            historian_reason: None,
+            blocking: false,
+            warnings: vec![warning],
+        }
+    }
+
+    /// The answer of a pass that stops for a blocking fold (`decision: wait`).
+    pub fn wait(usage_percent: f64, historian_reason: Option<&'static str>) -> PassReport {
+        PassReport {
+            decision: Decision::Wait,
+            reason: "blocking_fold",
+            usage_percent: (usage_percent * 10.0).round() / 10.0,
+            historian_due: true,
+            historian_reason,
+            blocking: true,
+            warnings: Vec::new(),
+            ..PassReport::passthrough(String::new())
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PassOutput {
+    pub messages: Vec<Value>,
+    pub system: Option<Value>,
+    pub pass: PassReport,
+}
+
+impl PassOutput {
+    /// The output document, `{"messages", "system"?, "pass"}`.
+    pub fn into_value(self) -> Value {
+        let mut map = Map::new();
+        map.insert("messages".into(), Value::Array(self.messages));
+        if let Some(system) = self.system {
+            map.insert("system".into(), system);
+        }
+        map.insert(
+            "pass".into(),
+            serde_json::to_value(&self.pass).expect("the report always serialises"),
+        );
+        Value::Object(map)
+    }
+}
