@@ -98,6 +98,62 @@ pub fn create_session(
         .ok_or_else(|| Error::Corrupt("session row vanished right after insert".into()))
 }
 
+/// Write back every field of the row a tool may change, by name. Call it in
+/// the write transaction the row was read in, so nothing a sibling wrote in
+/// between is lost. `project_dir` is only ever set once.
+pub fn save(conn: &Connection, row: &SessionRow, now_ms: i64) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE sessions SET
+            reduce_callable = :reduce_callable, tag_counter = :tag_counter,
+            ordinal_counter = :ordinal_counter, last_response_ms = :last_response_ms,
+            last_execute_ms = :last_execute_ms, last_model_key = :last_model_key,
+            heuristics_turn_id = :heuristics_turn_id,
+            tool_reclaim_watermark = :tool_reclaim_watermark,
+            reasoning_cleared_through = :reasoning_cleared_through,
+            deferred_execute_ms = :deferred_execute_ms, today_line = :today_line,
+            seen_today_line = :seen_today_line,
+            last_emergency_sample = :last_emergency_sample, nudge2_armed = :nudge2_armed,
+            nudge1_level = :nudge1_level, nudge1_reducible = :nudge1_reducible,
+            project_dir = coalesce(project_dir, :project_dir),
+            render_version = :render_version, updated_ms = :now
+         WHERE id = :id",
+    )?
+    .execute(rusqlite::named_params! {
+        ":id": row.id,
+        ":reduce_callable": row.reduce_callable,
+        ":tag_counter": row.tag_counter,
+        ":ordinal_counter": row.ordinal_counter,
+        ":last_response_ms": row.last_response_ms,
+        ":last_execute_ms": row.last_execute_ms,
+        ":last_model_key": row.last_model_key,
+        ":heuristics_turn_id": row.heuristics_turn_id,
+        ":tool_reclaim_watermark": row.tool_reclaim_watermark,
+        ":reasoning_cleared_through": row.reasoning_cleared_through,
+        ":deferred_execute_ms": row.deferred_execute_ms,
+        ":today_line": row.today_line,
+        ":seen_today_line": row.seen_today_line,
+        ":last_emergency_sample": row.last_emergency_sample,
+        ":nudge2_armed": row.nudge2_armed,
+        ":nudge1_level": row.nudge1_level,
+        ":nudge1_reducible": row.nudge1_reducible,
+        ":project_dir": row.project_dir,
+        ":render_version": row.render_version,
+        ":now": now_ms,
+    })?;
+    Ok(())
+}
+
+/// The `Today's date:` line a harness's system hook showed (the frozen date
+/// starts from it when no pass has frozen one yet).
+pub fn record_seen_today(conn: &Connection, session: i64, line: Option<&str>) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE sessions SET seen_today_line = ?2, today_line = coalesce(today_line, ?2)
+         WHERE id = ?1",
+    )?
+    .execute(params![session, line])?;
+    Ok(())
+}
+
 /// The project folder a session's config is read from, as recorded by the
 /// first pass that knew one; `None` for an unknown session or none recorded.
 pub fn session_project_dir(

@@ -578,10 +578,7 @@ pub fn run(
             )?,
         };
         let (ordinals, _) = messages::register_messages(tx, &mut session, &input.messages)?;
-        tx.execute(
-            "UPDATE sessions SET ordinal_counter = ?2 WHERE id = ?1",
-            params![session.id, session.ordinal_counter],
-        )?;
+        sessions::save(tx, &session, started)?;
         Ok((session, ordinals))
     })?;
     if session.is_subagent {

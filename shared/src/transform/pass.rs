@@ -18,7 +18,7 @@ use crate::history::trigger::{self, Due, Pressure, message_text};
 use crate::identity::project_identity;
 use crate::store::Store;
 
-use super::head::{self as heads, HardSignals, HeadContext, HeadRow};
+use super::head::{self as heads, HardSignals, HeadContext, HeadRow, Markers};
 use super::render::{Bindings, Head, RENDER_VERSION, RenderState, age_tags, render};
 use super::report::{Bust, Decision, PassOutput, PassReport};
 use super::scheduler::{self, Schedule, SchedulerInput};
@@ -290,168 +290,47 @@ fn apply(
     config: &TransformConfig,
     now_ms: i64,
 ) -> Result<Applied> {
-    let mut session = match sessions::find_session(tx, key.harness, key.session_id)? {
-        Some(row) => row,
-        None => sessions::create_session(
-            tx,
-            key.harness,
-            key.session_id,
-            key.subagent,
-            key.identity,
-            now_ms,
-        )?,
-    };
-    let subagent = key.subagent || session.is_subagent;
-    if session.reduce_callable.is_none() {
-        // Frozen on first sight of a user message so the prefixes never flap.
-        session.reduce_callable = reduce_callable(messages);
-    }
-    let prefixes = session.reduce_callable.unwrap_or(true);
-
-    let (ordinals, mut keep_reasoning) = messages::register_messages(tx, &mut session, messages)?;
-    let counter_before = session.tag_counter;
-    let (mut tags, bindings) = bind_tags(tx, &mut session, messages, &ordinals, now_ms)?;
-
-    let pins = history::pins(tx, session.id)?;
-    let pinned_ids: HashSet<&str> = pins.iter().map(|p| p.id.as_str()).collect();
-    let pinned_texts: Vec<PinnedText> = pins
-        .iter()
-        .filter_map(|p| {
-            let message = messages.iter().find(|m| m.id() == Some(p.id.as_str()))?;
-            Some(PinnedText {
-                id: p.id.clone(),
-                role: p.role.clone(),
-                created_ms: p.created_at,
-                text: message_text(message),
-            })
-        })
-        .filter(|p| !p.text.is_empty())
-        .collect();
-
-    let model_changed = matches!(
-        (&session.last_model_key, &facts.model_key),
-        (Some(old), Some(new)) if old != new
-    );
-    let last_response_before = session.last_response_ms.max(facts.response_ms);
-    let mut schedule = scheduler::decide(&SchedulerInput {
-        usage_percent: facts.usage_percent,
-        last_response_ms: last_response_before,
-        now_ms,
-        ttl: config.cache_ttl,
-        threshold: config.execute_threshold_percentage,
-        mid_turn: facts.mid_turn,
+    // 1. Observe.
+    let Observed {
+        mut session,
         subagent,
-        deferred_owed: session.deferred_execute_ms.is_some(),
-        model_changed,
-    });
-    if facts.overflow.is_some() && schedule.decision == Decision::Execute {
-        schedule.reason = "overflow";
-    }
+        prefixes,
+        ordinals,
+        mut keep_reasoning,
+        mut tags,
+        bindings,
+        counter_before,
+        pinned_ids,
+        pinned_texts,
+        cache,
+        markers,
+    } = observe(tx, key, messages, now_ms)?;
 
-    // The system prompt with the frozen date, and whether m[0] must be rebuilt.
-    let guidance = system::guidance_for(config, subagent, prefixes);
-    // Where the system prompt comes through a hook of its own after this pass
-    // (OpenCode), the date that hook saw last stands in for the input's.
-    let input_today = key
-        .system
-        .and_then(system::today_line)
-        .or_else(|| session.seen_today_line.clone());
-    let frozen_today = session.today_line.clone().or_else(|| input_today.clone());
-    let frozen_system = key.system.map(|s| {
-        system::render(
-            s,
-            guidance.as_deref(),
-            config
-                .system_prompt_guidance
-                .then_some(frozen_today.as_deref())
-                .flatten(),
-        )
-    });
-    let project = session.project_identity.clone();
-    let head_enabled = !subagent;
-    let cache = if head_enabled {
-        heads::load_head(tx, session.id)?
-    } else {
-        None
-    };
-    let markers = heads::current_markers(tx, session.id, project.as_deref())?;
-    let render_key = format!(
-        "e{RENDER_VERSION}-h{}-m{}-d{}",
-        facts.history_budget, config.memory_budget_tokens, config.temporal_awareness as u8
+    // 2. Plan: a pure function of what was observed.
+    let plan = plan(
+        &PlanInput {
+            session: &session,
+            subagent,
+            prefixes,
+            markers: &markers,
+            facts,
+            config,
+            system: key.system,
+            now_ms,
+        },
+        cache,
     );
-    let frozen_hash = frozen_system.as_ref().map(system::hash);
-    let mut hard = if head_enabled {
-        heads::must_materialize(
-            cache.as_ref(),
-            &HardSignals {
-                model_key: facts.model_key.as_deref(),
-                system_hash: frozen_hash.as_deref(),
-                render_key: &render_key,
-                project: project.as_deref(),
-                ttl: config.cache_ttl,
-                last_response_ms: last_response_before,
-                now_ms,
-            },
-            &markers,
-        )
-    } else {
-        None
-    };
-    // In the force band, fold whatever arrived since m[0] (compartments,
-    // memories, profile) into a re-tiered baseline; a head with nothing new
-    // stays as it is.
-    if hard.is_none()
-        && head_enabled
-        && schedule.force_band
-        && cache.as_ref().is_some_and(|c| heads::has_news(c, &markers))
-    {
-        hard = Some("force_band");
-    }
-    // New render rules change bytes anywhere in the prompt: once, declared.
-    let render_outdated = session.render_version != RENDER_VERSION;
-    if render_outdated && head_enabled && cache.is_some() {
-        hard = Some("render_version");
-    }
-    if render_outdated && !head_enabled && schedule.decision == Decision::Defer {
-        schedule.decision = Decision::Execute;
-        schedule.reason = "render_version";
-        schedule.deferred_mid_turn = false;
-    }
-    if let Some(reason) = hard
-        && schedule.decision == Decision::Defer
-    {
-        schedule.decision = Decision::Execute;
-        schedule.reason = reason;
-        schedule.deferred_mid_turn = false;
-    }
-    let busting = schedule.decision == Decision::Execute;
+    let busting = plan.schedule.decision == Decision::Execute;
+    session.today_line = plan.today_line.clone();
 
-    // On a busting pass the date moves on; otherwise the frozen one stays.
-    let (out_system, today) = if busting && config.system_prompt_guidance {
-        let system = key
-            .system
-            .map(|s| system::render(s, guidance.as_deref(), input_today.as_deref()));
-        (system, input_today.clone().or(frozen_today))
-    } else {
-        (frozen_system, frozen_today)
-    };
-    let system_hash = out_system.as_ref().map(system::hash);
-    session.today_line = today;
-
-    // Raw messages up to this ordinal are covered by the head and leave the wire.
-    let covered_now = if busting {
-        markers.covered_through
-    } else {
-        cache.as_ref().map_or(0, |c| c.covered_through)
-    };
-    let visible = |ordinal: Option<i64>| ordinal.is_none_or(|o| o > covered_now);
-
+    // 3. Mutate: first application of drops and cleanup, busting passes only.
     let mut first_dropped = Vec::new();
     let mut visible_change = false;
-    if busting {
+    if let Some(mutations) = &plan.mutations {
+        let covered_now = plan.covered_now;
         let mut mutation = Mutation {
             tx,
-            session: session.clone(),
+            session: session.id,
             messages,
             bindings: &bindings,
             tags: &mut tags,
@@ -461,36 +340,23 @@ fn apply(
             visible_change: &mut visible_change,
             positions: tag_positions(&bindings),
             pinned: &pinned_ids,
-            visible: bindings
+            visible: ordinals
                 .iter()
-                .zip(&ordinals)
-                .map(|(_, o)| visible(*o))
+                .map(|o| o.is_none_or(|o| o > covered_now))
                 .collect(),
         };
         mutation.apply_pending()?;
-        // In the force band this is the emergency drop. At the threshold, when
-        // this pass busts anyway, the same tiered drop buys headroom (relief),
-        // so the next bust is many turns away instead of on the next turn.
-        let over_threshold = facts.usage_percent >= config.execute_threshold_percentage;
-        if schedule.force_band || (config.relief_drop && over_threshold) {
-            let sample = i64::try_from(facts.prompt_tokens).unwrap_or(i64::MAX);
-            // An overflow drops again even on a sample already acted on.
-            if facts.overflow.is_some() || session.last_emergency_sample != Some(sample) {
-                mutation.emergency_drop(facts.prompt_tokens, facts.ceiling)?;
-                session.last_emergency_sample = Some(sample);
-            }
+        if let Some(sample) = mutations.emergency_sample {
+            mutation.emergency_drop(facts.prompt_tokens, facts.ceiling)?;
+            session.last_emergency_sample = Some(sample);
         }
-        let heuristics_due = subagent
-            || schedule.force_band
-            || hard.is_some()
-            || session.heuristics_turn_id.is_none()
-            || session.heuristics_turn_id != facts.turn_id;
-        if heuristics_due {
-            if let Some(through) = mutation.clear_reasoning(&mut keep_reasoning)? {
+        if mutations.heuristics {
+            let watermark = session.reasoning_cleared_through;
+            if let Some(through) = mutation.clear_reasoning(watermark, &mut keep_reasoning)? {
                 session.reasoning_cleared_through = through;
             }
-            if config.tool_reclaim && !schedule.force_band {
-                mutation.reclaim_old_tools()?;
+            if config.tool_reclaim && !plan.schedule.force_band {
+                mutation.reclaim_old_tools(session.tool_reclaim_watermark)?;
             }
             if config.caveman && !subagent {
                 mutation.caveman()?;
@@ -503,7 +369,7 @@ fn apply(
         if let Some(seen) = &facts.overflow {
             overflow::clear(tx, session.id, seen)?;
         }
-    } else if schedule.deferred_mid_turn && session.deferred_execute_ms.is_none() {
+    } else if plan.schedule.deferred_mid_turn && session.deferred_execute_ms.is_none() {
         session.deferred_execute_ms = Some(now_ms);
     }
 
@@ -540,135 +406,71 @@ fn apply(
     };
     let ctx = HeadContext {
         session: session.id,
-        project: project.as_deref(),
+        project: session.project_identity.as_deref(),
         project_dir: key.project_dir,
         model_key: facts.model_key.as_deref(),
-        system_hash: system_hash.as_deref(),
-        render_key: render_key.clone(),
+        system_hash: plan.system_hash.as_deref(),
+        render_key: plan.render_key.clone(),
         history_budget: facts.history_budget,
         memory_budget: u64::from(config.memory_budget_tokens),
         dates: config.temporal_awareness,
         now_ms,
         pinned: &pinned_texts,
     };
-    let mut materialized = None;
-    let mut m1_changed = false;
-    let head: Option<HeadRow> = if !head_enabled {
-        None
-    } else if let Some(reason) = hard {
-        materialized = Some(reason);
-        Some(heads::materialize(tx, &ctx, &markers, reason, &ordinal_of)?)
-    } else if busting {
-        let cache = cache
-            .as_ref()
-            .expect("no HARD trigger means a cached head exists");
-        let (row, backstop) = heads::refresh_m1(tx, &ctx, cache, &markers, &ordinal_of)?;
-        if backstop {
-            materialized = Some("pressure_backstop");
-            Some(heads::materialize(
-                tx,
-                &ctx,
-                &markers,
-                "pressure_backstop",
-                &ordinal_of,
-            )?)
-        } else {
-            Some(row)
-        }
-    } else {
-        cache.clone()
-    };
-    // What the provider had cached and this pass changed, byte for byte.
-    let head_changed = match (&cache, &head) {
-        (Some(old), Some(new)) => old.m0 != new.m0,
-        (None, Some(_)) => true,
-        _ => false,
-    };
-    if materialized.is_some() {
-        tx.execute(
-            "UPDATE sessions SET passes_materialized = passes_materialized + 1 WHERE id = ?1",
-            params![session.id],
-        )?;
-    }
+    let head = build_head(tx, plan.head, &ctx, &markers, &ordinal_of)?;
 
     // Reduce nudges, on content the provider has not cached yet.
-    let covered_final = head.as_ref().map_or(0, |h| h.covered_through);
     if prefixes {
         let tail = Tail {
             messages,
             bindings: &bindings,
             ordinals: &ordinals,
-            covered: covered_final,
+            covered: head.now.as_ref().map_or(0, |h| h.covered_through),
             pinned: &pinned_ids,
             new_after: counter_before,
         };
         nudges(tx, &mut session, &tail, &mut tags, config, now_ms)?;
     }
 
-    if let (Some(old), Some(new)) = (&cache, &head) {
-        m1_changed = old.m1 != new.m1 || old.covered_through != new.covered_through;
-    }
-    let bust = if head_changed {
+    // What the provider had cached and this pass changed, byte for byte.
+    let bust = if head.m0_changed() {
         Bust::Hard
-    } else if visible_change || m1_changed || render_outdated {
+    } else if visible_change || head.m1_changed() || plan.render_outdated {
         Bust::Soft
     } else {
         Bust::None
     };
 
+    // 4. Save.
     // After an execute, this idle window's later passes should defer.
-    let mut last_response = last_response_before;
-    if busting {
-        last_response = last_response.max(now_ms);
+    session.last_response_ms = if busting {
+        plan.last_response_ms.max(now_ms)
+    } else {
+        plan.last_response_ms
+    };
+    if facts.model_key.is_some() {
+        session.last_model_key = facts.model_key.clone();
     }
-    tx.prepare_cached(
-        "UPDATE sessions SET
-            reduce_callable = ?2, tag_counter = ?3, ordinal_counter = ?4,
-            last_response_ms = ?5, last_execute_ms = ?6, last_input_tokens = ?7,
-            last_usage_percent = ?8, last_context_limit = ?9,
-            last_model_key = coalesce(?10, last_model_key),
-            heuristics_turn_id = ?11, tool_reclaim_watermark = ?12,
-            reasoning_cleared_through = ?13, deferred_execute_ms = ?14,
-            last_decision = ?15, last_reason = ?16,
-            last_bust = CASE WHEN ?17 = 'none' THEN last_bust ELSE ?17 END,
-            last_bust_cause = CASE WHEN ?17 = 'none' THEN last_bust_cause ELSE ?16 END,
-            last_bust_ms = CASE WHEN ?17 = 'none' THEN last_bust_ms ELSE ?18 END,
-            passes_defer = passes_defer + (?15 = 'defer'),
-            passes_execute = passes_execute + (?15 = 'execute'),
-            today_line = ?19, last_emergency_sample = ?20,
-            nudge2_armed = ?21, nudge1_level = ?22, nudge1_reducible = ?23,
-            project_dir = coalesce(project_dir, ?24), render_version = ?25,
-            last_error = NULL, updated_ms = ?18
-         WHERE id = ?1",
-    )?
-    .execute(params![
-        session.id,
-        session.reduce_callable,
-        session.tag_counter,
-        session.ordinal_counter,
-        last_response,
-        session.last_execute_ms,
-        // The harness's numbers may exceed i64: stored saturated, never negative.
-        i64::try_from(facts.prompt_tokens).unwrap_or(i64::MAX),
-        facts.usage_percent,
-        i64::try_from(facts.window).unwrap_or(i64::MAX),
-        facts.model_key,
-        session.heuristics_turn_id,
-        session.tool_reclaim_watermark,
-        session.reasoning_cleared_through,
-        session.deferred_execute_ms,
-        schedule.decision.as_str(),
-        schedule.reason,
-        bust.as_str(),
-        now_ms,
-        session.today_line,
-        session.last_emergency_sample,
-        session.nudge2_armed,
-        session.nudge1_level,
-        session.nudge1_reducible,
-        key.project_dir.and_then(Path::to_str),
-        RENDER_VERSION,
-    ])?;
+    if session.project_dir.is_none() {
+        session.project_dir = key.project_dir.and_then(Path::to_str).map(str::to_string);
+    }
+    session.render_version = RENDER_VERSION;
+    sessions::save(tx, &session, now_ms)?;
+    record_pass(
+        tx,
+        &PassRecord {
+            session: session.id,
+            // The harness's numbers may exceed i64: stored saturated, never negative.
+            input_tokens: i64::try_from(facts.prompt_tokens).unwrap_or(i64::MAX),
+            usage_percent: facts.usage_percent,
+            context_limit: i64::try_from(facts.window).unwrap_or(i64::MAX),
+            decision: plan.schedule.decision,
+            reason: plan.schedule.reason,
+            bust,
+            materialized: head.materialized.is_some(),
+            now_ms,
+        },
+    )?;
 
     let nudge2 = state::load_reminders(tx, session.id)?;
     Ok(Applied::Pass(Box::new(Outcome {
@@ -678,19 +480,438 @@ fn apply(
         keep_reasoning,
         prefixes,
         reasoning_cleared_through: session.reasoning_cleared_through,
-        schedule,
+        schedule: plan.schedule,
         bust,
         first_dropped,
-        head: head.map(|h| HeadOut {
+        materialized: head.materialized,
+        head: head.now.map(|h| HeadOut {
             m0: h.m0,
             m1: h.m1,
             covered_through: h.covered_through,
         }),
-        materialized,
-        system: out_system.or_else(|| key.system.cloned()),
+        system: plan.system.or_else(|| key.system.cloned()),
         due,
         nudge2,
     })))
+}
+
+/// Phase 1: the session and what is stored about it that the pass reads.
+/// Its only writes are the bookkeeping every pass does alike: the session
+/// row on first sight, ordinals and tags for content seen for the first time.
+struct Observed {
+    session: SessionRow,
+    subagent: bool,
+    /// Show `§N§` prefixes (the agent can call ctx_reduce; frozen on first sight).
+    prefixes: bool,
+    ordinals: Vec<Option<i64>>,
+    keep_reasoning: Vec<bool>,
+    tags: Vec<TagRow>,
+    bindings: Bindings,
+    /// Tags numbered above this were created on this pass.
+    counter_before: i64,
+    pinned_ids: HashSet<String>,
+    /// Pinned messages the input carries, with their text.
+    pinned_texts: Vec<PinnedText>,
+    /// The cached head (never for a subagent: its prompt has no head).
+    cache: Option<HeadRow>,
+    /// What the store holds now, to compare with the cached head's markers.
+    markers: Markers,
+}
+
+fn observe(
+    tx: &Transaction<'_>,
+    key: &SessionKey<'_>,
+    messages: &[Message],
+    now_ms: i64,
+) -> Result<Observed> {
+    let mut session = match sessions::find_session(tx, key.harness, key.session_id)? {
+        Some(row) => row,
+        None => sessions::create_session(
+            tx,
+            key.harness,
+            key.session_id,
+            key.subagent,
+            key.identity,
+            now_ms,
+        )?,
+    };
+    let subagent = key.subagent || session.is_subagent;
+    if session.reduce_callable.is_none() {
+        // Frozen on first sight of a user message so the prefixes never flap.
+        session.reduce_callable = reduce_callable(messages);
+    }
+    let prefixes = session.reduce_callable.unwrap_or(true);
+
+    let (ordinals, keep_reasoning) = messages::register_messages(tx, &mut session, messages)?;
+    let counter_before = session.tag_counter;
+    let (tags, bindings) = bind_tags(tx, &mut session, messages, &ordinals, now_ms)?;
+
+    let pins = history::pins(tx, session.id)?;
+    let pinned_texts: Vec<PinnedText> = pins
+        .iter()
+        .filter_map(|p| {
+            let message = messages.iter().find(|m| m.id() == Some(p.id.as_str()))?;
+            Some(PinnedText {
+                id: p.id.clone(),
+                role: p.role.clone(),
+                created_ms: p.created_at,
+                text: message_text(message),
+            })
+        })
+        .filter(|p| !p.text.is_empty())
+        .collect();
+    let pinned_ids = pins.into_iter().map(|p| p.id).collect();
+    let cache = if subagent {
+        None
+    } else {
+        heads::load_head(tx, session.id)?
+    };
+    let markers = heads::current_markers(tx, session.id, session.project_identity.as_deref())?;
+    Ok(Observed {
+        session,
+        subagent,
+        prefixes,
+        ordinals,
+        keep_reasoning,
+        tags,
+        bindings,
+        counter_before,
+        pinned_ids,
+        pinned_texts,
+        cache,
+        markers,
+    })
+}
+
+/// What the head does on this pass. Each variant carries the cached head it
+/// needs, so no later step has to assume one exists.
+#[derive(Debug, Clone, PartialEq)]
+enum HeadPlan {
+    /// A subagent's prompt has no head.
+    Off,
+    /// Rebuild m[0] (a HARD trigger); `old` is what the provider may have cached.
+    Materialize {
+        reason: &'static str,
+        old: Option<HeadRow>,
+    },
+    /// A busting pass without a HARD trigger: refresh m[1] from the cached markers.
+    Refresh(HeadRow),
+    /// A defer pass: the cached bytes again.
+    Replay(HeadRow),
+}
+
+/// Everything [`plan`] reads.
+struct PlanInput<'a> {
+    session: &'a SessionRow,
+    subagent: bool,
+    prefixes: bool,
+    markers: &'a Markers,
+    facts: &'a InputFacts,
+    config: &'a TransformConfig,
+    /// The system prompt as the input carries it.
+    system: Option<&'a Value>,
+    now_ms: i64,
+}
+
+/// First application of mutations, on a busting pass.
+#[derive(Debug, Clone, PartialEq)]
+struct Mutations {
+    /// Run the tiered drop for this usage sample (force band, relief, overflow).
+    emergency_sample: Option<i64>,
+    /// Reasoning clearing, age reclaim and caveman: once per user turn.
+    heuristics: bool,
+}
+
+/// Phase 2: what this pass does, decided before anything changes.
+#[derive(Debug, Clone, PartialEq)]
+struct Plan {
+    schedule: Schedule,
+    head: HeadPlan,
+    /// The render rules changed since the session's last pass.
+    render_outdated: bool,
+    /// The system prompt to send, and the `Today's date:` line it keeps.
+    system: Option<Value>,
+    today_line: Option<String>,
+    system_hash: Option<String>,
+    render_key: String,
+    /// Raw messages up to this ordinal are covered by the head and leave the wire.
+    covered_now: i64,
+    /// The provider's newest answer, as the scheduler measured the cache's age.
+    last_response_ms: i64,
+    /// `Some` exactly when the pass busts (decision `execute`).
+    mutations: Option<Mutations>,
+}
+
+/// Phase 2: a pure function of what the pass observed.
+fn plan(input: &PlanInput<'_>, cache: Option<HeadRow>) -> Plan {
+    let PlanInput {
+        session,
+        subagent,
+        prefixes,
+        markers,
+        facts,
+        config,
+        system: input_system,
+        now_ms,
+    } = *input;
+    let model_changed = matches!(
+        (&session.last_model_key, &facts.model_key),
+        (Some(old), Some(new)) if old != new
+    );
+    let last_response_ms = session.last_response_ms.max(facts.response_ms);
+    let mut schedule = scheduler::decide(&SchedulerInput {
+        usage_percent: facts.usage_percent,
+        last_response_ms,
+        now_ms,
+        ttl: config.cache_ttl,
+        threshold: config.execute_threshold_percentage,
+        mid_turn: facts.mid_turn,
+        subagent,
+        deferred_owed: session.deferred_execute_ms.is_some(),
+        model_changed,
+    });
+    if facts.overflow.is_some() && schedule.decision == Decision::Execute {
+        schedule.reason = "overflow";
+    }
+
+    // The system prompt with the frozen date, and whether m[0] must be rebuilt.
+    let guidance = system::guidance_for(config, subagent, prefixes);
+    // Where the system prompt comes through a hook of its own after this pass
+    // (OpenCode), the date that hook saw last stands in for the input's.
+    let input_today = input_system
+        .and_then(system::today_line)
+        .or_else(|| session.seen_today_line.clone());
+    let frozen_today = session.today_line.clone().or_else(|| input_today.clone());
+    let frozen_system = input_system.map(|s| {
+        system::render(
+            s,
+            guidance.as_deref(),
+            config
+                .system_prompt_guidance
+                .then_some(frozen_today.as_deref())
+                .flatten(),
+        )
+    });
+    let render_key = format!(
+        "e{RENDER_VERSION}-h{}-m{}-d{}",
+        facts.history_budget, config.memory_budget_tokens, config.temporal_awareness as u8
+    );
+    let frozen_hash = frozen_system.as_ref().map(system::hash);
+    let head_enabled = !subagent;
+    let mut hard = if head_enabled {
+        heads::must_materialize(
+            cache.as_ref(),
+            &HardSignals {
+                model_key: facts.model_key.as_deref(),
+                system_hash: frozen_hash.as_deref(),
+                render_key: &render_key,
+                project: session.project_identity.as_deref(),
+                ttl: config.cache_ttl,
+                last_response_ms,
+                now_ms,
+            },
+            markers,
+        )
+    } else {
+        None
+    };
+    // In the force band, fold whatever arrived since m[0] (compartments,
+    // memories, profile) into a re-tiered baseline; a head with nothing new
+    // stays as it is.
+    if hard.is_none()
+        && schedule.force_band
+        && cache.as_ref().is_some_and(|c| heads::has_news(c, markers))
+    {
+        hard = Some("force_band");
+    }
+    // New render rules change bytes anywhere in the prompt: once, declared.
+    let render_outdated = session.render_version != RENDER_VERSION;
+    if render_outdated && cache.is_some() {
+        hard = Some("render_version");
+    }
+    if render_outdated && !head_enabled && schedule.decision == Decision::Defer {
+        schedule.decision = Decision::Execute;
+        schedule.reason = "render_version";
+        schedule.deferred_mid_turn = false;
+    }
+    // A HARD fold turns a scheduled defer into an execute.
+    if let Some(reason) = hard
+        && schedule.decision == Decision::Defer
+    {
+        schedule.decision = Decision::Execute;
+        schedule.reason = reason;
+        schedule.deferred_mid_turn = false;
+    }
+    let busting = schedule.decision == Decision::Execute;
+
+    // On a busting pass the date moves on; otherwise the frozen one stays.
+    let (system, today_line) = if busting && config.system_prompt_guidance {
+        let system =
+            input_system.map(|s| system::render(s, guidance.as_deref(), input_today.as_deref()));
+        (system, input_today.or(frozen_today))
+    } else {
+        (frozen_system, frozen_today)
+    };
+    let system_hash = system.as_ref().map(system::hash);
+
+    let covered_now = if busting {
+        markers.covered_through
+    } else {
+        cache.as_ref().map_or(0, |c| c.covered_through)
+    };
+    let mutations = busting.then(|| {
+        // In the force band the tiered drop is the emergency drop; at the
+        // threshold, on a pass that busts anyway, it buys headroom (relief), so
+        // the next bust is many turns away. Once per usage sample, except
+        // that an overflow drops again.
+        let over_threshold = facts.usage_percent >= config.execute_threshold_percentage;
+        let sample = i64::try_from(facts.prompt_tokens).unwrap_or(i64::MAX);
+        let emergency = (schedule.force_band || (config.relief_drop && over_threshold))
+            && (facts.overflow.is_some() || session.last_emergency_sample != Some(sample));
+        Mutations {
+            emergency_sample: emergency.then_some(sample),
+            heuristics: subagent
+                || schedule.force_band
+                || hard.is_some()
+                || session.heuristics_turn_id.is_none()
+                || session.heuristics_turn_id != facts.turn_id,
+        }
+    });
+    let head = match (head_enabled, hard, cache) {
+        (false, _, _) => HeadPlan::Off,
+        (true, Some(reason), old) => HeadPlan::Materialize { reason, old },
+        // No HARD trigger means there is a cached head (its absence is one).
+        (true, None, Some(cache)) if busting => HeadPlan::Refresh(cache),
+        (true, None, Some(cache)) => HeadPlan::Replay(cache),
+        (true, None, None) => HeadPlan::Materialize {
+            reason: "first_render",
+            old: None,
+        },
+    };
+    Plan {
+        schedule,
+        head,
+        render_outdated,
+        system,
+        today_line,
+        system_hash,
+        render_key,
+        covered_now,
+        last_response_ms,
+        mutations,
+    }
+}
+
+/// The head before and after this pass, and why m[0] was rebuilt.
+struct HeadDone {
+    before: Option<HeadRow>,
+    now: Option<HeadRow>,
+    materialized: Option<&'static str>,
+}
+
+impl HeadDone {
+    fn m0_changed(&self) -> bool {
+        match (&self.before, &self.now) {
+            (Some(old), Some(new)) => old.m0 != new.m0,
+            (None, Some(_)) => true,
+            _ => false,
+        }
+    }
+
+    fn m1_changed(&self) -> bool {
+        match (&self.before, &self.now) {
+            (Some(old), Some(new)) => {
+                old.m1 != new.m1 || old.covered_through != new.covered_through
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Carry out the head's plan.
+fn build_head(
+    tx: &Transaction<'_>,
+    plan: HeadPlan,
+    ctx: &HeadContext<'_>,
+    markers: &Markers,
+    ordinal_of: &dyn Fn(&str) -> Option<i64>,
+) -> Result<HeadDone> {
+    Ok(match plan {
+        HeadPlan::Off => HeadDone {
+            before: None,
+            now: None,
+            materialized: None,
+        },
+        HeadPlan::Materialize { reason, old } => HeadDone {
+            now: Some(heads::materialize(tx, ctx, markers, reason, ordinal_of)?),
+            before: old,
+            materialized: Some(reason),
+        },
+        HeadPlan::Refresh(cache) => {
+            let (row, backstop) = heads::refresh_m1(tx, ctx, &cache, markers, ordinal_of)?;
+            if backstop {
+                let reason = "pressure_backstop";
+                HeadDone {
+                    now: Some(heads::materialize(tx, ctx, markers, reason, ordinal_of)?),
+                    before: Some(cache),
+                    materialized: Some(reason),
+                }
+            } else {
+                HeadDone {
+                    now: Some(row),
+                    before: Some(cache),
+                    materialized: None,
+                }
+            }
+        }
+        HeadPlan::Replay(cache) => HeadDone {
+            now: Some(cache.clone()),
+            before: Some(cache),
+            materialized: None,
+        },
+    })
+}
+
+/// The pass's own numbers on the session row, for `status`.
+struct PassRecord {
+    session: i64,
+    input_tokens: i64,
+    usage_percent: f64,
+    context_limit: i64,
+    decision: Decision,
+    reason: &'static str,
+    bust: Bust,
+    materialized: bool,
+    now_ms: i64,
+}
+
+fn record_pass(tx: &Transaction<'_>, r: &PassRecord) -> Result<()> {
+    tx.prepare_cached(
+        "UPDATE sessions SET
+            last_input_tokens = :input_tokens, last_usage_percent = :usage_percent,
+            last_context_limit = :context_limit,
+            last_decision = :decision, last_reason = :reason,
+            last_bust = CASE WHEN :bust = 'none' THEN last_bust ELSE :bust END,
+            last_bust_cause = CASE WHEN :bust = 'none' THEN last_bust_cause ELSE :reason END,
+            last_bust_ms = CASE WHEN :bust = 'none' THEN last_bust_ms ELSE :now END,
+            passes_defer = passes_defer + (:decision = 'defer'),
+            passes_execute = passes_execute + (:decision = 'execute'),
+            passes_materialized = passes_materialized + :materialized,
+            last_error = NULL
+         WHERE id = :id",
+    )?
+    .execute(rusqlite::named_params! {
+        ":id": r.session,
+        ":input_tokens": r.input_tokens,
+        ":usage_percent": r.usage_percent,
+        ":context_limit": r.context_limit,
+        ":decision": r.decision.as_str(),
+        ":reason": r.reason,
+        ":bust": r.bust.as_str(),
+        ":materialized": i64::from(r.materialized),
+        ":now": r.now_ms,
+    })?;
+    Ok(())
 }
 
 /// The live tail as the nudges measure it.
@@ -700,7 +921,7 @@ struct Tail<'a> {
     ordinals: &'a [Option<i64>],
     /// Messages up to this ordinal are in the head, not the tail.
     covered: i64,
-    pinned: &'a HashSet<&'a str>,
+    pinned: &'a HashSet<String>,
     /// Tags numbered above this were created on this pass.
     new_after: i64,
 }
@@ -905,7 +1126,7 @@ fn tag_positions(bindings: &[Vec<Option<usize>>]) -> HashMap<usize, (usize, usiz
 /// First application of mutations on a pass that busts anyway.
 struct Mutation<'a, 't> {
     tx: &'a Transaction<'t>,
-    session: SessionRow,
+    session: i64,
     messages: &'a [Message],
     bindings: &'a [Vec<Option<usize>>],
     tags: &'a mut Vec<TagRow>,
@@ -916,7 +1137,7 @@ struct Mutation<'a, 't> {
     /// Where each visible tag sits: (message index, part index).
     positions: HashMap<usize, (usize, usize)>,
     /// Pinned message ids: their tags are never dropped or compressed.
-    pinned: &'a HashSet<&'a str>,
+    pinned: &'a HashSet<String>,
     /// Per message: still on the wire (not covered by the head).
     visible: Vec<bool>,
 }
@@ -944,7 +1165,7 @@ impl Mutation<'_, '_> {
     }
 
     fn protected_floor(&self) -> Result<Option<i64>> {
-        tags::protected_floor(self.tx, self.session.id, self.config.protected_tags)
+        tags::protected_floor(self.tx, self.session, self.config.protected_tags)
     }
 
     /// Drop a tag now, freezing its mode: recent tool calls keep a skeleton.
@@ -956,7 +1177,7 @@ impl Mutation<'_, '_> {
         cause: &str,
     ) -> Result<()> {
         let mode = if kind == TagKind::Tool {
-            let floor = tags::newest_tool_floor(self.tx, self.session.id, SKELETON_WINDOW)?;
+            let floor = tags::newest_tool_floor(self.tx, self.session, SKELETON_WINDOW)?;
             if floor.is_some_and(|f| number >= f) {
                 DropMode::Skeleton
             } else {
@@ -965,7 +1186,7 @@ impl Mutation<'_, '_> {
         } else {
             DropMode::Full
         };
-        tags::mark_dropped(self.tx, self.session.id, number, mode, cause, self.now_ms)?;
+        tags::mark_dropped(self.tx, self.session, number, mode, cause, self.now_ms)?;
         if let Some(index) = visible {
             self.tags[index].dropped = Some(mode);
             if self
@@ -981,7 +1202,7 @@ impl Mutation<'_, '_> {
 
     /// Drops the agent queued with ctx_reduce.
     fn apply_pending(&mut self) -> Result<()> {
-        let pending = tags::pending_drops(self.tx, self.session.id)?;
+        let pending = tags::pending_drops(self.tx, self.session)?;
         if pending.is_empty() {
             return Ok(());
         }
@@ -994,7 +1215,7 @@ impl Mutation<'_, '_> {
             .collect();
         let stored = tags::load_tags_by_numbers(
             self.tx,
-            self.session.id,
+            self.session,
             &pending
                 .iter()
                 .copied()
@@ -1007,13 +1228,13 @@ impl Mutation<'_, '_> {
                 None => match stored.iter().find(|t| t.number == number) {
                     Some(t) => (t.kind, t.dropped.is_some(), None),
                     None => {
-                        tags::delete_pending(self.tx, self.session.id, number)?;
+                        tags::delete_pending(self.tx, self.session, number)?;
                         continue;
                     }
                 },
             };
             if dropped {
-                tags::delete_pending(self.tx, self.session.id, number)?;
+                tags::delete_pending(self.tx, self.session, number)?;
                 continue;
             }
             if floor.is_some_and(|f| number >= f) {
@@ -1031,17 +1252,16 @@ impl Mutation<'_, '_> {
                 }
             }
             self.drop_tag(number, kind, index, "reduce")?;
-            tags::delete_pending(self.tx, self.session.id, number)?;
+            tags::delete_pending(self.tx, self.session, number)?;
         }
         Ok(())
     }
 
     /// Advance the reasoning watermark to `newest tag − clear_reasoning_age`;
     /// pinned messages it passes keep their reasoning. Returns the new watermark.
-    fn clear_reasoning(&mut self, keep: &mut [bool]) -> Result<Option<i64>> {
+    fn clear_reasoning(&mut self, old: i64, keep: &mut [bool]) -> Result<Option<i64>> {
         let newest = self.tags.iter().map(|t| t.number).max().unwrap_or(0);
         let cutoff = newest - i64::from(self.config.clear_reasoning_age);
-        let old = self.session.reasoning_cleared_through;
         if cutoff <= old {
             return Ok(None);
         }
@@ -1056,7 +1276,7 @@ impl Mutation<'_, '_> {
             }
             match message.id() {
                 Some(id) if self.pinned.contains(id) => {
-                    messages::set_keep_reasoning(self.tx, self.session.id, id)?;
+                    messages::set_keep_reasoning(self.tx, self.session, id)?;
                     keep[index] = true;
                 }
                 _ if self.visible[index] => *self.visible_change = true,
@@ -1068,8 +1288,7 @@ impl Mutation<'_, '_> {
 
     /// Age-based reclaim: tool outputs already present at the previous execute
     /// pass, outside the protected window and not tiny, are dropped.
-    fn reclaim_old_tools(&mut self) -> Result<()> {
-        let watermark = self.session.tool_reclaim_watermark;
+    fn reclaim_old_tools(&mut self, watermark: i64) -> Result<()> {
         let floor = self.protected_floor()?;
         let min_tokens = i64::from(self.config.tool_reclaim_min_tokens);
         let tools = self.visible_tools();
@@ -1136,7 +1355,7 @@ impl Mutation<'_, '_> {
                 "SELECT coalesce(sum(byte_size + input_bytes + reasoning_bytes), 0) FROM tags
                  WHERE session = ?1 AND status = 'active'",
             )?
-            .query_row(params![self.session.id], |r| r.get(0))?;
+            .query_row(params![self.session], |r| r.get(0))?;
         let needed =
             emergency::reclaim_needed(current, (tagged.max(0) as u64).div_ceil(4), ceiling);
         if needed == 0 {
@@ -1198,7 +1417,7 @@ impl Mutation<'_, '_> {
         for (position, index) in eligible.into_iter().enumerate() {
             let depth = caveman::depth_for(position, count);
             if depth > self.tags[index].caveman_depth {
-                tags::set_caveman_depth(self.tx, self.session.id, self.tags[index].number, depth)?;
+                tags::set_caveman_depth(self.tx, self.session, self.tags[index].number, depth)?;
                 self.tags[index].caveman_depth = depth;
                 *self.visible_change = true;
             }
@@ -1224,4 +1443,243 @@ pub fn record_passthrough(
         )?;
         Ok(())
     })
+}
+
+/// The plan alone: no store, no messages, only values.
+#[cfg(test)]
+mod plan_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const NOW: i64 = 1_800_000_000_000;
+
+    fn facts(percent: f64) -> InputFacts {
+        let window = 100_000;
+        let prompt_tokens = (window as f64 * percent / 100.0) as u64;
+        InputFacts {
+            pressure: Pressure {
+                prompt_tokens,
+                sampled: true,
+                window,
+                usage_percent: percent,
+            },
+            usage_percent: percent,
+            prompt_tokens,
+            window,
+            mid_turn: false,
+            response_ms: NOW - 1_000,
+            turn_id: Some("msg_u1".into()),
+            model_key: Some("anthropic/m".into()),
+            history_budget: 9_750,
+            ceiling: 65_000,
+            overflow: None,
+            wait_for_fold: false,
+        }
+    }
+
+    fn session() -> SessionRow {
+        SessionRow {
+            id: 1,
+            last_model_key: Some("anthropic/m".into()),
+            heuristics_turn_id: Some("msg_u1".into()),
+            render_version: RENDER_VERSION,
+            ..SessionRow::default()
+        }
+    }
+
+    fn input<'a>(
+        session: &'a SessionRow,
+        facts: &'a InputFacts,
+        config: &'a TransformConfig,
+        markers: &'a Markers,
+        system: Option<&'a Value>,
+    ) -> PlanInput<'a> {
+        PlanInput {
+            session,
+            subagent: false,
+            prefixes: true,
+            markers,
+            facts,
+            config,
+            system,
+            now_ms: NOW,
+        }
+    }
+
+    /// The head a first pass of `session` would have cached.
+    fn cached(session: &SessionRow, facts: &InputFacts, config: &TransformConfig) -> HeadRow {
+        let markers = Markers::default();
+        let first = plan(&input(session, facts, config, &markers, None), None);
+        HeadRow {
+            m0: "<session-history></session-history>".into(),
+            render_key: first.render_key,
+            model_key: facts.model_key.clone(),
+            materialized_ms: NOW - 60_000,
+            ..HeadRow::default()
+        }
+    }
+
+    #[test]
+    fn a_session_without_a_head_materializes_it_first() {
+        let (session, facts, config) = (session(), facts(20.0), TransformConfig::default());
+        let markers = Markers::default();
+        let plan = plan(&input(&session, &facts, &config, &markers, None), None);
+        assert_eq!(plan.schedule.decision, Decision::Execute);
+        assert_eq!(plan.schedule.reason, "first_render");
+        assert_eq!(
+            plan.head,
+            HeadPlan::Materialize {
+                reason: "first_render",
+                old: None
+            }
+        );
+        assert!(plan.mutations.is_some());
+    }
+
+    #[test]
+    fn a_warm_cache_below_the_threshold_replays_and_mutates_nothing() {
+        let (session, facts, config) = (session(), facts(20.0), TransformConfig::default());
+        let cache = cached(&session, &facts, &config);
+        let markers = Markers::default();
+        let plan = plan(
+            &input(&session, &facts, &config, &markers, None),
+            Some(cache.clone()),
+        );
+        assert_eq!(plan.schedule.decision, Decision::Defer);
+        assert_eq!(plan.head, HeadPlan::Replay(cache));
+        assert_eq!(plan.mutations, None);
+        assert!(!plan.render_outdated);
+    }
+
+    #[test]
+    fn at_the_threshold_m1_is_refreshed_and_heuristics_wait_for_a_new_turn() {
+        let (session, facts, config) = (session(), facts(70.0), TransformConfig::default());
+        let cache = cached(&session, &facts, &config);
+        let markers = Markers::default();
+        let plan = plan(
+            &input(&session, &facts, &config, &markers, None),
+            Some(cache.clone()),
+        );
+        assert_eq!(plan.schedule.decision, Decision::Execute);
+        assert_eq!(plan.head, HeadPlan::Refresh(cache));
+        // Same user turn as the last heuristics run; relief drops at the threshold.
+        assert_eq!(
+            plan.mutations,
+            Some(Mutations {
+                emergency_sample: Some(70_000),
+                heuristics: false
+            })
+        );
+    }
+
+    #[test]
+    fn new_render_rules_rebuild_the_head_once_declared() {
+        let (mut session, facts, config) = (session(), facts(20.0), TransformConfig::default());
+        let cache = cached(&session, &facts, &config);
+        session.render_version = RENDER_VERSION - 1;
+        let markers = Markers::default();
+        let plan = plan(
+            &input(&session, &facts, &config, &markers, None),
+            Some(cache.clone()),
+        );
+        assert!(plan.render_outdated);
+        assert_eq!(plan.schedule.reason, "render_version");
+        assert_eq!(
+            plan.head,
+            HeadPlan::Materialize {
+                reason: "render_version",
+                old: Some(cache)
+            }
+        );
+        // A subagent has no head, yet its bytes change too: an execute all the same.
+        let sub = PlanInput {
+            subagent: true,
+            ..input(&session, &facts, &config, &markers, None)
+        };
+        let plan = super::plan(&sub, None);
+        assert_eq!(plan.head, HeadPlan::Off);
+        assert_eq!(plan.schedule.decision, Decision::Execute);
+        assert_eq!(plan.schedule.reason, "render_version");
+    }
+
+    #[test]
+    fn the_emergency_drop_runs_once_per_sample_unless_an_overflow_came_back() {
+        let (mut session, mut facts, config) = (session(), facts(96.0), TransformConfig::default());
+        let cache = cached(&session, &facts, &config);
+        let markers = Markers::default();
+        session.last_emergency_sample = Some(96_000);
+        let latched = plan(
+            &input(&session, &facts, &config, &markers, None),
+            Some(cache.clone()),
+        );
+        assert!(latched.schedule.force_band);
+        assert_eq!(latched.mutations.unwrap().emergency_sample, None);
+        facts.overflow = Some(overflow::Pending {
+            since_ms: NOW - 10,
+            tokens: Some(96_000),
+        });
+        let again = plan(
+            &input(&session, &facts, &config, &markers, None),
+            Some(cache),
+        );
+        assert_eq!(again.schedule.reason, "overflow");
+        assert_eq!(again.mutations.unwrap().emergency_sample, Some(96_000));
+    }
+
+    #[test]
+    fn the_date_moves_only_on_a_busting_pass() {
+        let mut session = session();
+        session.today_line = Some("Today's date: Mon Nov 30 2026".into());
+        let config = TransformConfig::default();
+        let system = json!(["You are an agent.\nToday's date: Tue Dec 01 2026"]);
+        let markers = Markers::default();
+        let calm = facts(20.0);
+        let cache = cached(&session, &calm, &config);
+        // The cached head was built with the system prompt as it stood then.
+        let guidance = system::guidance_for(&config, false, true);
+        let then = system::render(&system, guidance.as_deref(), session.today_line.as_deref());
+        let cache = HeadRow {
+            system_hash: Some(system::hash(&then)),
+            ..cache
+        };
+        let defer = plan(
+            &input(&session, &calm, &config, &markers, Some(&system)),
+            Some(cache.clone()),
+        );
+        assert_eq!(
+            defer.schedule.decision,
+            Decision::Defer,
+            "{:?}",
+            defer.schedule
+        );
+        assert!(
+            defer
+                .system
+                .unwrap()
+                .to_string()
+                .contains("Mon Nov 30 2026")
+        );
+        assert_eq!(
+            defer.today_line.as_deref(),
+            Some("Today's date: Mon Nov 30 2026")
+        );
+        let busy = facts(70.0);
+        let execute = plan(
+            &input(&session, &busy, &config, &markers, Some(&system)),
+            Some(cache),
+        );
+        assert_eq!(execute.schedule.decision, Decision::Execute);
+        assert!(
+            execute
+                .system
+                .unwrap()
+                .to_string()
+                .contains("Tue Dec 01 2026")
+        );
+        assert_eq!(
+            execute.today_line.as_deref(),
+            Some("Today's date: Tue Dec 01 2026")
+        );
+    }
 }

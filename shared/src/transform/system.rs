@@ -5,7 +5,6 @@
 //! pass. OpenCode hands it to a hook of its own that runs after the messages
 //! hook; [`system_hook`] serves that one from the session's stored state.
 
-use rusqlite::params;
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -119,11 +118,7 @@ pub fn system_hook(
         };
         let seen = today_line(&request.system);
         if seen.is_some() && (seen != session.seen_today_line || session.today_line.is_none()) {
-            tx.prepare_cached(
-                "UPDATE sessions SET seen_today_line = ?2, today_line = coalesce(today_line, ?2)
-                 WHERE id = ?1",
-            )?
-            .execute(params![session.id, seen])?;
+            sessions::record_seen_today(tx, session.id, seen.as_deref())?;
         }
         let prefixes = session.reduce_callable.unwrap_or(true);
         let guidance = guidance_for(config, session.is_subagent, prefixes);
