@@ -9,7 +9,7 @@ use rusqlite::{Transaction, params};
 use serde_json::Value;
 
 use crate::codec::opencode::{decode_all, encode_all};
-use crate::codec::{Message, PartKind, Role};
+use crate::codec::{Message, Part, PartKind, Role};
 use crate::config::TransformConfig;
 use crate::error::Result;
 use crate::history::head::PinnedText;
@@ -955,7 +955,7 @@ fn nudges(
         }
         let is_pinned = message.id().is_some_and(|id| pinned.contains(id));
         for &i in parts.iter().flatten() {
-            let tag = &tags[i];
+            let Some(tag) = tags.get(i) else { continue };
             if tag.dropped.is_some() || !seen.insert(tag.number) {
                 continue;
             }
@@ -980,7 +980,7 @@ fn nudges(
         .max_by_key(|(_, t)| t.number)
         .map(|(i, _)| i);
     let level = nudge::channel1_level(total, reducible);
-    if let Some(i) = newest_new_tool
+    if let Some(tag) = newest_new_tool.and_then(|i| tags.get_mut(i))
         && nudge::channel1_fires(
             level,
             session.nudge1_level,
@@ -990,8 +990,8 @@ fn nudges(
         )
     {
         let text = nudge::channel1_text(level, reducible, &oldest);
-        tags::set_nudge(tx, session.id, tags[i].number, &text)?;
-        tags[i].nudge = Some(text);
+        tags::set_nudge(tx, session.id, tag.number, &text)?;
+        tag.nudge = Some(text);
         session.nudge1_level = i64::from(level);
         session.nudge1_reducible = reducible as i64;
     }
@@ -1147,21 +1147,35 @@ impl Mutation<'_, '_> {
         self.positions.get(&tag_index).copied()
     }
 
+    /// A tag of this pass by index (the indices come from `bindings`).
+    fn tag(&self, index: usize) -> Option<&TagRow> {
+        self.tags.get(index)
+    }
+
+    fn part_at(&self, (message, part): (usize, usize)) -> Option<&Part> {
+        self.messages.get(message)?.parts.get(part)
+    }
+
+    /// The message is still on the wire (not covered by the head).
+    fn on_wire(&self, message: usize) -> bool {
+        self.visible.get(message).copied().unwrap_or(false)
+    }
+
     fn is_pinned(&self, tag_index: usize) -> bool {
         self.position_of(tag_index)
-            .and_then(|(m, _)| self.messages[m].id())
+            .and_then(|(m, _)| self.messages.get(m)?.id())
             .is_some_and(|id| self.pinned.contains(id))
     }
 
     /// Visible on the wire, closed if a tool call, and not pinned: dropping it reclaims bytes now.
     fn reclaimable(&self, tag_index: usize) -> bool {
-        let Some((m, p)) = self.position_of(tag_index) else {
+        let (Some(position), Some(tag)) = (self.position_of(tag_index), self.tag(tag_index)) else {
             return false;
         };
-        self.visible[m]
+        self.on_wire(position.0)
             && !self.is_pinned(tag_index)
-            && (self.tags[tag_index].kind != TagKind::Tool
-                || self.messages[m].parts[p].tool_is_closed())
+            && (tag.kind != TagKind::Tool
+                || self.part_at(position).is_some_and(Part::tool_is_closed))
     }
 
     fn protected_floor(&self) -> Result<Option<i64>> {
@@ -1188,10 +1202,12 @@ impl Mutation<'_, '_> {
         };
         tags::mark_dropped(self.tx, self.session, number, mode, cause, self.now_ms)?;
         if let Some(index) = visible {
-            self.tags[index].dropped = Some(mode);
+            if let Some(tag) = self.tags.get_mut(index) {
+                tag.dropped = Some(mode);
+            }
             if self
                 .position_of(index)
-                .is_some_and(|(m, _)| self.visible[m])
+                .is_some_and(|(m, _)| self.on_wire(m))
             {
                 *self.visible_change = true;
             }
@@ -1223,8 +1239,12 @@ impl Mutation<'_, '_> {
                 .collect::<Vec<_>>(),
         )?;
         for number in pending {
-            let (kind, dropped, index) = match visible.get(&number) {
-                Some(&i) => (self.tags[i].kind, self.tags[i].dropped.is_some(), Some(i)),
+            let here = visible
+                .get(&number)
+                .and_then(|&i| Some((i, self.tag(i)?)))
+                .map(|(i, t)| (t.kind, t.dropped.is_some(), Some(i)));
+            let (kind, dropped, index) = match here {
+                Some(found) => found,
                 None => match stored.iter().find(|t| t.number == number) {
                     Some(t) => (t.kind, t.dropped.is_some(), None),
                     None => {
@@ -1245,8 +1265,8 @@ impl Mutation<'_, '_> {
                     continue; // pinned: never dropped while pinned
                 }
                 if kind == TagKind::Tool
-                    && let Some((m, p)) = self.position_of(i)
-                    && !self.messages[m].parts[p].tool_is_closed()
+                    && let Some(position) = self.position_of(i)
+                    && !self.part_at(position).is_some_and(Part::tool_is_closed)
                 {
                     continue; // an open arc is never dropped
                 }
@@ -1266,9 +1286,8 @@ impl Mutation<'_, '_> {
             return Ok(None);
         }
         let ages = age_tags(self.tags, self.bindings);
-        for (index, message) in self.messages.iter().enumerate() {
-            let age = ages[index];
-            if age <= old || age > cutoff || keep[index] {
+        for (index, (message, &age)) in self.messages.iter().zip(&ages).enumerate() {
+            if age <= old || age > cutoff || keep.get(index).copied().unwrap_or(false) {
                 continue;
             }
             if !message.parts.iter().any(|p| p.kind == PartKind::Reasoning) {
@@ -1277,9 +1296,11 @@ impl Mutation<'_, '_> {
             match message.id() {
                 Some(id) if self.pinned.contains(id) => {
                     messages::set_keep_reasoning(self.tx, self.session, id)?;
-                    keep[index] = true;
+                    if let Some(kept) = keep.get_mut(index) {
+                        *kept = true;
+                    }
                 }
-                _ if self.visible[index] => *self.visible_change = true,
+                _ if self.on_wire(index) => *self.visible_change = true,
                 _ => {}
             }
         }
@@ -1294,7 +1315,7 @@ impl Mutation<'_, '_> {
         let tools = self.visible_tools();
         let exempt = self.exempt_tools(&tools);
         for index in tools {
-            let tag = &self.tags[index];
+            let Some(tag) = self.tag(index) else { continue };
             if tag.dropped.is_some()
                 || tag.number > watermark
                 || floor.is_some_and(|f| tag.number >= f)
@@ -1318,28 +1339,32 @@ impl Mutation<'_, '_> {
             .flatten()
             .flatten()
             .copied()
-            .filter(|&i| self.tags[i].kind == TagKind::Tool)
+            .filter(|&i| self.tag(i).is_some_and(|t| t.kind == TagKind::Tool))
             .collect();
-        v.sort_by_key(|&i| self.tags[i].number);
+        v.sort_by_key(|&i| self.tag(i).map_or(0, |t| t.number));
         v.dedup();
         v
     }
 
     /// The newest todowrite and the newest few ctx_reduce results stay.
     fn exempt_tools(&self, tools: &[usize]) -> Vec<i64> {
-        let named =
-            |i: &usize, f: &dyn Fn(&str) -> bool| self.tags[*i].tool_name.as_deref().is_some_and(f);
+        let tagged: Vec<&TagRow> = tools.iter().filter_map(|&i| self.tag(i)).collect();
+        let named = |t: &&&TagRow, f: &dyn Fn(&str) -> bool| t.tool_name.as_deref().is_some_and(f);
         let mut exempt: Vec<i64> = Vec::new();
-        if let Some(&i) = tools.iter().rev().find(|i| named(i, &|n| n == "todowrite")) {
-            exempt.push(self.tags[i].number);
+        if let Some(t) = tagged
+            .iter()
+            .rev()
+            .find(|t| named(t, &|n| n == "todowrite"))
+        {
+            exempt.push(t.number);
         }
         exempt.extend(
-            tools
+            tagged
                 .iter()
                 .rev()
-                .filter(|i| named(i, &|n| n == "ctx_reduce" || n.ends_with("_ctx_reduce")))
+                .filter(|t| named(t, &|n| n == "ctx_reduce" || n.ends_with("_ctx_reduce")))
                 .take(CTX_REDUCE_KEEP)
-                .map(|&i| self.tags[i].number),
+                .map(|t| t.number),
         );
         exempt
     }
@@ -1366,22 +1391,23 @@ impl Mutation<'_, '_> {
         let exempt = self.exempt_tools(&tools);
         let candidates: Vec<emergency::Candidate> = tools
             .iter()
-            .copied()
-            .filter(|&i| {
-                let t = &self.tags[i];
+            .filter_map(|&i| Some((i, self.tag(i)?)))
+            .filter(|&(i, t)| {
                 t.dropped.is_none()
                     && floor.is_none_or(|f| t.number < f)
                     && !exempt.contains(&t.number)
                     && self.reclaimable(i)
             })
-            .map(|i| emergency::Candidate {
-                number: self.tags[i].number,
-                tool_name: self.tags[i].tool_name.clone(),
-                reclaim: (self.tags[i].bytes.max(0) as u64).div_ceil(4),
+            .map(|(_, t)| emergency::Candidate {
+                number: t.number,
+                tool_name: t.tool_name.clone(),
+                reclaim: (t.bytes.max(0) as u64).div_ceil(4),
             })
             .collect();
-        let index_of: HashMap<i64, usize> =
-            tools.iter().map(|&i| (self.tags[i].number, i)).collect();
+        let index_of: HashMap<i64, usize> = tools
+            .iter()
+            .filter_map(|&i| Some((self.tag(i)?.number, i)))
+            .collect();
         for number in emergency::plan(&candidates, needed) {
             self.drop_tag(
                 number,
@@ -1397,28 +1423,35 @@ impl Mutation<'_, '_> {
     fn caveman(&mut self) -> Result<()> {
         let floor = self.protected_floor()?;
         let min = i64::from(self.config.caveman_min_chars);
-        let mut eligible: Vec<usize> = (0..self.tags.len())
-            .filter(|&i| {
-                let t = &self.tags[i];
+        let mut eligible: Vec<(i64, usize)> = self
+            .tags
+            .iter()
+            .enumerate()
+            .filter(|&(i, t)| {
                 t.kind == TagKind::Message
                     && t.dropped.is_none()
                     && floor.is_none_or(|f| t.number < f)
-                    && self.position_of(i).is_some_and(|(m, p)| {
-                        self.visible[m]
-                            && self.messages[m].parts[p]
-                                .text()
+                    && self.position_of(i).is_some_and(|position| {
+                        self.on_wire(position.0)
+                            && self
+                                .part_at(position)
+                                .and_then(Part::text)
                                 .is_some_and(|s| s.len() as i64 >= min)
                     })
                     && !self.is_pinned(i)
             })
+            .map(|(i, t)| (t.number, i))
             .collect();
-        eligible.sort_by_key(|&i| self.tags[i].number);
+        eligible.sort_unstable();
         let count = eligible.len();
-        for (position, index) in eligible.into_iter().enumerate() {
+        for (position, (number, index)) in eligible.into_iter().enumerate() {
             let depth = caveman::depth_for(position, count);
-            if depth > self.tags[index].caveman_depth {
-                tags::set_caveman_depth(self.tx, self.session, self.tags[index].number, depth)?;
-                self.tags[index].caveman_depth = depth;
+            let Some(tag) = self.tags.get_mut(index) else {
+                continue;
+            };
+            if depth > tag.caveman_depth {
+                tag.caveman_depth = depth;
+                tags::set_caveman_depth(self.tx, self.session, number, depth)?;
                 *self.visible_change = true;
             }
         }
