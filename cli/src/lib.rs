@@ -183,6 +183,17 @@ pub fn working_dir() -> Option<PathBuf> {
     std::env::current_dir().ok()
 }
 
+/// The proxy variables (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`,
+/// either case) of this process, for the clients mc-core builds.
+pub fn proxy_env() -> mc_core::llm::ProxyEnv {
+    mc_core::llm::ProxyEnv::from_lookup(&|name| std::env::var(name).ok())
+}
+
+/// A client for the OpenCode server at `url`, with this process's proxies.
+pub fn opencode(url: &str) -> mc_core::opencode_api::OpenCode {
+    mc_core::opencode_api::OpenCode::new(url).with_proxies(&proxy_env())
+}
+
 /// The environment values path resolution reads, from this process.
 pub fn env_paths() -> EnvPaths {
     EnvPaths::from_lookup(&|name| std::env::var_os(name), working_dir())

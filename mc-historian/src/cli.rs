@@ -14,8 +14,7 @@ use mc_cli::{Failure, GlobalArgs, Wait, write_json};
 use mc_core::codec::claude;
 use mc_core::config::Config;
 use mc_core::historian::{self, Input, RunParams, RunStatus, Settings};
-use mc_core::llm::{self, Client, ProxyEnv};
-use mc_core::opencode_api::OpenCode;
+use mc_core::llm::{self, Client};
 use mc_core::store::Store;
 use mc_core::transform::Envelope;
 
@@ -198,7 +197,7 @@ fn from_transcript(path: &Path, source: &Source, max_bytes: u64) -> Result<Loade
 fn from_opencode(url: &str, source: &Source) -> Result<Loaded, Failure> {
     let session = source.session.as_deref().expect("clap requires --session");
     let client =
-        OpenCode::new(url).with_directory(source.project_dir.as_deref().and_then(Path::to_str));
+        mc_cli::opencode(url).with_directory(source.project_dir.as_deref().and_then(Path::to_str));
     let messages = client
         .list_messages(session)
         .with_context(|| format!("fetching session {session} from {url}"))?;
@@ -262,7 +261,7 @@ fn client(config: &Config) -> Result<Client, llm::LlmError> {
             keys.insert(model.provider, key.trim().to_string());
         }
     }
-    let proxy = ProxyEnv::from_lookup(&|name| std::env::var(name).ok());
+    let proxy = mc_cli::proxy_env();
     let options = llm::Options::from_config(&config.historian, proxy);
     Client::new(&config.providers, &chain, &keys, options)
 }

@@ -9,7 +9,6 @@ use serde_json::Value;
 
 use mc_cli::{Failure, GlobalArgs, now_ms, write_json};
 use mc_core::config::Config;
-use mc_core::opencode_api::OpenCode;
 use mc_core::pin::{
     self, Action, Event, Harness, PinOutcome, PinRequest, RequestFields, RestoreReport, Target,
     hook, local, opencode,
@@ -249,7 +248,7 @@ fn run_pins(args: &Args, action: Action, flags: &TargetArgs) -> Result<(), Failu
     let cwd = mc_cli::working_dir();
     let outcome: PinOutcome = match url {
         Some(url) => {
-            let api = OpenCode::new(&url).with_directory(directory.as_deref());
+            let api = mc_cli::opencode(&url).with_directory(directory.as_deref());
             opencode::run(
                 &mut store,
                 &api,
@@ -328,7 +327,7 @@ fn restore(args: &Args, flags: &RestoreArgs, harness: Option<Harness>) -> Result
                         "restoring after an OpenCode compaction needs the server: pass --opencode-url or set OPENCODE_URL"
                     ))
                 })?;
-            let mut api = OpenCode::new(&url);
+            let mut api = mc_cli::opencode(&url);
             if flags.directory.is_some() {
                 api = api.with_directory(flags.directory.as_deref());
             }

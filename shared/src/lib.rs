@@ -5,6 +5,10 @@
 //! values, so everything here can be driven by tests with a fixed clock and a
 //! temporary database.
 
+// The I/O rule, enforced: no printing here (and `clippy.toml` refuses the
+// environment, stdin/stdout and ureq's environment-reading defaults).
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
+
 pub mod codec;
 pub mod config;
 pub mod domain;

@@ -74,6 +74,10 @@ fn property<S: Strategy>(
     test: impl Fn(S::Value) -> Result<(), TestCaseError>,
 ) {
     // A soak run multiplies every count: MC_NEVER_PANICS_SCALE=20 cargo test …
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the soak switch is the test's own"
+    )]
     let scale = std::env::var("MC_NEVER_PANICS_SCALE")
         .ok()
         .and_then(|s| s.parse::<u32>().ok())

@@ -13,6 +13,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::llm::ProxyEnv;
+use crate::llm::http::proxy_for;
 
 /// The overall time one request may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -27,13 +29,14 @@ const ERROR_BODY_CHARS: usize = 600;
 pub struct OpenCode {
     base: String,
     directory: Option<String>,
+    proxy: Option<ureq::Proxy>,
     timeout: Duration,
     agent: ureq::Agent,
 }
 
 impl OpenCode {
     /// A client for the server at `base_url` (`http://127.0.0.1:4096`; a bare
-    /// `host:port` means http). Trailing slashes are ignored.
+    /// `host:port` means http), through no proxy. Trailing slashes are ignored.
     pub fn new(base_url: &str) -> Self {
         let trimmed = base_url.trim().trim_end_matches('/');
         let base = if trimmed.contains("://") {
@@ -41,25 +44,34 @@ impl OpenCode {
         } else {
             format!("http://{trimmed}")
         };
-        let agent = build_agent(&base, DEFAULT_TIMEOUT);
         OpenCode {
             base,
             directory: None,
+            proxy: None,
             timeout: DEFAULT_TIMEOUT,
-            agent,
+            agent: build_agent(None, DEFAULT_TIMEOUT),
         }
+    }
+
+    /// Reach a remote server through the proxy `proxies` name for it (never a
+    /// loopback one). The caller reads the proxy variables; this crate does not.
+    pub fn with_proxies(mut self, proxies: &ProxyEnv) -> Self {
+        self.proxy = proxy_for(&self.base, proxies).and_then(|url| ureq::Proxy::new(&url).ok());
+        self.agent = build_agent(self.proxy.clone(), self.timeout);
+        self
+    }
+
+    /// A shorter overall timeout per request (tests against hostile servers).
+    #[cfg(test)]
+    pub(crate) fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self.agent = build_agent(self.proxy.clone(), timeout);
+        self
     }
 
     /// Address the instance serving `directory` (`?directory=` on every call).
     pub fn with_directory(mut self, directory: Option<&str>) -> Self {
         self.directory = directory.filter(|d| !d.is_empty()).map(str::to_string);
-        self
-    }
-
-    /// Change the overall timeout of each request.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self.agent = build_agent(&self.base, timeout);
         self
     }
 
@@ -212,35 +224,17 @@ impl OpenCode {
     }
 }
 
-fn build_agent(base: &str, timeout: Duration) -> ureq::Agent {
-    let mut config = ureq::Agent::config_builder()
+/// The agent, with its proxy set explicitly: ureq's default would read the
+/// proxy variables from the environment, which this crate never does.
+fn build_agent(proxy: Option<ureq::Proxy>, timeout: Duration) -> ureq::Agent {
+    let config = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_connect(Some(CONNECT_TIMEOUT.min(timeout)))
         .timeout_global(Some(timeout))
-        .user_agent(concat!("mc/", env!("CARGO_PKG_VERSION")));
-    if is_loopback(base) {
-        config = config.proxy(None);
-    }
-    ureq::Agent::new_with_config(config.build())
-}
-
-/// Whether the URL's host is a loopback address (`localhost`, `127.x`, `::1`).
-fn is_loopback(url: &str) -> bool {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = if let Some(v6) = host_port.strip_prefix('[') {
-        v6.split(']').next().unwrap_or("")
-    } else {
-        host_port.split(':').next().unwrap_or("")
-    };
-    let host = host.to_ascii_lowercase();
-    host == "localhost"
-        || host.ends_with(".localhost")
-        || host == "::1"
-        || host
-            .parse::<std::net::Ipv4Addr>()
-            .is_ok_and(|ip| ip.is_loopback())
+        .user_agent(concat!("mc/", env!("CARGO_PKG_VERSION")))
+        .proxy(proxy)
+        .build();
+    ureq::Agent::new_with_config(config)
 }
 
 /// Percent-encode everything but RFC 3986 unreserved characters.
@@ -307,21 +301,25 @@ mod tests {
     }
 
     #[test]
-    fn loopback_hosts_are_recognised() {
+    fn only_remote_servers_go_through_the_proxy() {
+        let proxies = ProxyEnv {
+            all: Some("http://proxy.example:3128".into()),
+            ..ProxyEnv::default()
+        };
         for url in [
             "http://127.0.0.1:4096",
             "http://localhost:4096/x",
             "http://[::1]:4096",
             "http://user:pw@127.0.0.2",
         ] {
-            assert!(is_loopback(url), "{url}");
+            assert_eq!(proxy_for(url, &proxies), None, "{url}");
         }
         for url in [
             "http://10.0.0.1:4096",
             "https://oc.example.com",
             "http://localhost.evil.com",
         ] {
-            assert!(!is_loopback(url), "{url}");
+            assert!(proxy_for(url, &proxies).is_some(), "{url}");
         }
     }
 

@@ -237,7 +237,7 @@ fn host_of(url: &str) -> Option<(String, bool)> {
 /// The proxy URL to use for `url`, if any: never for loopback hosts or hosts
 /// `NO_PROXY` names (`*`, `host`, `.domain`, `*.domain`; a bare domain also
 /// covers its subdomains, as curl does).
-pub(super) fn proxy_for(url: &str, env: &ProxyEnv) -> Option<String> {
+pub(crate) fn proxy_for(url: &str, env: &ProxyEnv) -> Option<String> {
     let (host, https) = host_of(url)?;
     let loopback = host == "localhost"
         || host.ends_with(".localhost")

@@ -21,7 +21,7 @@
 
 mod anthropic;
 mod command;
-mod http;
+pub(crate) mod http;
 mod openai;
 
 use std::collections::BTreeMap;
