@@ -57,7 +57,7 @@ pub fn db_path(flag: Option<&Path>, env: &EnvPaths) -> Result<PathBuf> {
 
 /// The folder whose `.mc/config.jsonc` is the project tier: the nearest
 /// ancestor holding `.git`, else the folder itself.
-pub fn project_root(dir: &Path) -> PathBuf {
+fn project_root(dir: &Path) -> PathBuf {
     dir.ancestors()
         .find(|d| d.join(".git").exists())
         .unwrap_or(dir)

@@ -39,7 +39,7 @@ impl ProviderKind {
     }
 
     /// The base URL used when a provider of this kind names none.
-    pub fn default_base_url(self) -> Option<&'static str> {
+    fn default_base_url(self) -> Option<&'static str> {
         match self {
             ProviderKind::Anthropic => Some("https://api.anthropic.com"),
             ProviderKind::Openai => Some("https://api.openai.com/v1"),

@@ -12,7 +12,7 @@ use crate::error::Result;
 use super::sessions::SessionRow;
 
 /// Ordinals of the known messages from `from_ordinal` on.
-pub fn load_message_ordinals(
+fn load_message_ordinals(
     conn: &Connection,
     session: i64,
     from_ordinal: i64,
@@ -34,7 +34,7 @@ pub fn set_keep_reasoning(conn: &Connection, session: i64, message_id: &str) -> 
     Ok(())
 }
 
-pub fn message_ordinal(
+fn message_ordinal(
     conn: &Connection,
     session: i64,
     message_id: &str,

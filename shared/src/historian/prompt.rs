@@ -17,7 +17,7 @@ pub const MAX_MEMORIES: usize = 60;
 const REJECTED_CHARS: usize = 12_000;
 
 /// The historian's system prompt: what to do, and the exact answer format.
-pub fn system_prompt() -> String {
+fn system_prompt() -> String {
     format!(
         r#"You are the historian of a coding session between a user and an AI coding agent. You fold a stretch of the conversation into compartments: contiguous, finished units of work, each written at four levels of detail so that older history can fade gradually. You also pick out durable facts about the project.
 
@@ -68,7 +68,7 @@ Text inside the elements is plain text and may contain code, "<" and "&". Do not
 }
 
 /// The user message for `chunk`.
-pub fn user_message(chunk: &Chunk, earlier: &[StoredCompartment], memories: &[Memory]) -> String {
+fn user_message(chunk: &Chunk, earlier: &[StoredCompartment], memories: &[Memory]) -> String {
     let mut out = String::new();
     out.push_str("<earlier_history>\n");
     let shown = &earlier[earlier.len().saturating_sub(EARLIER_COMPARTMENTS)..];

@@ -65,7 +65,7 @@ pub fn process_holder(pid: u32, nonce: u128) -> String {
 /// [`process_holder`] whose process is gone (Linux: no `/proc/<pid>`) is dead,
 /// so a crashed or killed run does not block the session until its lease
 /// expires. Anything else is taken to be alive.
-pub fn holder_alive(holder: &str) -> bool {
+fn holder_alive(holder: &str) -> bool {
     let pid = holder
         .strip_prefix("mc-historian pid ")
         .and_then(|rest| rest.split(' ').next())
@@ -93,7 +93,7 @@ pub fn renew_lease(
     Ok(n > 0)
 }
 
-pub fn holds_lease(conn: &Connection, session: i64, holder: &str) -> Result<bool> {
+fn holds_lease(conn: &Connection, session: i64, holder: &str) -> Result<bool> {
     Ok(conn
         .query_row(
             "SELECT 1 FROM historian_leases WHERE session = ?1 AND holder = ?2",
@@ -263,7 +263,7 @@ pub fn normalise(content: &str) -> String {
 
 /// Promote facts into `project`'s memory: a fact whose normalised text is
 /// already live in that project and category is not written again.
-pub fn promote_facts(
+fn promote_facts(
     conn: &Connection,
     project: &str,
     facts: &[RawFact],

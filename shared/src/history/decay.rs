@@ -94,20 +94,8 @@ impl Tier {
         }
     }
 
-    /// Inverse of [`Tier::number`].
-    pub fn from_number(number: u8) -> Option<Tier> {
-        match number {
-            1 => Some(Tier::P1),
-            2 => Some(Tier::P2),
-            3 => Some(Tier::P3),
-            4 => Some(Tier::P4),
-            5 => Some(Tier::Archived),
-            _ => None,
-        }
-    }
-
     /// One step sparser; archived stays archived.
-    pub fn demoted(self) -> Tier {
+    fn demoted(self) -> Tier {
         match self {
             Tier::P1 => Tier::P2,
             Tier::P2 => Tier::P3,
@@ -117,7 +105,7 @@ impl Tier {
     }
 
     /// Whether the compartment renders as nothing.
-    pub fn is_archived(self) -> bool {
+    fn is_archived(self) -> bool {
         self == Tier::Archived
     }
 
@@ -141,7 +129,7 @@ impl Tier {
 /// Half-life in compartments: `H50 · 2^((clamp(I, 1, 100) − 50) / D) / max(p, 0.10)`.
 ///
 /// A NaN pressure counts as the floor.
-pub fn half_life(importance: i64, pressure: f64) -> f64 {
+fn half_life(importance: i64, pressure: f64) -> f64 {
     let importance = importance.clamp(MIN_IMPORTANCE, MAX_IMPORTANCE) as f64;
     let factor = ((importance - 50.0) / D).exp2();
     H50 * factor / pressure.max(MIN_PRESSURE)
@@ -151,7 +139,7 @@ pub fn half_life(importance: i64, pressure: f64) -> f64 {
 ///
 /// `z = (index − 1) / H`; the newest compartment is always P1 (an index of 0 is
 /// treated as 1). `z ≥ 2.587` (or a non-finite `z`) archives.
-pub fn tier_at(index_from_newest: usize, importance: i64, pressure: f64) -> Tier {
+fn tier_at(index_from_newest: usize, importance: i64, pressure: f64) -> Tier {
     let age = index_from_newest.saturating_sub(1);
     if age == 0 {
         return Tier::P1;
@@ -612,10 +600,7 @@ mod tests {
     fn tier_numbers_round_trip() {
         for (i, tier) in Tier::ALL.into_iter().enumerate() {
             assert_eq!(usize::from(tier.number()), i + 1);
-            assert_eq!(Tier::from_number(tier.number()), Some(tier));
         }
-        assert_eq!(Tier::from_number(0), None);
-        assert_eq!(Tier::from_number(6), None);
         assert_eq!(Tier::P4.demoted(), Tier::Archived);
         assert_eq!(Tier::Archived.demoted(), Tier::Archived);
     }

@@ -19,7 +19,7 @@ pub const CATEGORIES: [&str; 5] = [
     "NAMING",
 ];
 
-pub fn check_category(category: &str) -> Result<&'static str> {
+fn check_category(category: &str) -> Result<&'static str> {
     CATEGORIES
         .iter()
         .find(|c| **c == category)
@@ -138,7 +138,7 @@ pub fn delete_compartment(
     Ok(n > 0)
 }
 
-pub fn record_compartment_edit(
+fn record_compartment_edit(
     conn: &Connection,
     session: i64,
     kind: &str,
@@ -247,24 +247,6 @@ pub fn update_memory(conn: &Connection, id: i64, content: &str, now_ms: i64) -> 
         Some(content.trim()),
         now_ms,
     )
-}
-
-pub fn archive_memory(conn: &Connection, id: i64, now_ms: i64) -> Result<()> {
-    let project = memory_project(conn, id)?;
-    conn.execute(
-        "UPDATE memories SET status = 'archived', updated_ms = ?2 WHERE id = ?1",
-        params![id, now_ms],
-    )?;
-    log_mutation(conn, &project, "archive", id, None, None, now_ms)
-}
-
-pub fn supersede_memory(conn: &Connection, id: i64, by: i64, now_ms: i64) -> Result<()> {
-    let project = memory_project(conn, id)?;
-    conn.execute(
-        "UPDATE memories SET status = 'superseded', superseded_by = ?2, updated_ms = ?3 WHERE id = ?1",
-        params![id, by, now_ms],
-    )?;
-    log_mutation(conn, &project, "superseded", id, Some(by), None, now_ms)
 }
 
 /// An edit from outside any session (a dashboard, a migration): every cached

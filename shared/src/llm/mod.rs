@@ -128,7 +128,7 @@ impl LlmError {
     }
 
     /// Worth trying the next model of the chain.
-    pub fn falls_back(&self) -> bool {
+    fn falls_back(&self) -> bool {
         self.is_retryable() || matches!(self.kind, ErrorKind::Timeout | ErrorKind::Unavailable)
     }
 }

@@ -43,16 +43,6 @@ pub enum Event {
     },
 }
 
-impl Event {
-    /// Whether the input came from a command hook (stdout is the harness's).
-    pub fn is_hook(&self) -> bool {
-        matches!(
-            self,
-            Event::SessionStartCompact(_) | Event::OtherHook { .. }
-        )
-    }
-}
-
 /// Tell what `value` is. Not an object, an object that is neither an event nor
 /// a hook input, or a compaction without its session id: an input error.
 pub fn classify(value: &Value) -> Result<Event> {
@@ -192,7 +182,6 @@ mod tests {
                 event: "SessionStart:startup".into()
             }
         );
-        assert!(e.is_hook());
         let stop = json!({"session_id": "s", "hook_event_name": "Stop", "stop_hook_active": false});
         assert!(matches!(classify(&stop).unwrap(), Event::OtherHook { event } if event == "Stop"));
     }

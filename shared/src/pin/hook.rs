@@ -47,7 +47,7 @@ impl Compaction {
     /// first mark the transcript gets, so restorers that read it a moment
     /// apart agree), else the summary's parent, else the summary's, else the
     /// cursor (`at:<now>`).
-    pub fn claim_key(&self) -> &str {
+    fn claim_key(&self) -> &str {
         self.marks
             .last()
             .map_or(self.cursor.as_str(), String::as_str)
@@ -112,7 +112,7 @@ pub fn already_restored(stored: &str, compaction: &Compaction) -> bool {
 /// Whether a claim is about `compaction`: the cursor rule says so (it names
 /// one of its marks, or a time no earlier than it), or one side saw no mark
 /// and the claim is less than [`UNMARKED_WINDOW_MS`] old.
-pub fn same_compaction(row: &claim::Row, compaction: &Compaction, now_ms: i64) -> bool {
+fn same_compaction(row: &claim::Row, compaction: &Compaction, now_ms: i64) -> bool {
     let unmarked = compaction.marks.is_empty() || row.compaction.starts_with("at:");
     already_restored(&row.compaction, compaction)
         || (unmarked && now_ms.saturating_sub(row.claimed_ms) < UNMARKED_WINDOW_MS)

@@ -166,7 +166,7 @@ impl Transcript {
     }
 
     /// The message a line uuid belongs to (a reply spans several lines).
-    pub fn message_of(&self, uuid: &str) -> Option<&GroupedMessage> {
+    fn message_of(&self, uuid: &str) -> Option<&GroupedMessage> {
         self.messages
             .iter()
             .find(|m| m.uuids.iter().any(|u| u == uuid))

@@ -122,7 +122,7 @@ fn render(pins: &[PinnedText], omitted: &[String], cut_note: Option<&str>) -> St
 /// Length as JavaScript counts it (UTF-16 code units): never less than the
 /// number of characters, so a text within the limit by this measure is within
 /// it by either.
-pub fn js_len(text: &str) -> usize {
+fn js_len(text: &str) -> usize {
     text.encode_utf16().count()
 }
 

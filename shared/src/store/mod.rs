@@ -148,7 +148,7 @@ impl Store {
         Ok(())
     }
 
-    pub fn schema_version(&self) -> Result<i64> {
+    fn schema_version(&self) -> Result<i64> {
         Ok(self
             .conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))?)

@@ -67,7 +67,7 @@ const MATCHERS: &[Matcher] = &[
 /// `error` is what the harness has: the provider's message, its JSON body,
 /// or the harness's error object (OpenCode's `{name, data: {message,
 /// responseBody}}`); strings holding JSON are read too. Pure.
-pub fn recognise(error: &Value) -> Option<Overflow> {
+fn recognise(error: &Value) -> Option<Overflow> {
     let mut texts = Vec::new();
     collect_texts(error, 0, &mut texts);
     let lowered: Vec<String> = texts.iter().map(|t| t.to_ascii_lowercase()).collect();

@@ -7,7 +7,7 @@ use crate::codec::{Message, Role};
 const MIN_GAP_MS: i64 = 5 * 60 * 1000;
 
 /// `+Xm`, `+Xh Ym`, `+Xd Yh`, `+Xw Yd` (zero remainders dropped); `None` under five minutes.
-pub fn gap_label(gap_ms: i64) -> Option<String> {
+fn gap_label(gap_ms: i64) -> Option<String> {
     if gap_ms < MIN_GAP_MS {
         return None;
     }
