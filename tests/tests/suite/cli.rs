@@ -7,7 +7,6 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_mc-transform");
 const EXAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../examples/opencode-session.json"
@@ -30,7 +29,7 @@ impl Env {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(mc_tests::bin_path("mc-transform"));
         cmd.args(args)
             .env_remove("MC_DB")
             .env_remove("MC_CONFIG")
