@@ -168,13 +168,13 @@ impl TestEnv {
     }
 
     /// Run `bin args` with `stdin` through [`pipe`] (no deadlock on large input).
-    pub fn run(&self, bin: &str, args: &[&str], stdin: impl AsRef<[u8]>) -> Output {
-        run(&mut self.command(bin, args), stdin.as_ref())
+    pub fn run(&self, bin: &str, args: &[&str], stdin: &str) -> Output {
+        run(&mut self.command(bin, args), stdin.as_bytes())
     }
 
     /// Run `bin --db <db> args` with `stdin` through [`pipe`].
-    pub fn run_db(&self, bin: &str, args: &[&str], stdin: impl AsRef<[u8]>) -> Output {
-        run(&mut self.db_command(bin, args), stdin.as_ref())
+    pub fn run_db(&self, bin: &str, args: &[&str], stdin: &str) -> Output {
+        run(&mut self.db_command(bin, args), stdin.as_bytes())
     }
 
     /// [`TestEnv::run_db`] with a liveness guard: a process still running
@@ -183,10 +183,10 @@ impl TestEnv {
         &self,
         bin: &str,
         args: &[&str],
-        stdin: impl AsRef<[u8]>,
+        stdin: &str,
         limit: Duration,
     ) -> Output {
-        pipe_within(&mut self.db_command(bin, args), stdin.as_ref(), limit)
+        pipe_within(&mut self.db_command(bin, args), stdin.as_bytes(), limit)
             .unwrap_or_else(|e| panic!("running {bin}: {e}"))
             .unwrap_or_else(|| panic!("{bin} {args:?} was still running after {limit:?}"))
     }

@@ -14,7 +14,7 @@ use mc_core::llm::{self, Client, ErrorKind, Model, Options, Prompt, ProxyEnv};
 use mc_core::store::{Store, StoreOptions};
 use mc_tests::fake_llm::{ANY_MODEL, FakeLlm, Reply, user_text};
 use mc_tests::fake_opencode::FakeOpenCode;
-use mc_tests::{bin_path, pipe};
+use mc_tests::{TestEnv, bin_path, pipe};
 
 const NOW: i64 = 1_796_000_000_000;
 const KEY: &str = "sk-test-not-a-real-key-123";
@@ -25,29 +25,30 @@ const WORDS: usize = 300;
 // ---------------------------------------------------------------------------
 // Helpers
 
-/// A hermetic environment: temp HOME, XDG dirs and project, a fake LLM server.
+/// The sealed [`TestEnv`] (with the key the default config names), a project
+/// folder, and a fake LLM server.
 struct Env {
-    dir: tempfile::TempDir,
+    env: TestEnv,
     fake: FakeLlm,
+}
+
+impl std::ops::Deref for Env {
+    type Target = TestEnv;
+
+    fn deref(&self) -> &TestEnv {
+        &self.env
+    }
 }
 
 impl Env {
     fn new() -> Env {
         let env = Env {
-            dir: tempfile::tempdir().unwrap(),
+            env: TestEnv::new().with_var("MC_TEST_KEY", KEY),
             fake: FakeLlm::start(),
         };
         std::fs::create_dir_all(env.project()).unwrap();
         env.user_config(env.default_config());
         env
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn db(&self) -> PathBuf {
-        self.path("ctx.db")
     }
 
     fn project(&self) -> PathBuf {
@@ -67,41 +68,13 @@ impl Env {
     }
 
     fn user_config(&self, config: Value) {
-        let path = self.path("config").join("mc").join("config.jsonc");
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, format!("// test config\n{config:#}\n")).unwrap();
-    }
-
-    fn command(&self, bin: &str, args: &[&str]) -> Command {
-        let mut cmd = Command::new(bin_path(bin));
-        cmd.arg("--db").arg(self.db()).args(args);
-        for var in [
-            "MC_DB",
-            "MC_CONFIG",
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "ALL_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "all_proxy",
-        ] {
-            cmd.env_remove(var);
-        }
-        cmd.env("HOME", self.dir.path())
-            .env("XDG_DATA_HOME", self.path("data"))
-            .env("XDG_CONFIG_HOME", self.path("config"))
-            .env("MC_TEST_KEY", KEY)
-            .current_dir(self.dir.path());
-        cmd
-    }
-
-    fn run(&self, bin: &str, args: &[&str], stdin: &str) -> Output {
-        pipe(&mut self.command(bin, args), stdin.as_bytes()).unwrap()
+        self.env
+            .user_config(&format!("// test config\n{config:#}\n"));
     }
 
     /// `mc-historian ARGS` with `stdin`: its exit code, JSON and stderr.
     fn historian(&self, args: &[&str], stdin: &str) -> (i32, Value, String) {
-        let out = self.run("mc-historian", args, stdin);
+        let out = self.run_db("mc-historian", args, stdin);
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
             panic!(
@@ -113,7 +86,7 @@ impl Env {
     }
 
     fn transform(&self, args: &[&str], stdin: &str) -> Value {
-        let out = self.run("mc-transform", args, stdin);
+        let out = self.run_db("mc-transform", args, stdin);
         assert!(
             out.status.success(),
             "mc-transform {args:?}: {}",
@@ -461,7 +434,7 @@ fn write_script(path: &Path, body: &str) {
 #[test]
 fn the_command_provider_runs_a_real_program() {
     let env = Env::new();
-    let dir = env.dir.path().display().to_string();
+    let dir = env.root().display().to_string();
     let script = env.path("fake-claude");
     write_script(
         &script,
@@ -907,13 +880,7 @@ fn cc_session(cwd: &Path, turns: usize) -> Transcript {
 /// The historian with a deadline: a process that would read its input
 /// forever is killed and the test fails instead of hanging.
 fn historian_within(env: &Env, args: &[&str]) -> Output {
-    mc_tests::pipe_within(
-        &mut env.command("mc-historian", args),
-        b"",
-        Duration::from_secs(20),
-    )
-    .unwrap()
-    .unwrap_or_else(|| panic!("mc-historian {args:?} was still running after 20 s"))
+    env.run_db_within("mc-historian", args, "", Duration::from_secs(20))
 }
 
 #[cfg(unix)]
@@ -1077,7 +1044,7 @@ fn only_the_user_config_may_configure_the_historian() {
         .to_string(),
     )
     .unwrap();
-    let out = env.run(
+    let out = env.run_db(
         "mc-historian",
         &["run"],
         &env.envelope("ses_p", 30, 5_000, NOW),
@@ -1096,10 +1063,10 @@ fn only_the_user_config_may_configure_the_historian() {
         stderr.contains("mc-historian: error: no historian model: set historian.model"),
         "{stderr}"
     );
-    assert!(!env.dir.path().join("PWNED").exists());
+    assert!(!env.root().join("PWNED").exists());
     assert!(!env.project().join("PWNED").exists());
     // Bad input exits 2 too.
-    let out = env.run("mc-historian", &["run"], "not json");
+    let out = env.run_db("mc-historian", &["run"], "not json");
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).starts_with("mc-historian: error: input is not JSON")
@@ -1117,7 +1084,7 @@ fn without_a_model_a_run_fails_before_fetching_from_opencode() {
         .unwrap()
         .port();
     let url = format!("http://127.0.0.1:{port}");
-    let out = env.run(
+    let out = env.run_db(
         "mc-historian",
         &["run", "--opencode-url", &url, "--session", "ses_x"],
         "",
@@ -1147,17 +1114,10 @@ fn progress_shows_only_on_a_terminal() {
         env.db().display(),
         envelope.display()
     );
-    let mut script = Command::new("script");
+    let mut script = env.program("script");
     script
         .args(["-qec", &shell, "/dev/null"])
-        .env("HOME", env.dir.path())
-        .env("XDG_DATA_HOME", env.path("data"))
-        .env("XDG_CONFIG_HOME", env.path("config"))
-        .env("MC_TEST_KEY", KEY)
-        .env("TERM", "xterm-256color")
-        .env_remove("MC_DB")
-        .env_remove("MC_CONFIG")
-        .current_dir(env.dir.path());
+        .env("TERM", "xterm-256color");
     let out = pipe(&mut script, b"").unwrap();
     let terminal = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{terminal}");
