@@ -263,7 +263,11 @@ fn client(config: &Config) -> Result<Client, llm::LlmError> {
         }
     }
     let proxy = ProxyEnv::from_lookup(&|name| std::env::var(name).ok());
-    let options = llm::Options::from_config(&config.historian, proxy);
+    let options = llm::Options::from_config(
+        &config.historian,
+        proxy,
+        llm::Sleeper::new(std::thread::sleep),
+    );
     Client::new(&config.providers, &chain, &keys, options)
 }
 

@@ -179,13 +179,7 @@ impl TestEnv {
 
     /// [`TestEnv::run_db`] with a liveness guard: a process still running
     /// after `limit` is killed and the test fails (it would otherwise hang).
-    pub fn run_db_within(
-        &self,
-        bin: &str,
-        args: &[&str],
-        stdin: &str,
-        limit: Duration,
-    ) -> Output {
+    pub fn run_db_within(&self, bin: &str, args: &[&str], stdin: &str, limit: Duration) -> Output {
         pipe_within(&mut self.db_command(bin, args), stdin.as_bytes(), limit)
             .unwrap_or_else(|e| panic!("running {bin}: {e}"))
             .unwrap_or_else(|| panic!("{bin} {args:?} was still running after {limit:?}"))
