@@ -32,6 +32,10 @@ fn stdout_json(out: &Output) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap()
+}
+
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -62,8 +66,18 @@ fn the_example_session_runs_and_defers() {
             .starts_with("§1§ The pending() count"),
         "{first}"
     );
+    snapshot!(
+        "pass_report_first_pass",
+        "the pass report of the example session's first pass",
+        pretty(&doc["pass"])
+    );
     // Same input again: a defer pass with byte-identical messages.
     let again = stdout_json(&env.run(BIN, &["--db", db.to_str().unwrap()], &example()));
+    snapshot!(
+        "pass_report_defer",
+        "the pass report of the same input again",
+        pretty(&again["pass"])
+    );
     assert_eq!(again["pass"]["decision"], "defer");
     assert_eq!(again["pass"]["bust"], "none");
     assert_eq!(
@@ -453,6 +467,11 @@ fn reduce_by_flags_and_by_stdin_then_an_execute_pass_drops() {
     let mut hot: Value = serde_json::from_str(&example()).unwrap();
     hot["usage"] = json!({"input": 120000, "cache_read": 0, "cache_write": 0, "output": 1});
     let doc = stdout_json(&env.run(BIN, &["--db", db, "--config", config], &hot.to_string()));
+    snapshot!(
+        "pass_report_execute_with_drops",
+        "the pass report of a pass over the execute threshold that applies queued drops",
+        pretty(&doc["pass"])
+    );
     assert_eq!(doc["pass"]["decision"], "execute");
     assert_eq!(doc["pass"]["dropped"], json!([2, 3]), "{}", doc["pass"]);
     let parts = doc["messages"][3]["parts"].as_array().unwrap();

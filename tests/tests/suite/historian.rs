@@ -122,10 +122,15 @@ impl Env {
 }
 
 fn messages(session: &str, turns: usize) -> Vec<Value> {
+    messages_of(session, turns, WORDS)
+}
+
+/// `turns` user/assistant turns of about `words` words each.
+fn messages_of(session: &str, turns: usize, words: usize) -> Vec<Value> {
     let mut out = Vec::new();
     for t in 0..turns {
         let at = NOW - 10_000_000 + t as i64 * 60_000;
-        let filler = format!("{} ", ["alpha", "beta", "gamma", "delta"][t % 4]).repeat(WORDS);
+        let filler = format!("{} ", ["alpha", "beta", "gamma", "delta"][t % 4]).repeat(words);
         out.push(json!({"info": {"id": format!("msg_{t:04}_u"), "sessionID": session, "role": "user",
                                  "time": {"created": at}},
                         "parts": [{"id": format!("prt_{t:04}_u"), "type": "text", "text": format!("Task {t}: {filler}")}]}));
@@ -243,6 +248,70 @@ fn prompt_shows_the_exact_request_and_run_publishes() {
     assert_eq!(status["historian"]["last_run"]["status"], "published");
     assert_eq!(status["historian"]["last_failure"], Value::Null);
     assert_eq!(status["historian"]["lease"], Value::Null, "released");
+}
+
+/// `mc-historian prompt`'s answer as a snapshot shows it: the JSON with the
+/// prompt texts taken out (the request carries exactly them), then the texts
+/// as the model reads them (the system text only `with_system`); the fake
+/// server's address made stable.
+fn prompt_snapshot(env: &Env, prompt: &Value, with_system: bool) -> String {
+    let system = prompt["system"].as_str().expect("a system text");
+    let user = prompt["user"].as_str().expect("a user text");
+    let body = &prompt["request"]["body"];
+    assert_eq!(body["system"], system);
+    assert_eq!(user_text(body), user);
+    let mut shape = prompt.clone();
+    shape["system"] = json!("(below)");
+    shape["user"] = json!("(below)");
+    shape["request"]["body"]["system"] = json!("(the system text below)");
+    shape["request"]["body"]["messages"][0]["content"] = json!("(the user text below)");
+    let shape = serde_json::to_string_pretty(&shape)
+        .unwrap()
+        .replace(env.fake.url(), "http://[fake-llm]");
+    let system = if with_system {
+        format!("--- system ---\n{system}\n")
+    } else {
+        String::new()
+    };
+    format!("{shape}\n{system}--- user ---\n{user}\n")
+}
+
+#[test]
+fn the_prompt_of_a_first_fold_and_of_the_next() {
+    let env = Env::new();
+    env.fake.always("big", folding(FACT));
+    // A 1k window: everything but the newest turns is eligible.
+    let envelope = |turns: usize| {
+        json!({
+            "harness": "opencode", "session_id": "ses_snap", "project_dir": env.project(),
+            "model": {"provider": "p", "id": "m", "context_limit": 1_000},
+            "usage": {"input": 250}, "now_ms": NOW,
+            "messages": messages_of("ses_snap", turns, 20),
+        })
+        .to_string()
+    };
+    let (code, first, stderr) = env.historian(&["prompt"], &envelope(8));
+    assert_eq!(code, 0, "{stderr}");
+    snapshot!(
+        "historian_prompt_first_fold",
+        "mc-historian prompt: the first fold of an 8-turn session",
+        prompt_snapshot(&env, &first, true)
+    );
+    let (code, report, stderr) = env.historian(&["run"], &envelope(8));
+    assert_eq!(code, 0, "{report}\n{stderr}");
+    assert_eq!(report["facts_promoted"], 1, "{report}");
+    // Later: the earlier compartments and the promoted fact are context.
+    let (code, next, stderr) = env.historian(&["prompt"], &envelope(14));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        next["system"], first["system"],
+        "one contract for every fold"
+    );
+    snapshot!(
+        "historian_prompt_next_fold",
+        "mc-historian prompt: the next fold, with the earlier compartments and project memory",
+        prompt_snapshot(&env, &next, false)
+    );
 }
 
 #[test]
