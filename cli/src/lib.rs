@@ -171,11 +171,26 @@ pub fn catch_panic<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T
     })
 }
 
-/// The system clock in milliseconds since the epoch (0 before it).
+/// The clock in milliseconds since the epoch: the system clock (0 before the
+/// epoch), unless `MC_NOW_MS` holds an integer.
+///
+/// `MC_NOW_MS` is a testing aid: process tests set it to fix the time of
+/// commands whose input carries none (`reduce`, `mc-pin`, `mc-historian`
+/// without `--now-ms`). Commands that get a time in their input (an
+/// envelope's `now_ms`) use that instead. This is the only place it is read.
 pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    clock(std::env::var("MC_NOW_MS").ok().as_deref(), || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    })
+}
+
+/// `fixed` when it is an integer, else the `system` clock.
+fn clock(fixed: Option<&str>, system: impl FnOnce() -> i64) -> i64 {
+    fixed
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or_else(system)
 }
 
 /// The process's working directory, if it has one.
@@ -357,5 +372,14 @@ mod tests {
             failure.error
         );
         assert_eq!(parse_json("[1]", "input").unwrap(), serde_json::json!([1]));
+    }
+
+    #[test]
+    fn a_fixed_clock_wins_only_when_it_is_an_integer() {
+        assert_eq!(clock(Some("1796100000000"), || 5), 1_796_100_000_000);
+        assert_eq!(clock(Some(" 42\n"), || 5), 42);
+        assert_eq!(clock(Some("soon"), || 5), 5);
+        assert_eq!(clock(Some(""), || 5), 5);
+        assert_eq!(clock(None, || 5), 5);
     }
 }

@@ -262,7 +262,11 @@ fn client(config: &Config) -> Result<Client, llm::LlmError> {
         }
     }
     let proxy = mc_cli::proxy_env();
-    let options = llm::Options::from_config(&config.historian, proxy);
+    let options = llm::Options::from_config(
+        &config.historian,
+        proxy,
+        llm::Sleeper::new(std::thread::sleep),
+    );
     Client::new(&config.providers, &chain, &keys, options)
 }
 

@@ -469,7 +469,11 @@ fn pass_under_any_config_the_loader_accepts() {
             let loaded = config::from_str_layers(&[(Tier::User, "user.jsonc", &text)]);
             let config = loaded.config;
             // What the historian derives from the config: timeouts, the chain.
-            let options = llm::Options::from_config(&config.historian, llm::ProxyEnv::default());
+            let options = llm::Options::from_config(
+                &config.historian,
+                llm::ProxyEnv::default(),
+                llm::Sleeper::new(|_| {}),
+            );
             let _ = options.worst_case(config.historian.chain().len());
             let _ = llm::Client::new(
                 &config.providers,
@@ -1142,6 +1146,7 @@ fn model_providers_over_arbitrary_answers() {
                 retries: 0,
                 backoff: Duration::ZERO,
                 proxy: llm::ProxyEnv::default(),
+                sleep: llm::Sleeper::new(|_| {}),
             };
             let client =
                 llm::Client::new(&providers, &["p/m".to_string()], &BTreeMap::new(), options)
@@ -1466,6 +1471,7 @@ fn found_provider_token_counts_saturate() {
         retries: 0,
         backoff: Duration::ZERO,
         proxy: llm::ProxyEnv::default(),
+        sleep: llm::Sleeper::new(|_| {}),
     };
     let client =
         llm::Client::new(&providers, &["p/m".to_string()], &BTreeMap::new(), options).unwrap();

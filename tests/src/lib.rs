@@ -2,18 +2,24 @@
 //!
 //! - [`generate`]: deterministic OpenCode sessions and pass envelopes.
 //! - [`bin_path`]: the workspace's binaries, found beside the running executable.
+//! - [`TestEnv`]: the sealed environment (cleared variables, temp home and
+//!   XDG folders, fixed clock) every process test runs the binaries in.
 //! - [`pipe`]: run a process with bytes on stdin and collect its output;
-//!   [`pipe_within`] kills it when it runs too long.
+//!   [`pipe_within`] kills it when it runs too long; [`pipe_all`] runs
+//!   several at once, all started before any input is written.
 
+pub mod env;
 pub mod fake_llm;
 pub mod fake_opencode;
 pub mod fake_provider;
 pub mod generate;
 pub mod opencode;
 
+pub use env::TestEnv;
+
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The folder holding the workspace binaries for an executable at `exe`: a test
@@ -46,11 +52,17 @@ pub fn bin_path(name: &str) -> PathBuf {
 /// Spawn `command` with piped stdio, feed it `stdin` (from a second thread, so
 /// large inputs cannot deadlock against its output), and wait for it.
 pub fn pipe(command: &mut Command, stdin: &[u8]) -> io::Result<Output> {
-    let mut child = command
+    let child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
+    feed_and_wait(child, stdin)
+}
+
+/// Write `stdin` to a spawned child from a second thread while collecting its
+/// output, then wait for it.
+fn feed_and_wait(mut child: Child, stdin: &[u8]) -> io::Result<Output> {
     let mut input = child.stdin.take().expect("stdin is piped");
     std::thread::scope(|scope| {
         let writer = scope.spawn(move || {
@@ -117,6 +129,40 @@ pub fn pipe_within(
     })
 }
 
+/// Spawn every command with piped stdio, and only once all of them run, feed
+/// each `stdin` (from threads) and collect their outputs: processes racing
+/// for the same work, none of which can deadlock on a full pipe.
+pub fn pipe_all(commands: &mut [Command], stdin: &[u8]) -> io::Result<Vec<Output>> {
+    let mut children = Vec::with_capacity(commands.len());
+    for command in commands.iter_mut() {
+        let child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        match child {
+            Ok(child) => children.push(child),
+            Err(e) => {
+                for mut started in children {
+                    let _ = started.kill();
+                    let _ = started.wait();
+                }
+                return Err(e);
+            }
+        }
+    }
+    std::thread::scope(|scope| {
+        let waiting: Vec<_> = children
+            .into_iter()
+            .map(|child| scope.spawn(move || feed_and_wait(child, stdin)))
+            .collect();
+        waiting
+            .into_iter()
+            .map(|handle| handle.join().expect("a child's feeder panicked"))
+            .collect()
+    })
+}
+
 /// [`pipe`] for a workspace binary with arguments; panics when it cannot be run.
 pub fn run_bin(name: &str, args: &[&str], stdin: &[u8]) -> Output {
     let path = bin_path(name);
@@ -145,5 +191,17 @@ mod tests {
         let output = pipe(&mut cat, &input).expect("cat runs");
         assert!(output.status.success());
         assert_eq!(output.stdout.len(), input.len());
+    }
+
+    #[test]
+    fn pipe_all_runs_every_command_with_the_same_input() {
+        let mut commands: Vec<Command> = (0..3).map(|_| Command::new("cat")).collect();
+        let input = vec![b'y'; 1 << 18];
+        let outputs = pipe_all(&mut commands, &input).expect("cat runs");
+        assert_eq!(outputs.len(), 3);
+        for output in outputs {
+            assert!(output.status.success());
+            assert_eq!(output.stdout, input);
+        }
     }
 }

@@ -120,17 +120,11 @@ impl OpenCode {
             .unwrap_or("{}")
             .replace("{provider}", &root);
         std::fs::write(&mc_config, text).unwrap();
-        let mut child = Command::new(opencode_bin())
+        let mut server = Command::new(opencode_bin());
+        sealed(&mut server, &home, &db, &mc_config);
+        let mut child = server
             .args(["serve", "--hostname", "127.0.0.1", "--port", "0"])
             .current_dir(&project)
-            .env("HOME", &home)
-            .env("XDG_CONFIG_HOME", home.join(".config"))
-            .env("XDG_DATA_HOME", home.join(".local/share"))
-            .env("XDG_CACHE_HOME", home.join(".cache"))
-            .env("XDG_STATE_HOME", home.join(".local/state"))
-            .env("NO_PROXY", "127.0.0.1,localhost")
-            .env("MC_DB", &db)
-            .env("MC_CONFIG", &mc_config)
             .env(
                 "MC_TRANSFORM_BIN",
                 options
@@ -181,17 +175,18 @@ impl OpenCode {
         serde_json::from_str(&text).unwrap_or(Value::Null)
     }
 
-    /// Run an mc binary the way the plugin does: same database and config.
+    /// Run an mc binary the way the plugin does: the server's environment,
+    /// so the same home, database and config.
     pub fn mc(&self, bin: &str, args: &[&str], stdin: &[u8]) -> std::process::Output {
-        crate::pipe(
-            Command::new(bin_path(bin))
-                .args(args)
-                .env("MC_DB", &self.db)
-                .env("MC_CONFIG", self.dir.join("mc-config.jsonc"))
-                .env("NO_PROXY", "127.0.0.1,localhost"),
-            stdin,
-        )
-        .unwrap_or_else(|e| panic!("running {bin}: {e}"))
+        let mut command = Command::new(bin_path(bin));
+        sealed(
+            &mut command,
+            &self.dir.join("home"),
+            &self.db,
+            &self.dir.join("mc-config.jsonc"),
+        );
+        crate::pipe(command.args(args).current_dir(&self.dir), stdin)
+            .unwrap_or_else(|e| panic!("running {bin}: {e}"))
     }
 
     pub fn get(&self, path: &str) -> Value {
@@ -225,6 +220,23 @@ impl Drop for OpenCode {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The sealed environment ([`crate::env::seal`]: nothing of the developer's
+/// but `PATH` and the like) of the server and of every mc process it starts:
+/// `home` as `HOME` with the XDG folders under it, mc's database and config,
+/// and no proxy for loopback. The clock is the real one: OpenCode stamps its
+/// messages with it, and the plugin's back-off runs on it.
+fn sealed(command: &mut Command, home: &Path, db: &Path, mc_config: &Path) {
+    crate::env::seal(command)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_CACHE_HOME", home.join(".cache"))
+        .env("XDG_STATE_HOME", home.join(".local/state"))
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("MC_DB", db)
+        .env("MC_CONFIG", mc_config);
 }
 
 /// Read the server's stdout until it says where it listens.

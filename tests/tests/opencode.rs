@@ -537,17 +537,7 @@ fn a_subagent_session_gets_tags_but_no_head() {
         .map(|s| s["id"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(sessions.len(), 1, "one child session");
-    let status = mc_tests::run_bin(
-        "mc-transform",
-        &[
-            "--db",
-            &oc.db.display().to_string(),
-            "status",
-            "--session",
-            &sessions[0],
-        ],
-        b"",
-    );
+    let status = oc.mc("mc-transform", &["status", "--session", &sessions[0]], b"");
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(status["subagent"], true, "{status}");
 }

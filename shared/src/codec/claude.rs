@@ -958,6 +958,23 @@ mod tests {
     }
 
     #[test]
+    fn the_fixture_transcript_converts_to_these_messages() {
+        // The whole conversion at once, where the test above picks fields.
+        let messages = to_messages(&parse_transcript(&transcript()).unwrap(), SESSION);
+        insta::with_settings!({
+            snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"),
+            prepend_module_to_snapshot => false,
+            omit_expression => true,
+            description => "codec::claude::to_messages of the test transcript (thinking, text, two tool calls, a compaction)",
+        }, {
+            insta::assert_snapshot!(
+                "claude_transcript_to_messages",
+                serde_json::to_string_pretty(&messages).unwrap()
+            );
+        });
+    }
+
+    #[test]
     fn a_tool_use_without_a_result_stays_pending_and_a_new_message_id_starts_a_new_reply() {
         let text = [
             line("user", "u1", None, "2026-03-02T10:00:00Z",

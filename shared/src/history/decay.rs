@@ -1126,7 +1126,7 @@ mod tests {
     }
 
     #[test]
-    fn ten_thousand_compartments_render_quickly() {
+    fn ten_thousand_compartments_cost_a_bounded_number_of_token_counts() {
         let list: Vec<Compartment> = (1..=10_000)
             .map(|s| {
                 let mut c = compartment(s, (s * 37) % 100 + 1);
@@ -1145,10 +1145,9 @@ mod tests {
             calls.set(calls.get() + 1);
             words(text)
         };
-        let started = std::time::Instant::now();
+        // How long it takes is a benchmark figure (scripts/bench renders 40
+        // compartments per pass); what the test holds is the work: counts.
         let rendered = render(&list, &options, &counted);
-        let elapsed = started.elapsed();
-        assert!(elapsed.as_millis() < 1_000, "took {elapsed:?}");
         assert_eq!(rendered.tiers.len(), 10_000);
         assert!(rendered.tokens <= 2_000);
         assert!(rendered.tokens > 0);
@@ -1162,7 +1161,6 @@ mod tests {
             },
             &words,
         );
-        assert!(started.elapsed().as_millis() < 1_000);
         assert!(!unbudgeted.text.is_empty());
     }
 }

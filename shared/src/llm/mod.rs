@@ -17,7 +17,10 @@
 //! - the provider's error body is part of the error (secrets redacted);
 //! - API keys come in as values: the binary reads the environment variable
 //!   the user config names and passes the key. This module never reads the
-//!   environment (proxies too are passed in, [`ProxyEnv`]).
+//!   environment (proxies too are passed in, [`ProxyEnv`]);
+//! - the waits between retries go through a [`Sleeper`] the caller passes
+//!   (the binary's is `std::thread::sleep`), so a test can check the backoff
+//!   schedule without waiting for it.
 
 mod anthropic;
 mod command;
@@ -27,6 +30,7 @@ mod openai;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -171,8 +175,30 @@ impl ProxyEnv {
     }
 }
 
-/// Timeouts, retries and proxies for every call.
-#[derive(Debug, Clone, PartialEq)]
+/// How the client waits before a retry: the binaries pass
+/// `Sleeper::new(std::thread::sleep)`; a test passes one that records the
+/// delays instead of sleeping them.
+#[derive(Clone)]
+pub struct Sleeper(Arc<dyn Fn(Duration) + Send + Sync>);
+
+impl Sleeper {
+    pub fn new(sleep: impl Fn(Duration) + Send + Sync + 'static) -> Sleeper {
+        Sleeper(Arc::new(sleep))
+    }
+
+    pub fn sleep(&self, delay: Duration) {
+        (self.0)(delay);
+    }
+}
+
+impl fmt::Debug for Sleeper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Sleeper")
+    }
+}
+
+/// Timeouts, retries, proxies and the retry wait for every call.
+#[derive(Debug, Clone)]
 pub struct Options {
     pub connect_timeout: Duration,
     /// The whole call: connect, send, wait, read (or the command's whole run).
@@ -182,16 +208,19 @@ pub struct Options {
     /// First retry delay, doubled per retry, plus up to 50 % jitter.
     pub backoff: Duration,
     pub proxy: ProxyEnv,
+    /// Waits out each retry delay.
+    pub sleep: Sleeper,
 }
 
 impl Options {
-    pub fn from_config(config: &HistorianConfig, proxy: ProxyEnv) -> Options {
+    pub fn from_config(config: &HistorianConfig, proxy: ProxyEnv, sleep: Sleeper) -> Options {
         Options {
             connect_timeout: Duration::from_millis(config.connect_timeout_ms),
             timeout: Duration::from_millis(config.timeout_ms),
             retries: config.retries,
             backoff: Duration::from_millis(config.retry_backoff_ms),
             proxy,
+            sleep,
         }
     }
 
@@ -351,7 +380,7 @@ impl Client {
                         delay,
                         error,
                     });
-                    std::thread::sleep(delay);
+                    self.options.sleep.sleep(delay);
                 }
                 Err(error) => return Err(error),
             }
@@ -554,7 +583,11 @@ mod tests {
                 command: None,
             },
         )]);
-        let options = Options::from_config(&HistorianConfig::default(), ProxyEnv::default());
+        let options = Options::from_config(
+            &HistorianConfig::default(),
+            ProxyEnv::default(),
+            Sleeper::new(|_| {}),
+        );
         let err = Client::new(&providers, &[], &BTreeMap::new(), options.clone())
             .err()
             .unwrap();

@@ -128,6 +128,21 @@ impl Fixture {
     }
 }
 
+/// `insta::assert_snapshot!` into `shared/snapshots/NAME.snap`: a fixed
+/// place, so a snapshot keeps its file when its test moves.
+macro_rules! snapshot {
+    ($name:expr, $description:expr, $text:expr) => {
+        insta::with_settings!({
+            snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"),
+            prepend_module_to_snapshot => false,
+            omit_expression => true,
+            description => $description,
+        }, {
+            insta::assert_snapshot!($name, $text);
+        })
+    };
+}
+
 fn head(out: &PassOutput) -> (String, String) {
     let text = |i: usize| {
         out.messages[i]["parts"][0]["text"]
@@ -250,7 +265,7 @@ fn hard_trigger_structural_compartment_edit() {
 fn hard_trigger_render_config() {
     let mut f = Fixture::new(2);
     f.warm();
-    f.config.history_budget_percentage = 0.3;
+    f.config.history_budget_percentage = 0.004;
     assert_hard(&f.warm(), "render_config");
 }
 
@@ -477,6 +492,113 @@ fn a_fold_renders_compartments_by_decay_and_memories_by_category() {
     assert_eq!(h.materialized_reason, "memory_epoch");
 }
 
+/// A 12-turn session, its first 24 messages folded into three dated
+/// compartments of falling age and mixed importance, three memories, a
+/// profile item and two pins, with `budget` as the history budget share;
+/// then the pass that renders them.
+fn rendered_head(budget: f64) -> (Fixture, PassOutput) {
+    let mut f = Fixture::new(12);
+    f.config.history_budget_percentage = budget;
+    f.warm();
+    let session = session_row(&f.store);
+    let p = project(&f.store);
+    let day = 86_400_000;
+    let compartment = |start: i64, end: i64, title: &str, importance: i64, at: i64| {
+        let ids: Vec<String> = [start, end]
+            .iter()
+            .map(|o| {
+                f.store
+                    .conn()
+                    .query_row(
+                        "SELECT message_id FROM messages WHERE session = ?1 AND ordinal = ?2",
+                        [session, *o],
+                        |r| r.get(0),
+                    )
+                    .unwrap()
+            })
+            .collect();
+        NewCompartment {
+            start_ordinal: start,
+            end_ordinal: end,
+            start_message_id: ids[0].clone(),
+            end_message_id: ids[1].clone(),
+            start_ms: Some(at),
+            end_ms: Some(at + 3_600_000),
+            title: title.into(),
+            tiers: [
+                format!("{title}: every step, path and command & its <output>."),
+                format!("{title}: the steps in short."),
+                format!("{title}: one sentence."),
+                title.to_string(),
+            ],
+            importance,
+            episode: Some("feature".into()),
+        }
+    };
+    let folded = [
+        compartment(1, 8, "Set up the cart module", 90, T0 - 3 * day),
+        compartment(9, 16, "Debug the rounding of totals", 20, T0 - day),
+        compartment(17, 24, "Add a discount rule", 60, T0),
+    ];
+    f.store
+        .write(|tx| {
+            history::publish_compartments(tx, session, &folded, T0)?;
+            history::write_memory(
+                tx,
+                &p,
+                "PROJECT_RULES",
+                "Run cargo fmt & clippy before a commit.",
+                Some(90),
+                T0,
+            )?;
+            history::write_memory(tx, &p, "ARCHITECTURE", "The core never prints.", None, T0)?;
+            history::write_memory(tx, &p, "NAMING", "Money is `Cents`, never f64.", None, T0)?;
+            history::add_profile_item(tx, "Prefers short answers.", T0)?;
+            history::pin(tx, session, "msg_000_u", "user", T0)?;
+            history::pin(tx, session, "msg_001_z", "assistant", T0 + 65_000)?;
+            history::bump_memory_epoch(tx, &p)
+        })
+        .unwrap();
+    let out = f.warm();
+    assert_hard(&out, "memory_epoch");
+    (f, out)
+}
+
+#[test]
+fn the_rendered_head_fades_old_history_within_its_budget() {
+    // A history budget of ~200 tokens: the unimportant compartment fades first.
+    let (_, out) = rendered_head(0.003);
+    let (m0, m1) = head(&out);
+    snapshot!(
+        "head_m0_m1_after_a_fold",
+        "m[0] and m[1] after three compartments (budget ~200 tokens), three memories, a profile item and two pins",
+        format!("--- m[0] ---\n{m0}\n--- m[1] ---\n{m1}\n")
+    );
+}
+
+#[test]
+fn the_rendered_head_carries_memory_changes_in_m1() {
+    let (mut f, out) = rendered_head(TransformConfig::default().history_budget_percentage);
+    let (m0, _) = head(&out);
+    let p = project(&f.store);
+    // A memory changed and one added: a delta in m[1] on the next bust, m[0] as it was.
+    f.store
+        .write(|tx| {
+            history::update_memory(tx, 2, "The core never prints or reads env.", T0)?;
+            history::write_memory(tx, &p, "CONSTRAINTS", "Totals round half-even.", None, T0)
+                .map(|_| ())
+        })
+        .unwrap();
+    let soft = f.hot();
+    let (m0_after, m1) = head(&soft);
+    assert_eq!(m0_after, m0);
+    snapshot!(
+        "head_m1_delta_after_memory_changes",
+        "m[1] on the next bust after a memory was updated and another written",
+        m1
+    );
+}
+
 #[test]
 fn project_docs_render_in_m0() {
     let mut f = Fixture::new(1);
@@ -495,7 +617,7 @@ fn project_docs_render_in_m0() {
 #[test]
 fn pressure_backstop_folds_a_large_m1() {
     let mut f = Fixture::new(12);
-    f.config.history_budget_percentage = 0.05; // budget = 100k × 65 % × 5 % = 3250 tokens
+    f.config.history_budget_percentage = 0.004; // budget = 100k × 65 % × 5 % = 3250 tokens
     f.warm();
     for t in 0..6 {
         let start = t * 4 + 1;

@@ -2,9 +2,9 @@
 //! nothing: every tag and ordinal is allocated exactly once, no pass falls
 //! back to passthrough, and the final state matches a serial run.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::path::Path;
 
+use mc_tests::TestEnv;
 use serde_json::{Value, json};
 
 const TURNS: usize = 12;
@@ -22,28 +22,15 @@ fn turn(session: &str, t: usize) -> Vec<Value> {
     ]
 }
 
-fn pass(db: &std::path::Path, session: &str, messages: &[Value]) -> Value {
+fn pass(env: &TestEnv, db: &Path, session: &str, messages: &[Value]) -> Value {
     let envelope = json!({
         "harness": "opencode", "session_id": session,
         "model": {"provider": "p", "id": "m", "context_limit": 100000},
         "usage": {"input": 10000}, "now_ms": 1_800_000_000_000i64 + 200_000,
         "messages": messages,
     });
-    let mut child = Command::new(mc_tests::bin_path("mc-transform"))
-        .arg("--db")
-        .arg(db)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(envelope.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let db = db.to_str().unwrap();
+    let out = env.run("mc-transform", &["--db", db], &envelope.to_string());
     assert!(
         out.status.success(),
         "{}",
@@ -53,12 +40,12 @@ fn pass(db: &std::path::Path, session: &str, messages: &[Value]) -> Value {
 }
 
 /// Grow a session turn by turn, one pass per turn; returns the last output.
-fn drive(db: &std::path::Path, session: &str) -> Value {
+fn drive(env: &TestEnv, db: &Path, session: &str) -> Value {
     let mut messages = Vec::new();
     let mut last = Value::Null;
     for t in 0..TURNS {
         messages.extend(turn(session, t));
-        last = pass(db, session, &messages);
+        last = pass(env, db, session, &messages);
         assert_ne!(last["pass"]["decision"], "passthrough", "{}", last["pass"]);
     }
     last
@@ -78,15 +65,17 @@ fn tags_of(output: &Value) -> Vec<String> {
 
 #[test]
 fn concurrent_passes_lose_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("ctx.db");
+    // A sealed environment: the developer's config (a personal cache_ttl, say)
+    // would change the decisions the serial run is compared with.
+    let env = TestEnv::new();
+    let db = env.db();
     // Two different sessions and two writers on one shared session, all at once.
     let outputs: Vec<Value> = std::thread::scope(|scope| {
         let handles: Vec<_> = ["ses_a", "ses_b", "ses_shared", "ses_shared"]
             .into_iter()
             .map(|session| {
-                let db = db.clone();
-                scope.spawn(move || drive(&db, session))
+                let (env, db) = (&env, &db);
+                scope.spawn(move || drive(env, db, session))
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
@@ -103,9 +92,9 @@ fn concurrent_passes_lose_nothing() {
     // Both writers of the shared session saw the same bytes.
     assert_eq!(outputs[2], outputs[3]);
     // A serial run on a fresh database gives the same output for a session.
-    let serial_db = dir.path().join("serial.db");
+    let serial_db = env.path("serial.db");
     assert_eq!(
-        drive(&serial_db, "ses_a")["messages"],
+        drive(&env, &serial_db, "ses_a")["messages"],
         outputs[0]["messages"]
     );
 }

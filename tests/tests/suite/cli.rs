@@ -2,69 +2,19 @@
 //! on stdout, exit codes, global flags, and failing open.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
+use mc_tests::TestEnv;
+use mc_tests::env::seal;
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_mc-transform");
 const EXAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../examples/opencode-session.json"
 );
 
-/// A hermetic environment: temp HOME and XDG dirs, no inherited MC_* variables.
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        Env {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn db(&self) -> PathBuf {
-        self.dir.path().join("ctx.db")
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.args(args)
-            .env_remove("MC_DB")
-            .env_remove("MC_CONFIG")
-            .env("HOME", self.dir.path())
-            .env("XDG_DATA_HOME", self.dir.path().join("data"))
-            .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
-            .current_dir(self.dir.path());
-        cmd
-    }
-
-    /// Write the user config file (`$XDG_CONFIG_HOME/mc/config.jsonc`).
-    fn user_config(&self, text: &str) {
-        let dir = self.dir.path().join("config/mc");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("config.jsonc"), text).unwrap();
-    }
-
-    fn run(&self, args: &[&str], stdin: &str) -> Output {
-        let mut child = self
-            .command(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
-    }
-}
+const BIN: &str = "mc-transform";
 
 fn example() -> String {
     std::fs::read_to_string(EXAMPLE).unwrap()
@@ -82,6 +32,10 @@ fn stdout_json(out: &Output) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap()
+}
+
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -92,9 +46,9 @@ fn input_messages() -> Value {
 
 #[test]
 fn the_example_session_runs_and_defers() {
-    let env = Env::new();
+    let env = TestEnv::new();
     let db = env.db();
-    let out = env.run(&["--db", db.to_str().unwrap()], &example());
+    let out = env.run(BIN, &["--db", db.to_str().unwrap()], &example());
     let doc = stdout_json(&out);
     // The first pass of a session renders the head (m[0], m[1]) for the first time.
     assert_eq!(doc["pass"]["decision"], "execute");
@@ -112,8 +66,18 @@ fn the_example_session_runs_and_defers() {
             .starts_with("§1§ The pending() count"),
         "{first}"
     );
+    snapshot!(
+        "pass_report_first_pass",
+        "the pass report of the example session's first pass",
+        pretty(&doc["pass"])
+    );
     // Same input again: a defer pass with byte-identical messages.
-    let again = stdout_json(&env.run(&["--db", db.to_str().unwrap()], &example()));
+    let again = stdout_json(&env.run(BIN, &["--db", db.to_str().unwrap()], &example()));
+    snapshot!(
+        "pass_report_defer",
+        "the pass report of the same input again",
+        pretty(&again["pass"])
+    );
     assert_eq!(again["pass"]["decision"], "defer");
     assert_eq!(again["pass"]["bust"], "none");
     assert_eq!(
@@ -124,43 +88,50 @@ fn the_example_session_runs_and_defers() {
 
 #[test]
 fn default_database_follows_xdg_data_home() {
-    let env = Env::new();
-    let out = env.run(&[], &example());
+    let env = TestEnv::new();
+    let out = env.run(BIN, &[], &example());
     stdout_json(&out);
-    assert!(env.dir.path().join("data/mc/context.db").exists());
+    assert!(env.data_home().join("mc/context.db").exists());
     // MC_DB overrides it.
-    let custom = env.dir.path().join("custom.db");
-    let out = env
-        .command(&[])
-        .env("MC_DB", &custom)
-        .stdin(std::fs::File::open(EXAMPLE).unwrap())
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    let custom = env.path("custom.db");
+    let out = mc_tests::pipe(
+        env.command(BIN, &[]).env("MC_DB", &custom),
+        example().as_bytes(),
+    )
+    .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
     assert!(custom.exists());
 }
 
 #[test]
 fn global_flags_go_before_or_after_the_subcommand() {
-    let env = Env::new();
+    let env = TestEnv::new();
     let db = env.db();
     let db = db.to_str().unwrap();
-    stdout_json(&env.run(&["pass", "--db", db], &example()));
-    let before = env.run(&["--db", db, "status", "--session", "ses_example0001"], "");
-    let after = env.run(&["status", "--session", "ses_example0001", "--db", db], "");
+    stdout_json(&env.run(BIN, &["pass", "--db", db], &example()));
+    let before = env.run(
+        BIN,
+        &["--db", db, "status", "--session", "ses_example0001"],
+        "",
+    );
+    let after = env.run(
+        BIN,
+        &["status", "--session", "ses_example0001", "--db", db],
+        "",
+    );
     assert_eq!(stdout_json(&before), stdout_json(&after));
     assert_eq!(stdout_json(&before)["passes"]["execute"], 1);
 }
 
 #[test]
 fn input_that_is_not_json_or_has_no_messages_exits_2() {
-    let env = Env::new();
+    let env = TestEnv::new();
     for (input, expected) in [
         ("{not json", "input is not JSON"),
         ("{}", "no \"messages\""),
         ("[]", "JSON object"),
     ] {
-        let out = env.run(&["--db", env.db().to_str().unwrap()], input);
+        let out = env.run(BIN, &["--db", env.db().to_str().unwrap()], input);
         assert_eq!(out.status.code(), Some(2), "{input}");
         assert!(out.stdout.is_empty());
         let err = stderr(&out);
@@ -181,56 +152,54 @@ fn assert_passthrough(out: &Output, warning: &str) {
 
 #[test]
 fn an_unreadable_database_gives_a_passthrough() {
-    let env = Env::new();
+    let env = TestEnv::new();
     let db = env.db();
     std::fs::write(
         &db,
         b"this is not a sqlite database, just text that is long enough",
     )
     .unwrap();
-    let out = env.run(&["--db", db.to_str().unwrap()], &example());
+    let out = env.run(BIN, &["--db", db.to_str().unwrap()], &example());
     assert_passthrough(&out, "database");
     // A folder where the file should be.
-    let dir_db = env.dir.path().join("folder.db");
+    let dir_db = env.root().join("folder.db");
     std::fs::create_dir(&dir_db).unwrap();
     assert_passthrough(
-        &env.run(&["--db", dir_db.to_str().unwrap()], &example()),
+        &env.run(BIN, &["--db", dir_db.to_str().unwrap()], &example()),
         "database",
     );
 }
 
 #[test]
 fn a_locked_database_gives_a_passthrough_within_the_hook_wait() {
-    let env = Env::new();
+    let env = TestEnv::new();
     let db = env.db();
     let db = db.to_str().unwrap();
     // A long wait for background commands must not reach the per-call hooks.
     env.user_config(r#"{"sqlite": {"busy_timeout_ms": 60000}}"#);
-    stdout_json(&env.run(&["--db", db], &example()));
-    let holder = lock_database(Path::new(db));
-    let started = std::time::Instant::now();
-    let out = env.run(&["--db", db], &example());
-    let waited = started.elapsed();
+    stdout_json(&env.run(BIN, &["--db", db], &example()));
+    // The holder lets go after 30 s: a command that waited the 60 s busy
+    // timeout would then get the lock and succeed, so each outcome below
+    // (a passthrough, a "locked" warning, reduce failing) shows that it gave up
+    // within its hook wait, while the lock was still held.
+    let mut holder = lock_database(&env, Path::new(db));
+    let out = env.run(BIN, &["--db", db], &example());
+    // The hook's own wait (1 s by default) at most once: before, a pass waited
+    // the busy timeout twice (write, then the record).
     assert_passthrough(&out, "locked");
-    // The hook's own wait (1 s by default) at most once, and never the 60 s
-    // busy timeout: before, a pass waited it twice (write, then the record).
-    assert!(
-        waited < std::time::Duration::from_secs(30),
-        "waited {waited:?}"
-    );
     let warnings = stdout_json(&out)["pass"]["warnings"].to_string();
     assert!(warnings.contains("passthrough not recorded"), "{warnings}");
 
     // The system hook fails open within the same wait; reduce gives up with a clear error.
     let request = json!({"session_id": "ses_example0001", "system": ["You are an agent."]});
-    let started = std::time::Instant::now();
-    let system = stdout_json(&env.run(&["--db", db, "system"], &request.to_string()));
+    let system = stdout_json(&env.run(BIN, &["--db", db, "system"], &request.to_string()));
     assert_eq!(system["system"], request["system"]);
     assert!(
         system["warnings"].to_string().contains("locked"),
         "{system}"
     );
     let reduce = env.run(
+        BIN,
         &[
             "--db",
             db,
@@ -245,16 +214,14 @@ fn a_locked_database_gives_a_passthrough_within_the_hook_wait() {
     assert_eq!(reduce.status.code(), Some(1));
     assert!(stderr(&reduce).contains("locked"), "{}", stderr(&reduce));
     assert!(
-        started.elapsed() < std::time::Duration::from_secs(30),
-        "waited {:?}",
-        started.elapsed()
+        holder.holding(),
+        "the lock holder let go before the commands were done: the outcomes above prove nothing"
     );
-    drop(holder);
 }
 
 #[test]
 fn a_lone_surrogate_is_read_as_a_replacement_character_and_replays() {
-    let env = Env::new();
+    let env = TestEnv::new();
     let db = env.db();
     let db = db.to_str().unwrap();
     // What JavaScript's JSON.stringify writes for a string cut mid-character.
@@ -265,7 +232,7 @@ fn a_lone_surrogate_is_read_as_a_replacement_character_and_replays() {
     );
     let cut = cut.replace("\\\\ud83d", "\\ud83d");
     assert!(cut.contains("count \\ud83d cut"), "the fixture changed");
-    let first = stdout_json(&env.run(&["--db", db], &cut));
+    let first = stdout_json(&env.run(BIN, &["--db", db], &cut));
     assert_ne!(
         first["pass"]["decision"], "passthrough",
         "{}",
@@ -273,31 +240,29 @@ fn a_lone_surrogate_is_read_as_a_replacement_character_and_replays() {
     );
     let text = first["messages"][2]["parts"][0]["text"].as_str().unwrap();
     assert!(text.contains("count \u{fffd} cut"), "{text}");
-    let again = stdout_json(&env.run(&["--db", db], &cut));
+    let again = stdout_json(&env.run(BIN, &["--db", db], &cut));
     assert_eq!(again["pass"]["decision"], "defer");
     assert_eq!(again["messages"], first["messages"]);
 }
 
 #[test]
 fn every_subcommand_reads_the_config_of_the_project_the_session_started_in() {
-    let env = Env::new();
+    let env = TestEnv::new();
     let db = env.db();
     let db = db.to_str().unwrap();
-    let project = env.dir.path().join("proj");
-    std::fs::create_dir_all(project.join(".mc")).unwrap();
-    std::fs::write(
-        project.join(".mc/config.jsonc"),
+    let project = env.root().join("proj");
+    env.project_config(
+        &project,
         r#"{"transform": {"system_prompt_guidance": false, "protected_tags": 1}}"#,
-    )
-    .unwrap();
+    );
     let mut envelope: Value = serde_json::from_str(&example()).unwrap();
     envelope["project_dir"] = json!(project);
-    stdout_json(&env.run(&["--db", db], &envelope.to_string()));
+    stdout_json(&env.run(BIN, &["--db", db], &envelope.to_string()));
     // The plugin's other calls run in another folder (here: the temp home,
     // which has no project config) and name no project.
     let request = json!({"session_id": "ses_example0001",
                          "system": ["You are an agent.\nToday's date: Mon Nov 30 2026"]});
-    let system = stdout_json(&env.run(&["--db", db, "system"], &request.to_string()));
+    let system = stdout_json(&env.run(BIN, &["--db", db, "system"], &request.to_string()));
     assert_eq!(system["known_session"], true);
     assert_eq!(
         system["guidance"], false,
@@ -306,6 +271,7 @@ fn every_subcommand_reads_the_config_of_the_project_the_session_started_in() {
     assert_eq!(system["system"], request["system"]);
     // protected_tags 1: only the newest tag is protected, so tag 1 is queued, not deferred.
     let reduce = stdout_json(&env.run(
+        BIN,
         &[
             "--db",
             db,
@@ -320,17 +286,22 @@ fn every_subcommand_reads_the_config_of_the_project_the_session_started_in() {
     assert_eq!(reduce["queued"], json!([1]), "{reduce}");
     assert_eq!(reduce["protected"], json!([]), "{reduce}");
     // A later pass without project_dir keeps to the recorded project too.
-    let bare = stdout_json(&env.run(&["--db", db], &example()));
+    let bare = stdout_json(&env.run(BIN, &["--db", db], &example()));
     assert_ne!(bare["pass"]["decision"], "passthrough");
-    let status = stdout_json(&env.run(&["--db", db, "status", "--session", "ses_example0001"], ""));
+    let status = stdout_json(&env.run(
+        BIN,
+        &["--db", db, "status", "--session", "ses_example0001"],
+        "",
+    ));
     assert_eq!(status["project_dir"], json!(project), "{status}");
 }
 
 /// Hold an exclusive lock on the database from another process, as a sibling
-/// mc process in a long write would; the lock goes when the guard drops.
-fn lock_database(path: &Path) -> Killer {
+/// mc process in a long write would, for 30 s; the lock goes when the guard drops.
+fn lock_database(env: &TestEnv, path: &Path) -> Killer {
     // python3's sqlite3 module is on every machine the tests run on.
-    let mut child = Command::new("python3")
+    let mut child = env
+        .program("python3")
         .arg("-c")
         .arg(
             "import sqlite3,sys,time\n\
@@ -355,7 +326,7 @@ fn lock_database(path: &Path) -> Killer {
 
 /// Run one SQL statement on the database from outside mc (python3's sqlite3).
 fn execute_sql(db: &Path, statement: &str) {
-    let status = Command::new("python3")
+    let status = seal(&mut Command::new("python3"))
         .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(sys.argv[2]); c.commit()"])
         .arg(db)
         .arg(statement)
@@ -365,6 +336,12 @@ fn execute_sql(db: &Path, statement: &str) {
 }
 
 struct Killer(std::process::Child);
+impl Killer {
+    /// Still running (and so still holding what it holds).
+    fn holding(&mut self) -> bool {
+        self.0.try_wait().expect("the holder's status").is_none()
+    }
+}
 impl Drop for Killer {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -374,19 +351,19 @@ impl Drop for Killer {
 
 #[test]
 fn a_newer_schema_gives_a_loud_passthrough() {
-    let env = Env::new();
+    let env = TestEnv::new();
     let db = env.db();
-    stdout_json(&env.run(&["--db", db.to_str().unwrap()], &example()));
+    stdout_json(&env.run(BIN, &["--db", db.to_str().unwrap()], &example()));
     execute_sql(&db, "PRAGMA user_version = 999");
-    let out = env.run(&["--db", db.to_str().unwrap()], &example());
+    let out = env.run(BIN, &["--db", db.to_str().unwrap()], &example());
     assert_passthrough(&out, "schema version 999");
 }
 
 #[test]
 fn a_corrupt_row_gives_a_passthrough_and_is_counted() {
-    let env = Env::new();
+    let env = TestEnv::new();
     let db = env.db();
-    stdout_json(&env.run(&["--db", db.to_str().unwrap()], &example()));
+    stdout_json(&env.run(BIN, &["--db", db.to_str().unwrap()], &example()));
     // Rewind the tag counter: the next new tag collides with an existing one.
     execute_sql(&db, "UPDATE sessions SET tag_counter = 1");
     let mut grown: Value = serde_json::from_str(&example()).unwrap();
@@ -394,11 +371,12 @@ fn a_corrupt_row_gives_a_passthrough_and_is_counted() {
     extra["info"]["id"] = json!("msg_ex9999");
     extra["parts"][0]["messageID"] = json!("msg_ex9999");
     grown["messages"].as_array_mut().unwrap().push(extra);
-    let out = env.run(&["--db", db.to_str().unwrap()], &grown.to_string());
+    let out = env.run(BIN, &["--db", db.to_str().unwrap()], &grown.to_string());
     let doc = stdout_json(&out);
     assert_eq!(doc["pass"]["decision"], "passthrough");
     assert_eq!(doc["messages"], grown["messages"]);
     let status = stdout_json(&env.run(
+        BIN,
         &[
             "--db",
             db.to_str().unwrap(),
@@ -417,11 +395,12 @@ fn a_corrupt_row_gives_a_passthrough_and_is_counted() {
 
 #[test]
 fn reduce_by_flags_and_by_stdin_then_an_execute_pass_drops() {
-    let env = Env::new();
+    let env = TestEnv::new();
     let db = env.db();
     let db = db.to_str().unwrap();
-    stdout_json(&env.run(&["--db", db], &example()));
+    stdout_json(&env.run(BIN, &["--db", db], &example()));
     let by_flags = stdout_json(&env.run(
+        BIN,
         &[
             "--db",
             db,
@@ -438,11 +417,13 @@ fn reduce_by_flags_and_by_stdin_then_an_execute_pass_drops() {
         json!({"queued": [], "protected": [3], "unknown": [99], "already": []})
     );
     let by_stdin = stdout_json(&env.run(
+        BIN,
         &["--db", db, "reduce"],
         r#"{"harness": "opencode", "session_id": "ses_example0001", "drop": "3"}"#,
     ));
     assert_eq!(by_stdin["already"], json!([3]));
     let bad = env.run(
+        BIN,
         &[
             "--db",
             db,
@@ -456,15 +437,16 @@ fn reduce_by_flags_and_by_stdin_then_an_execute_pass_drops() {
     );
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("reversed"));
-    let half = env.run(&["--db", db, "reduce", "--session", "x"], "");
+    let half = env.run(BIN, &["--db", db, "reduce", "--session", "x"], "");
     assert_eq!(half.status.code(), Some(2));
 
     // With a smaller protected window tag 3 (the read output) is queued, and a
     // pass over the threshold applies it as a skeleton.
-    let config = env.dir.path().join("small-window.jsonc");
+    let config = env.root().join("small-window.jsonc");
     std::fs::write(&config, r#"{"transform": {"protected_tags": 2}}"#).unwrap();
     let config = config.to_str().unwrap();
     let queued = stdout_json(&env.run(
+        BIN,
         &[
             "--db",
             db,
@@ -484,7 +466,12 @@ fn reduce_by_flags_and_by_stdin_then_an_execute_pass_drops() {
     );
     let mut hot: Value = serde_json::from_str(&example()).unwrap();
     hot["usage"] = json!({"input": 120000, "cache_read": 0, "cache_write": 0, "output": 1});
-    let doc = stdout_json(&env.run(&["--db", db, "--config", config], &hot.to_string()));
+    let doc = stdout_json(&env.run(BIN, &["--db", db, "--config", config], &hot.to_string()));
+    snapshot!(
+        "pass_report_execute_with_drops",
+        "the pass report of a pass over the execute threshold that applies queued drops",
+        pretty(&doc["pass"])
+    );
     assert_eq!(doc["pass"]["decision"], "execute");
     assert_eq!(doc["pass"]["dropped"], json!([2, 3]), "{}", doc["pass"]);
     let parts = doc["messages"][3]["parts"].as_array().unwrap();
@@ -498,8 +485,9 @@ fn reduce_by_flags_and_by_stdin_then_an_execute_pass_drops() {
 
 #[test]
 fn status_of_an_unknown_session_is_an_error() {
-    let env = Env::new();
+    let env = TestEnv::new();
     let out = env.run(
+        BIN,
         &[
             "--db",
             env.db().to_str().unwrap(),
@@ -519,37 +507,39 @@ fn status_of_an_unknown_session_is_an_error() {
 
 #[test]
 fn a_closed_stdout_exits_quietly() {
-    let env = Env::new();
+    let env = TestEnv::new();
     let mut child = env
-        .command(&["--db", env.db().to_str().unwrap()])
+        .db_command(BIN, &[])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     drop(child.stdout.take()); // the reader goes away before any output
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(example().as_bytes())
-        .unwrap();
+    let input = example();
+    // From a thread, so a child that stopped reading cannot block the test.
+    let writer = std::thread::spawn({
+        let mut stdin = child.stdin.take().unwrap();
+        move || stdin.write_all(input.as_bytes())
+    });
     let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(!stderr(&out).contains("error"), "{}", stderr(&out));
 }
 
 #[test]
 fn config_layers_are_read_and_bad_leaves_warn() {
-    let env = Env::new();
+    let env = TestEnv::new();
     let db = env.db();
-    let config = env.dir.path().join("override.jsonc");
+    let config = env.root().join("override.jsonc");
     std::fs::write(
         &config,
         "{\n // comments are fine\n \"transform\": {\"protected_tags\": 500,},\n}\n",
     )
     .unwrap();
     let out = env.run(
+        BIN,
         &[
             "--db",
             db.to_str().unwrap(),
@@ -563,23 +553,21 @@ fn config_layers_are_read_and_bad_leaves_warn() {
     assert!(warnings.contains("protected_tags"), "{warnings}");
     assert!(stderr(&out).contains("protected_tags"));
     // A project config may not lower the execute threshold.
-    let project = env.dir.path().join("proj");
-    std::fs::create_dir_all(project.join(".mc")).unwrap();
-    std::fs::write(
-        project.join(".mc/config.jsonc"),
+    let project = env.root().join("proj");
+    env.project_config(
+        &project,
         r#"{"transform": {"execute_threshold_percentage": 20}}"#,
-    )
-    .unwrap();
+    );
     let mut envelope: Value = serde_json::from_str(&example()).unwrap();
     envelope["project_dir"] = json!(project);
     // 20 % usage would execute under a threshold of 20. (A new database: a
     // session keeps the project its first pass saw.)
     envelope["usage"] = json!({"input": 40000, "cache_read": 0, "cache_write": 0, "output": 1});
-    let db = env.dir.path().join("other.db");
+    let db = env.root().join("other.db");
     let mut first = envelope.clone();
     first["usage"] = json!({"input": 1000, "cache_read": 0, "cache_write": 0, "output": 1});
-    stdout_json(&env.run(&["--db", db.to_str().unwrap()], &first.to_string()));
-    let doc = stdout_json(&env.run(&["--db", db.to_str().unwrap()], &envelope.to_string()));
+    stdout_json(&env.run(BIN, &["--db", db.to_str().unwrap()], &first.to_string()));
+    let doc = stdout_json(&env.run(BIN, &["--db", db.to_str().unwrap()], &envelope.to_string()));
     assert_eq!(doc["pass"]["decision"], "defer", "{}", doc["pass"]);
     assert!(
         doc["pass"]["warnings"]
@@ -590,7 +578,7 @@ fn config_layers_are_read_and_bad_leaves_warn() {
 
 #[test]
 fn help_explains_the_commands() {
-    let out = Env::new().run(&["--help"], "");
+    let out = TestEnv::new().run(BIN, &["--help"], "");
     let text = String::from_utf8_lossy(&out.stdout);
     for needle in [
         "reduce",
@@ -608,17 +596,17 @@ fn help_explains_the_commands() {
 
 #[test]
 fn system_renders_the_guidance_for_a_known_session_and_fails_open() {
-    let env = Env::new();
+    let env = TestEnv::new();
     let db = env.db();
     let db = db.to_str().unwrap();
     let request = json!({"session_id": "ses_example0001",
                          "system": ["You are an agent.\nToday's date: Mon Nov 30 2026"]});
     // No pass has seen the session yet: the parts come back unchanged.
-    let unknown = stdout_json(&env.run(&["--db", db, "system"], &request.to_string()));
+    let unknown = stdout_json(&env.run(BIN, &["--db", db, "system"], &request.to_string()));
     assert_eq!(unknown["known_session"], false);
     assert_eq!(unknown["system"], request["system"]);
-    stdout_json(&env.run(&["--db", db], &example()));
-    let known = stdout_json(&env.run(&["--db", db, "system"], &request.to_string()));
+    stdout_json(&env.run(BIN, &["--db", db], &example()));
+    let known = stdout_json(&env.run(BIN, &["--db", db, "system"], &request.to_string()));
     assert_eq!(known["known_session"], true);
     let text = known["system"][0].as_str().unwrap();
     assert!(
@@ -630,12 +618,13 @@ fn system_renders_the_guidance_for_a_known_session_and_fails_open() {
     assert!(text.contains("ctx_reduce"), "{text}");
     assert_eq!(known["today"], "Today's date: Mon Nov 30 2026");
     // Bad input exits 2; an unusable database gives the parts back unchanged.
-    let bad = env.run(&["--db", db, "system"], r#"{"session_id": "s"}"#);
+    let bad = env.run(BIN, &["--db", db, "system"], r#"{"session_id": "s"}"#);
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("\"system\""), "{}", stderr(&bad));
-    let folder = env.dir.path().join("folder.db");
+    let folder = env.root().join("folder.db");
     std::fs::create_dir(&folder).unwrap();
     let out = env.run(
+        BIN,
         &["--db", folder.to_str().unwrap(), "system"],
         &request.to_string(),
     );
@@ -647,16 +636,16 @@ fn system_renders_the_guidance_for_a_known_session_and_fails_open() {
 
 #[test]
 fn overflow_learns_from_a_rejection_and_answers_false_for_anything_else() {
-    let env = Env::new();
+    let env = TestEnv::new();
     let db = env.db();
     let db = db.to_str().unwrap();
-    stdout_json(&env.run(&["--db", db], &example()));
+    stdout_json(&env.run(BIN, &["--db", db], &example()));
     // OpenCode's session.error event for the example session.
     let request = json!({"harness": "opencode", "session_id": "ses_example0001",
         "model": {"provider": "anthropic", "id": "claude-sonnet-4-5"},
         "error": {"name": "APIError", "data": {"message": "Bad Request", "statusCode": 400, "isRetryable": false,
             "responseBody": "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 210000 tokens > 200000 maximum\"}}"}}});
-    let out = env.run(&["--db", db, "overflow"], &request.to_string());
+    let out = env.run(BIN, &["--db", db, "overflow"], &request.to_string());
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let answer = stdout_json(&out);
     assert_eq!(
@@ -665,14 +654,62 @@ fn overflow_learns_from_a_rejection_and_answers_false_for_anything_else() {
                "message": "prompt is too long: 210000 tokens > 200000 maximum",
                "model": "anthropic/claude-sonnet-4-5", "limit_stored": true, "emergency_next_pass": true})
     );
-    let status = stdout_json(&env.run(&["--db", db, "status", "--session", "ses_example0001"], ""));
+    let status = stdout_json(&env.run(
+        BIN,
+        &["--db", db, "status", "--session", "ses_example0001"],
+        "",
+    ));
     assert_eq!(status["overflow_pending"], true);
     // Anything else: exit 0, {"recognised": false}; bad input exits 2.
     let other = json!({"session_id": "ses_example0001", "error": {"name": "MessageAbortedError", "data": {"message": "aborted"}}});
-    let out = env.run(&["--db", db, "overflow"], &other.to_string());
+    let out = env.run(BIN, &["--db", db, "overflow"], &other.to_string());
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(stdout_json(&out), json!({"recognised": false}));
-    let bad = env.run(&["--db", db, "overflow"], r#"{"session_id": "s"}"#);
+    let bad = env.run(BIN, &["--db", db, "overflow"], r#"{"session_id": "s"}"#);
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("\"error\""), "{}", stderr(&bad));
+}
+
+#[test]
+fn commands_without_a_time_in_their_input_read_the_fixed_clock() {
+    let env = TestEnv::new();
+    let db = env.db();
+    let db = db.to_str().unwrap();
+    let config = env.path("small-window.jsonc");
+    std::fs::write(&config, r#"{"transform": {"protected_tags": 1}}"#).unwrap();
+    let config = config.to_str().unwrap();
+    stdout_json(&env.run(BIN, &["--db", db], &example()));
+    let reduce = |tag: &str, now: Option<&str>| {
+        let mut command = env.command(
+            BIN,
+            &[
+                "--db",
+                db,
+                "--config",
+                config,
+                "reduce",
+                "--session",
+                "ses_example0001",
+                "--drop",
+                tag,
+            ],
+        );
+        if let Some(now) = now {
+            command.env("MC_NOW_MS", now);
+        }
+        stdout_json(&mc_tests::pipe(&mut command, b"").unwrap())
+    };
+    assert_eq!(reduce("1", None)["queued"], json!([1]));
+    assert_eq!(reduce("2", Some("1800000000000"))["queued"], json!([2]));
+    // reduce has no envelope: the time it queues a drop at is MC_NOW_MS.
+    let store = mc_core::store::Store::open(Path::new(db), &Default::default()).unwrap();
+    let queued: Vec<i64> = store
+        .conn()
+        .prepare("SELECT queued_ms FROM pending_drops ORDER BY queued_ms")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(queued, [TestEnv::NOW_MS, 1_800_000_000_000]);
 }

@@ -2,61 +2,38 @@
 //! Code SessionStart hook over transcript files written in the real JSONL
 //! format, and together with mc-transform on one database.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output};
 
+use mc_tests::TestEnv;
 use mc_tests::fake_opencode::FakeOpenCode;
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------- harness --
 
-/// A hermetic environment: temp HOME/XDG, no inherited MC_* or OPENCODE_URL,
-/// and a proxy that does not exist (a loopback server must not go through it).
-struct Env {
-    dir: tempfile::TempDir,
+/// mc-pin's environment: the sealed [`TestEnv`] (no inherited `MC_*`,
+/// `OPENCODE_URL` or `NO_PROXY`), with a proxy that does not exist: a loopback
+/// server must never go through it.
+fn pin_env() -> TestEnv {
+    ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"]
+        .into_iter()
+        .fold(TestEnv::new(), |env, var| {
+            env.with_var(var, "http://127.0.0.1:9")
+        })
 }
 
-impl Env {
-    fn new() -> Env {
-        Env {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn db(&self) -> PathBuf {
-        self.dir.path().join("ctx.db")
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn command(&self, bin: &str, args: &[&str]) -> Command {
-        let mut cmd = Command::new(mc_tests::bin_path(bin));
-        cmd.arg("--db").arg(self.db()).args(args);
-        for var in ["MC_DB", "MC_CONFIG", "OPENCODE_URL", "NO_PROXY", "no_proxy"] {
-            cmd.env_remove(var);
-        }
-        for var in ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
-            cmd.env(var, "http://127.0.0.1:9");
-        }
-        cmd.env("HOME", self.dir.path())
-            .env("XDG_DATA_HOME", self.dir.path().join("data"))
-            .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
-            .current_dir(self.dir.path());
-        cmd
-    }
-
-    fn run(&self, bin: &str, args: &[&str], stdin: &str) -> Output {
-        mc_tests::pipe(&mut self.command(bin, args), stdin.as_bytes()).unwrap()
-    }
-
-    fn pin(&self, args: &[&str], stdin: &str) -> Output {
-        self.run("mc-pin", args, stdin)
-    }
-
+/// mc-pin on the environment's database.
+trait PinEnv {
+    fn pin(&self, args: &[&str], stdin: &str) -> Output;
     /// Run mc-pin, expect exit 0, parse stdout.
+    fn pin_ok(&self, args: &[&str], stdin: &str) -> Value;
+}
+
+impl PinEnv for TestEnv {
+    fn pin(&self, args: &[&str], stdin: &str) -> Output {
+        self.run_db("mc-pin", args, stdin)
+    }
+
     fn pin_ok(&self, args: &[&str], stdin: &str) -> Value {
         let out = self.pin(args, stdin);
         assert!(out.status.success(), "mc-pin {args:?}: {}", stderr(&out));
@@ -69,30 +46,10 @@ impl Env {
 const RACE_ROUNDS: usize = 6;
 
 /// Run `count` mc-pin processes with the same arguments and input at once:
-/// every one is started and waiting on stdin before any input is closed.
-fn race(env: &Env, args: &[&str], stdin: &str, count: usize) -> Vec<Output> {
-    let mut children: Vec<_> = (0..count)
-        .map(|_| {
-            env.command("mc-pin", args)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let mut inputs: Vec<_> = children
-        .iter_mut()
-        .map(|c| c.stdin.take().unwrap())
-        .collect();
-    for input in &mut inputs {
-        input.write_all(stdin.as_bytes()).unwrap();
-    }
-    drop(inputs);
-    children
-        .into_iter()
-        .map(|c| c.wait_with_output().unwrap())
-        .collect()
+/// every one is started before any of them gets its input (`pipe_all`).
+fn race(env: &TestEnv, args: &[&str], stdin: &str, count: usize) -> Vec<Output> {
+    let mut commands: Vec<_> = (0..count).map(|_| env.db_command("mc-pin", args)).collect();
+    mc_tests::pipe_all(&mut commands, stdin.as_bytes()).unwrap()
 }
 
 fn stdout(out: &Output) -> String {
@@ -240,7 +197,7 @@ fn compacted_event() -> String {
     .to_string()
 }
 
-fn restore(env: &Env, server: &FakeOpenCode, extra: &[&str], event: &str) -> Output {
+fn restore(env: &TestEnv, server: &FakeOpenCode, extra: &[&str], event: &str) -> Output {
     let mut args = vec!["restore", "--opencode-url", server.url()];
     args.extend_from_slice(extra);
     env.pin(&args, event)
@@ -263,7 +220,7 @@ fn writes(server: &FakeOpenCode) -> Vec<String> {
 
 #[test]
 fn pinning_merges_the_metadata_and_keeps_unrelated_keys() {
-    let env = Env::new();
+    let env = pin_env();
     let server = server_with(&[]);
     let url = server.url().to_string();
     let pin = |args: &[&str]| {
@@ -351,9 +308,9 @@ fn pinning_merges_the_metadata_and_keeps_unrelated_keys() {
 
 #[test]
 fn pin_reads_its_request_from_stdin_and_the_server_from_the_environment() {
-    let env = Env::new();
+    let env = pin_env();
     let server = server_with(&[]);
-    let mut cmd = env.command("mc-pin", &["pin"]);
+    let mut cmd = env.db_command("mc-pin", &["pin"]);
     cmd.env("OPENCODE_URL", server.url());
     let request =
         json!({"harness": "opencode", "session_id": SES, "message_id": "msg_u1", "directory": DIR});
@@ -376,7 +333,7 @@ fn pin_reads_its_request_from_stdin_and_the_server_from_the_environment() {
 
 #[test]
 fn pin_errors_are_one_line_with_the_right_exit_code() {
-    let env = Env::new();
+    let env = pin_env();
     let server = server_with(&[]);
     // An unknown message: the caller's mistake.
     let out = env.pin(
@@ -452,7 +409,7 @@ fn pin_errors_are_one_line_with_the_right_exit_code() {
 
 #[test]
 fn restore_sends_one_synthetic_message_in_chronological_order_then_the_cursor() {
-    let env = Env::new();
+    let env = pin_env();
     // Stored out of order: the assistant plan (newer) first.
     let server = server_with(&[("msg_a1", T + 1_000, "assistant"), ("msg_u1", T, "user")]);
     let out = restore(&env, &server, &[], &compacted_event());
@@ -530,7 +487,7 @@ fn restore_sends_one_synthetic_message_in_chronological_order_then_the_cursor() 
 
 #[test]
 fn restore_with_reply_lets_opencode_run_a_turn() {
-    let env = Env::new();
+    let env = pin_env();
     let server = server_with(&[("msg_u1", T, "user")]);
     let out = restore(&env, &server, &["--reply"], &compacted_event());
     assert!(out.status.success(), "{}", stderr(&out));
@@ -539,7 +496,7 @@ fn restore_with_reply_lets_opencode_run_a_turn() {
 
 #[test]
 fn missing_pins_are_skipped_and_the_rest_is_sent() {
-    let env = Env::new();
+    let env = pin_env();
     let server = server_with(&[
         ("msg_u1", T, "user"),
         ("msg_gone", T + 500, "user"),
@@ -568,7 +525,7 @@ fn missing_pins_are_skipped_and_the_rest_is_sent() {
 
 #[test]
 fn when_every_pin_is_missing_nothing_is_sent_and_the_cursor_stays() {
-    let env = Env::new();
+    let env = pin_env();
     let server = server_with(&[("msg_gone", T, "user")]);
     let out = restore(&env, &server, &[], &compacted_event());
     assert!(out.status.success(), "{}", stderr(&out));
@@ -583,7 +540,7 @@ fn when_every_pin_is_missing_nothing_is_sent_and_the_cursor_stays() {
 
 #[test]
 fn a_replayed_compaction_event_sends_nothing() {
-    let env = Env::new();
+    let env = pin_env();
     let server = server_with(&[("msg_u1", T, "user")]);
     let first = restore(&env, &server, &[], &compacted_event());
     assert!(first.status.success(), "{}", stderr(&first));
@@ -617,7 +574,7 @@ fn a_replayed_compaction_event_sends_nothing() {
 #[test]
 fn racing_restorers_send_each_compaction_once() {
     for restorers in [2, 10] {
-        let env = Env::new();
+        let env = pin_env();
         let server = server_with(&[("msg_u1", T, "user"), ("msg_a1", T + 1_000, "assistant")]);
         let mut sent_per_round = Vec::new();
         for round in 1..=RACE_ROUNDS {
@@ -665,7 +622,7 @@ fn racing_restorers_send_each_compaction_once() {
 
 #[test]
 fn idle_and_other_events_make_no_request_at_all() {
-    let env = Env::new();
+    let env = pin_env();
     let server = server_with(&[("msg_u1", T, "user")]);
     for event in [
         json!({"id": "evt_7", "type": "session.idle", "properties": {"sessionID": SES}}),
@@ -685,7 +642,7 @@ fn idle_and_other_events_make_no_request_at_all() {
 
 #[test]
 fn a_failed_prompt_async_leaves_the_cursor() {
-    let env = Env::new();
+    let env = pin_env();
     let server = server_with(&[("msg_u1", T, "user")]);
     server.fail(
         "POST",
@@ -725,7 +682,7 @@ fn a_failed_prompt_async_leaves_the_cursor() {
 
 #[test]
 fn child_sessions_are_ignored() {
-    let env = Env::new();
+    let env = pin_env();
     let server = server_with(&[("msg_u1", T, "user")]);
     let mut child = server.session(SES);
     child["parentID"] = json!("ses_parent0000000000000000");
@@ -741,7 +698,7 @@ fn child_sessions_are_ignored() {
 
 #[test]
 fn an_unfinished_summary_is_not_answered() {
-    let env = Env::new();
+    let env = pin_env();
     let server = FakeOpenCode::start();
     server.add_session(session(
         SES,
@@ -761,7 +718,7 @@ fn an_unfinished_summary_is_not_answered() {
 
 #[test]
 fn dry_run_prints_the_requests_and_sends_nothing() {
-    let env = Env::new();
+    let env = pin_env();
     let server = server_with(&[("msg_u1", T, "user")]);
     let out = restore(&env, &server, &["--dry-run"], &compacted_event());
     assert!(out.status.success(), "{}", stderr(&out));
@@ -823,7 +780,7 @@ fn dry_run_prints_the_requests_and_sends_nothing() {
 
 #[test]
 fn restore_errors_unreachable_server_and_malformed_events() {
-    let env = Env::new();
+    let env = pin_env();
     let out = env.pin(
         &["restore", "--opencode-url", "http://127.0.0.1:9"],
         &compacted_event(),
@@ -982,7 +939,7 @@ fn hook_input(transcript: &Path, source: &str) -> String {
     .to_string()
 }
 
-fn cc_pin(env: &Env, transcript: &Path, target: &[&str]) -> Value {
+fn cc_pin(env: &TestEnv, transcript: &Path, target: &[&str]) -> Value {
     let mut args = vec![
         "pin",
         "--harness",
@@ -997,7 +954,7 @@ fn cc_pin(env: &Env, transcript: &Path, target: &[&str]) -> Value {
     env.pin_ok(&args, "")
 }
 
-fn hook(env: &Env, input: &str) -> Output {
+fn hook(env: &TestEnv, input: &str) -> Output {
     env.pin(&["restore", "--harness", "claude-code"], input)
 }
 
@@ -1015,7 +972,7 @@ fn additional_context(out: &Output) -> String {
 
 #[test]
 fn claude_code_restore_prints_the_pins_from_the_transcript_once() {
-    let env = Env::new();
+    let env = pin_env();
     let transcript = env.path("session.jsonl");
     write_jsonl(&transcript, &cc_transcript(&[]));
     // The rule by uuid; the plan as "the last assistant message".
@@ -1084,7 +1041,7 @@ fn racing_hooks_print_each_compaction_once() {
         outs.iter().filter(|o| !o.stdout.is_empty()).count()
     };
     for restorers in [2, 10] {
-        let env = Env::new();
+        let env = pin_env();
         let transcript = env.path("session.jsonl");
         let mut lines = cc_transcript(&[]);
         write_jsonl(&transcript, &lines);
@@ -1120,7 +1077,7 @@ fn racing_hooks_print_each_compaction_once() {
 
     // The transcript lags the hook and shows no mark of the compaction yet:
     // the hooks still agree on one.
-    let env = Env::new();
+    let env = pin_env();
     let transcript = env.path("session.jsonl");
     let mut lines = cc_transcript(&[]);
     lines.truncate(lines.len() - 2);
@@ -1137,14 +1094,8 @@ fn racing_hooks_print_each_compaction_once() {
 
 /// mc-pin with a deadline: a process that would read (or wait on) its input
 /// forever is killed and the test fails instead of hanging.
-fn pin_within(env: &Env, args: &[&str], stdin: &str) -> Output {
-    mc_tests::pipe_within(
-        &mut env.command("mc-pin", args),
-        stdin.as_bytes(),
-        std::time::Duration::from_secs(20),
-    )
-    .unwrap()
-    .unwrap_or_else(|| panic!("mc-pin {args:?} was still running after 20 s"))
+fn pin_within(env: &TestEnv, args: &[&str], stdin: &str) -> Output {
+    env.run_db_within("mc-pin", args, stdin, std::time::Duration::from_secs(20))
 }
 
 #[cfg(unix)]
@@ -1156,7 +1107,7 @@ fn mkfifo(path: &Path) {
 #[cfg(unix)]
 #[test]
 fn transcripts_that_are_no_regular_file_are_refused_at_once() {
-    let env = Env::new();
+    let env = pin_env();
     let transcript = env.path("session.jsonl");
     write_jsonl(&transcript, &cc_transcript(&[]));
     let fifo = env.path("fifo.jsonl");
@@ -1217,7 +1168,7 @@ fn transcripts_that_are_no_regular_file_are_refused_at_once() {
 
 #[test]
 fn transcripts_over_the_size_cap_are_refused() {
-    let env = Env::new();
+    let env = pin_env();
     let transcript = env.path("session.jsonl");
     write_jsonl(&transcript, &cc_transcript(&[]));
     cc_pin(&env, &transcript, &["--message", "u-rule"]);
@@ -1253,13 +1204,7 @@ fn transcripts_over_the_size_cap_are_refused() {
     );
     // A lower cap in the user config: a real transcript over it is refused,
     // by pin and by the hook alike.
-    let config = env.path("config").join("mc");
-    std::fs::create_dir_all(&config).unwrap();
-    std::fs::write(
-        config.join("config.jsonc"),
-        r#"{"transcript": {"max_bytes": 1048576}}"#,
-    )
-    .unwrap();
+    env.user_config(r#"{"transcript": {"max_bytes": 1048576}}"#);
     let big = env.path("big.jsonl");
     let padding: Vec<(String, String)> = (0..12)
         .map(|i| (format!("u-pad-{i}"), "x".repeat(100_000)))
@@ -1284,7 +1229,7 @@ fn transcripts_over_the_size_cap_are_refused() {
 
 #[test]
 fn an_invalid_byte_costs_at_most_its_line() {
-    let env = Env::new();
+    let env = pin_env();
     let transcript = env.path("session.jsonl");
     let mut text: Vec<u8> = Vec::new();
     for line in cc_transcript(&[]) {
@@ -1317,7 +1262,7 @@ fn an_invalid_byte_costs_at_most_its_line() {
 
 #[test]
 fn non_ascii_timestamps_do_not_stop_a_restore() {
-    let env = Env::new();
+    let env = pin_env();
     let transcript = env.path("session.jsonl");
     let mut lines = cc_transcript(&[]);
     // Byte slicing of these used to panic (exit 101) in pin and in the hook.
@@ -1338,7 +1283,7 @@ fn non_ascii_timestamps_do_not_stop_a_restore() {
 }
 
 /// The Claude Code cursor in mc's database, read through the public store API.
-fn db_cursor(env: &Env) -> Option<String> {
+fn db_cursor(env: &TestEnv) -> Option<String> {
     let store = mc_core::store::Store::open(&env.db(), &Default::default()).unwrap();
     let row = mc_core::pin::local::session_row(store.conn(), "claude-code", CC_SESSION)
         .unwrap()
@@ -1348,7 +1293,7 @@ fn db_cursor(env: &Env) -> Option<String> {
 
 #[test]
 fn claude_code_restore_stays_within_ten_thousand_characters() {
-    let env = Env::new();
+    let env = pin_env();
     let transcript = env.path("big.jsonl");
     let big: Vec<(String, String)> = (0..6)
         .map(|i| {
@@ -1387,7 +1332,7 @@ fn claude_code_restore_stays_within_ten_thousand_characters() {
 
 #[test]
 fn non_compact_sources_and_other_hooks_produce_nothing() {
-    let env = Env::new();
+    let env = pin_env();
     let transcript = env.path("session.jsonl");
     write_jsonl(&transcript, &cc_transcript(&[]));
     cc_pin(&env, &transcript, &["--message", "u-rule"]);
@@ -1415,7 +1360,7 @@ fn non_compact_sources_and_other_hooks_produce_nothing() {
 
 #[test]
 fn claude_code_hook_never_exits_2_and_dry_run_advances_no_cursor() {
-    let env = Env::new();
+    let env = pin_env();
     let transcript = env.path("session.jsonl");
     write_jsonl(&transcript, &cc_transcript(&[]));
     cc_pin(&env, &transcript, &["--message", "u-rule"]);
@@ -1516,10 +1461,10 @@ fn tx_session(turns: usize) -> Vec<Value> {
     out
 }
 
-fn transform(env: &Env, messages: &[Value], percent: u64) -> Value {
+fn transform(env: &TestEnv, messages: &[Value], percent: u64) -> Value {
     let now = T0 + 60 * 60_000;
     let envelope = json!({
-        "harness": "opencode", "session_id": TX_SESSION, "project_dir": env.dir.path(),
+        "harness": "opencode", "session_id": TX_SESSION, "project_dir": env.root(),
         "model": {"provider": "anthropic", "id": "m", "context_limit": 100_000, "output_limit": 0},
         "usage": {"input": percent * 1000, "cache_read": 0, "cache_write": 0, "output": 10},
         "now_ms": now, "messages": messages,
@@ -1527,7 +1472,7 @@ fn transform(env: &Env, messages: &[Value], percent: u64) -> Value {
     // Age-based reclaim off: this test is about the agent's drops and the emergency's.
     let config = env.path("no-reclaim.jsonc");
     std::fs::write(&config, r#"{"transform": {"tool_reclaim": false}}"#).unwrap();
-    let out = env.run(
+    let out = env.run_db(
         "mc-transform",
         &["--config", config.to_str().unwrap()],
         &envelope.to_string(),
@@ -1580,7 +1525,7 @@ fn tag_of(output: &str) -> i64 {
 
 #[test]
 fn a_pinned_message_survives_a_ctx_reduce_drop_and_an_emergency_drop() {
-    let env = Env::new();
+    let env = pin_env();
     let messages = tx_session(12);
     let first = transform(&env, &messages, 30);
     let tag = |call: &str| tag_of(&tool_output(&first, call).unwrap());
@@ -1607,7 +1552,7 @@ fn a_pinned_message_survives_a_ctx_reduce_drop_and_an_emergency_drop() {
 
     // The agent asks to drop both; only the unpinned one goes, on the next busting pass.
     let drop = format!("{neighbour_tag},{pinned_tag}");
-    let reduce = env.run(
+    let reduce = env.run_db(
         "mc-transform",
         &["reduce", "--session", TX_SESSION, "--drop", &drop],
         "",
@@ -1657,7 +1602,7 @@ fn a_pinned_message_survives_a_ctx_reduce_drop_and_an_emergency_drop() {
     );
     assert_eq!(answer, json!({"pins": []}));
     let pinned = pinned_tag.to_string();
-    let reduce = env.run(
+    let reduce = env.run_db(
         "mc-transform",
         &["reduce", "--session", TX_SESSION, "--drop", &pinned],
         "",

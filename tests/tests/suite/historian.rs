@@ -5,16 +5,17 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use mc_core::config::{HistorianConfig, ProviderConfig, ProviderKind};
-use mc_core::llm::{self, Client, ErrorKind, Model, Options, Prompt, ProxyEnv};
+use mc_core::llm::{self, Client, ErrorKind, Model, Options, Prompt, ProxyEnv, Sleeper};
 use mc_core::store::{Store, StoreOptions};
 use mc_tests::fake_llm::{ANY_MODEL, FakeLlm, Reply, user_text};
 use mc_tests::fake_opencode::FakeOpenCode;
-use mc_tests::{bin_path, pipe};
+use mc_tests::{TestEnv, bin_path, pipe};
 
 const NOW: i64 = 1_796_000_000_000;
 const KEY: &str = "sk-test-not-a-real-key-123";
@@ -25,29 +26,30 @@ const WORDS: usize = 300;
 // ---------------------------------------------------------------------------
 // Helpers
 
-/// A hermetic environment: temp HOME, XDG dirs and project, a fake LLM server.
+/// The sealed [`TestEnv`] (with the key the default config names), a project
+/// folder, and a fake LLM server.
 struct Env {
-    dir: tempfile::TempDir,
+    env: TestEnv,
     fake: FakeLlm,
+}
+
+impl std::ops::Deref for Env {
+    type Target = TestEnv;
+
+    fn deref(&self) -> &TestEnv {
+        &self.env
+    }
 }
 
 impl Env {
     fn new() -> Env {
         let env = Env {
-            dir: tempfile::tempdir().unwrap(),
+            env: TestEnv::new().with_var("MC_TEST_KEY", KEY),
             fake: FakeLlm::start(),
         };
         std::fs::create_dir_all(env.project()).unwrap();
         env.user_config(env.default_config());
         env
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn db(&self) -> PathBuf {
-        self.path("ctx.db")
     }
 
     fn project(&self) -> PathBuf {
@@ -67,41 +69,13 @@ impl Env {
     }
 
     fn user_config(&self, config: Value) {
-        let path = self.path("config").join("mc").join("config.jsonc");
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, format!("// test config\n{config:#}\n")).unwrap();
-    }
-
-    fn command(&self, bin: &str, args: &[&str]) -> Command {
-        let mut cmd = Command::new(bin_path(bin));
-        cmd.arg("--db").arg(self.db()).args(args);
-        for var in [
-            "MC_DB",
-            "MC_CONFIG",
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "ALL_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "all_proxy",
-        ] {
-            cmd.env_remove(var);
-        }
-        cmd.env("HOME", self.dir.path())
-            .env("XDG_DATA_HOME", self.path("data"))
-            .env("XDG_CONFIG_HOME", self.path("config"))
-            .env("MC_TEST_KEY", KEY)
-            .current_dir(self.dir.path());
-        cmd
-    }
-
-    fn run(&self, bin: &str, args: &[&str], stdin: &str) -> Output {
-        pipe(&mut self.command(bin, args), stdin.as_bytes()).unwrap()
+        self.env
+            .user_config(&format!("// test config\n{config:#}\n"));
     }
 
     /// `mc-historian ARGS` with `stdin`: its exit code, JSON and stderr.
     fn historian(&self, args: &[&str], stdin: &str) -> (i32, Value, String) {
-        let out = self.run("mc-historian", args, stdin);
+        let out = self.run_db("mc-historian", args, stdin);
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
             panic!(
@@ -113,7 +87,7 @@ impl Env {
     }
 
     fn transform(&self, args: &[&str], stdin: &str) -> Value {
-        let out = self.run("mc-transform", args, stdin);
+        let out = self.run_db("mc-transform", args, stdin);
         assert!(
             out.status.success(),
             "mc-transform {args:?}: {}",
@@ -148,10 +122,15 @@ impl Env {
 }
 
 fn messages(session: &str, turns: usize) -> Vec<Value> {
+    messages_of(session, turns, WORDS)
+}
+
+/// `turns` user/assistant turns of about `words` words each.
+fn messages_of(session: &str, turns: usize, words: usize) -> Vec<Value> {
     let mut out = Vec::new();
     for t in 0..turns {
         let at = NOW - 10_000_000 + t as i64 * 60_000;
-        let filler = format!("{} ", ["alpha", "beta", "gamma", "delta"][t % 4]).repeat(WORDS);
+        let filler = format!("{} ", ["alpha", "beta", "gamma", "delta"][t % 4]).repeat(words);
         out.push(json!({"info": {"id": format!("msg_{t:04}_u"), "sessionID": session, "role": "user",
                                  "time": {"created": at}},
                         "parts": [{"id": format!("prt_{t:04}_u"), "type": "text", "text": format!("Task {t}: {filler}")}]}));
@@ -269,6 +248,70 @@ fn prompt_shows_the_exact_request_and_run_publishes() {
     assert_eq!(status["historian"]["last_run"]["status"], "published");
     assert_eq!(status["historian"]["last_failure"], Value::Null);
     assert_eq!(status["historian"]["lease"], Value::Null, "released");
+}
+
+/// `mc-historian prompt`'s answer as a snapshot shows it: the JSON with the
+/// prompt texts taken out (the request carries exactly them), then the texts
+/// as the model reads them (the system text only `with_system`); the fake
+/// server's address made stable.
+fn prompt_snapshot(env: &Env, prompt: &Value, with_system: bool) -> String {
+    let system = prompt["system"].as_str().expect("a system text");
+    let user = prompt["user"].as_str().expect("a user text");
+    let body = &prompt["request"]["body"];
+    assert_eq!(body["system"], system);
+    assert_eq!(user_text(body), user);
+    let mut shape = prompt.clone();
+    shape["system"] = json!("(below)");
+    shape["user"] = json!("(below)");
+    shape["request"]["body"]["system"] = json!("(the system text below)");
+    shape["request"]["body"]["messages"][0]["content"] = json!("(the user text below)");
+    let shape = serde_json::to_string_pretty(&shape)
+        .unwrap()
+        .replace(env.fake.url(), "http://[fake-llm]");
+    let system = if with_system {
+        format!("--- system ---\n{system}\n")
+    } else {
+        String::new()
+    };
+    format!("{shape}\n{system}--- user ---\n{user}\n")
+}
+
+#[test]
+fn the_prompt_of_a_first_fold_and_of_the_next() {
+    let env = Env::new();
+    env.fake.always("big", folding(FACT));
+    // A 1k window: everything but the newest turns is eligible.
+    let envelope = |turns: usize| {
+        json!({
+            "harness": "opencode", "session_id": "ses_snap", "project_dir": env.project(),
+            "model": {"provider": "p", "id": "m", "context_limit": 1_000},
+            "usage": {"input": 250}, "now_ms": NOW,
+            "messages": messages_of("ses_snap", turns, 20),
+        })
+        .to_string()
+    };
+    let (code, first, stderr) = env.historian(&["prompt"], &envelope(8));
+    assert_eq!(code, 0, "{stderr}");
+    snapshot!(
+        "historian_prompt_first_fold",
+        "mc-historian prompt: the first fold of an 8-turn session",
+        prompt_snapshot(&env, &first, true)
+    );
+    let (code, report, stderr) = env.historian(&["run"], &envelope(8));
+    assert_eq!(code, 0, "{report}\n{stderr}");
+    assert_eq!(report["facts_promoted"], 1, "{report}");
+    // Later: the earlier compartments and the promoted fact are context.
+    let (code, next, stderr) = env.historian(&["prompt"], &envelope(14));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        next["system"], first["system"],
+        "one contract for every fold"
+    );
+    snapshot!(
+        "historian_prompt_next_fold",
+        "mc-historian prompt: the next fold, with the earlier compartments and project memory",
+        prompt_snapshot(&env, &next, false)
+    );
 }
 
 #[test]
@@ -412,7 +455,8 @@ fn timeouts_move_on_or_fail() {
     env.fake
         .always("big", Reply::slow(Duration::from_secs(5), folding("")));
     env.fake.always("small", folding(""));
-    let started = Instant::now();
+    // The slow answer would fold too: that the small model answered, after a
+    // warning about the 400 ms, shows the call was cut off, not waited out.
     let (code, report, stderr) = env.historian(&["run"], &env.envelope("ses_t1", 30, 5_000, NOW));
     assert_eq!(code, 0, "{report}\n{stderr}");
     assert_eq!(report["model"], "local/small");
@@ -427,12 +471,10 @@ fn timeouts_move_on_or_fail() {
         ["big", "small"],
         "a timeout is not retried on the same model"
     );
-    assert!(started.elapsed() < Duration::from_secs(4));
 
     // With no fallback, the run fails with the timeout as its cause.
     config["historian"]["fallback_models"] = json!([]);
     env.user_config(config);
-    let started = Instant::now();
     let (code, report, _) = env.historian(&["run"], &env.envelope("ses_t2", 30, 5_000, NOW));
     assert_eq!(code, 1);
     assert_eq!(report["status"], "failed");
@@ -440,7 +482,6 @@ fn timeouts_move_on_or_fail() {
         report["error"].as_str().unwrap().contains("within 400 ms"),
         "{report}"
     );
-    assert!(started.elapsed() < Duration::from_secs(4));
     let status = env.status("opencode", "ses_t2");
     assert!(
         status["historian"]["last_failure"]["error"]
@@ -461,7 +502,7 @@ fn write_script(path: &Path, body: &str) {
 #[test]
 fn the_command_provider_runs_a_real_program() {
     let env = Env::new();
-    let dir = env.dir.path().display().to_string();
+    let dir = env.root().display().to_string();
     let script = env.path("fake-claude");
     write_script(
         &script,
@@ -907,13 +948,7 @@ fn cc_session(cwd: &Path, turns: usize) -> Transcript {
 /// The historian with a deadline: a process that would read its input
 /// forever is killed and the test fails instead of hanging.
 fn historian_within(env: &Env, args: &[&str]) -> Output {
-    mc_tests::pipe_within(
-        &mut env.command("mc-historian", args),
-        b"",
-        Duration::from_secs(20),
-    )
-    .unwrap()
-    .unwrap_or_else(|| panic!("mc-historian {args:?} was still running after 20 s"))
+    env.run_db_within("mc-historian", args, "", Duration::from_secs(20))
 }
 
 #[cfg(unix)]
@@ -1077,7 +1112,7 @@ fn only_the_user_config_may_configure_the_historian() {
         .to_string(),
     )
     .unwrap();
-    let out = env.run(
+    let out = env.run_db(
         "mc-historian",
         &["run"],
         &env.envelope("ses_p", 30, 5_000, NOW),
@@ -1096,10 +1131,10 @@ fn only_the_user_config_may_configure_the_historian() {
         stderr.contains("mc-historian: error: no historian model: set historian.model"),
         "{stderr}"
     );
-    assert!(!env.dir.path().join("PWNED").exists());
+    assert!(!env.root().join("PWNED").exists());
     assert!(!env.project().join("PWNED").exists());
     // Bad input exits 2 too.
-    let out = env.run("mc-historian", &["run"], "not json");
+    let out = env.run_db("mc-historian", &["run"], "not json");
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr).starts_with("mc-historian: error: input is not JSON")
@@ -1117,7 +1152,7 @@ fn without_a_model_a_run_fails_before_fetching_from_opencode() {
         .unwrap()
         .port();
     let url = format!("http://127.0.0.1:{port}");
-    let out = env.run(
+    let out = env.run_db(
         "mc-historian",
         &["run", "--opencode-url", &url, "--session", "ses_x"],
         "",
@@ -1147,17 +1182,10 @@ fn progress_shows_only_on_a_terminal() {
         env.db().display(),
         envelope.display()
     );
-    let mut script = Command::new("script");
+    let mut script = env.program("script");
     script
         .args(["-qec", &shell, "/dev/null"])
-        .env("HOME", env.dir.path())
-        .env("XDG_DATA_HOME", env.path("data"))
-        .env("XDG_CONFIG_HOME", env.path("config"))
-        .env("MC_TEST_KEY", KEY)
-        .env("TERM", "xterm-256color")
-        .env_remove("MC_DB")
-        .env_remove("MC_CONFIG")
-        .current_dir(env.dir.path());
+        .env("TERM", "xterm-256color");
     let out = pipe(&mut script, b"").unwrap();
     let terminal = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{terminal}");
@@ -1175,6 +1203,36 @@ fn provider(kind: ProviderKind, url: String, key_env: Option<&str>) -> ProviderC
         api_key_env: key_env.map(str::to_string),
         command: None,
     }
+}
+
+/// The default options, with retry waits that return at once.
+fn quick_options() -> Options {
+    Options::from_config(
+        &HistorianConfig::default(),
+        ProxyEnv::default(),
+        Sleeper::new(|_| {}),
+    )
+}
+
+/// A sleeper that records each delay instead of waiting it.
+fn recorder() -> (Sleeper, Arc<Mutex<Vec<Duration>>>) {
+    let slept = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&slept);
+    (
+        Sleeper::new(move |delay| log.lock().unwrap().push(delay)),
+        slept,
+    )
+}
+
+/// The delays of the `Retrying` events, in order.
+fn retry_delays(events: &[llm::Event]) -> Vec<Duration> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            llm::Event::Retrying { delay, .. } => Some(*delay),
+            _ => None,
+        })
+        .collect()
 }
 
 fn client(
@@ -1205,7 +1263,7 @@ fn client(
         .iter()
         .map(|(p, k)| (p.to_string(), k.to_string()))
         .collect();
-    let mut options = Options::from_config(&HistorianConfig::default(), ProxyEnv::default());
+    let mut options = quick_options();
     options.backoff = Duration::from_millis(1);
     options.timeout = Duration::from_secs(5);
     tweak(&mut options);
@@ -1301,17 +1359,18 @@ fn client_retries_honour_retry_after_and_report_every_failure() {
             Reply::text("after waiting"),
         ],
     );
-    let c = client(&fake, &["a/m"], &[("a", KEY)], |o| o.retries = 2);
-    let started = Instant::now();
+    let (sleeper, slept) = recorder();
+    let c = client(&fake, &["a/m"], &[("a", KEY)], |o| {
+        o.retries = 2;
+        o.sleep = sleeper.clone();
+    });
     let (result, events) = ask(&c);
     assert_eq!(result.unwrap().text, "after waiting");
-    assert!(
-        started.elapsed() >= Duration::from_secs(1),
-        "Retry-After: 1 is honoured"
-    );
-    assert!(
-        matches!(&events[1], llm::Event::Retrying { delay, .. } if *delay >= Duration::from_secs(1))
-    );
+    // Retry-After: 1 beats the 1 ms backoff (plus jitter), and the client
+    // waits exactly the delay it reports.
+    assert_eq!(retry_delays(&events), [Duration::from_secs(1)]);
+    assert!(matches!(&events[1], llm::Event::Retrying { .. }));
+    assert_eq!(*slept.lock().unwrap(), [Duration::from_secs(1)]);
 
     // Everything fails: the error names each model's failure.
     fake.always("x", Reply::status(500, "{\"e\":\"boom-x\"}"));
@@ -1320,6 +1379,36 @@ fn client_retries_honour_retry_after_and_report_every_failure() {
     let error = ask(&c).0.unwrap_err().to_string();
     assert!(error.starts_with("o/y: HTTP 502 Bad Gateway"), "{error}");
     assert!(error.contains("after: a/x: HTTP 500"), "{error}");
+}
+
+#[test]
+fn client_backoff_doubles_per_retry_and_is_slept_not_timed() {
+    let fake = FakeLlm::start();
+    fake.always("m", Reply::status(503, "{\"e\":\"busy\"}"));
+    let (sleeper, slept) = recorder();
+    let c = client(&fake, &["a/m"], &[("a", KEY)], |o| {
+        o.retries = 3;
+        o.backoff = Duration::from_millis(100);
+        o.sleep = sleeper.clone();
+    });
+    let (result, events) = ask(&c);
+    assert_eq!(result.unwrap_err().kind, ErrorKind::Status(503));
+    assert_eq!(fake.models_asked(), ["m"; 4], "one try and three retries");
+    let delays = retry_delays(&events);
+    assert_eq!(
+        *slept.lock().unwrap(),
+        delays,
+        "each reported delay is slept"
+    );
+    // 100 ms doubled per retry, plus up to 50 % jitter.
+    assert_eq!(delays.len(), 3);
+    for (n, delay) in delays.iter().enumerate() {
+        let base = Duration::from_millis(100 << n);
+        assert!(
+            *delay >= base && *delay < base.mul_f64(1.5),
+            "retry {n}: {delay:?}"
+        );
+    }
 }
 
 #[test]
@@ -1403,7 +1492,7 @@ fn client_connection_errors_are_retried_then_fall_back() {
             provider(ProviderKind::Openai, format!("{}/v1", fake.url()), None),
         ),
     ]);
-    let mut options = Options::from_config(&HistorianConfig::default(), ProxyEnv::default());
+    let mut options = quick_options();
     options.backoff = Duration::from_millis(1);
     options.retries = 1;
     let chain = vec!["dead/x".to_string(), "o/m".to_string()];
@@ -1420,17 +1509,23 @@ fn client_connection_errors_are_retried_then_fall_back() {
 #[cfg(unix)]
 #[test]
 fn client_command_timeout_kills_the_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
     let providers = BTreeMap::from([(
         "cli".to_string(),
         ProviderConfig {
             kind: ProviderKind::Command,
             base_url: None,
             api_key_env: None,
-            command: Some(vec!["sleep".into(), "30".into()]),
+            command: Some(vec![
+                "sh".into(),
+                "-c".into(),
+                format!("echo $$ > '{}'; exec sleep 30", pid_file.display()),
+            ]),
         },
     )]);
-    let mut options = Options::from_config(&HistorianConfig::default(), ProxyEnv::default());
-    options.timeout = Duration::from_millis(300);
+    let mut options = quick_options();
+    options.timeout = Duration::from_millis(1_000);
     let c = Client::new(
         &providers,
         &["cli/x".to_string()],
@@ -1438,14 +1533,21 @@ fn client_command_timeout_kills_the_program() {
         options,
     )
     .unwrap();
-    let started = Instant::now();
     let error = ask(&c).0.unwrap_err();
     assert_eq!(error.kind, ErrorKind::Timeout);
     assert!(
-        error.to_string().contains("did not finish within 300 ms"),
+        error.to_string().contains("did not finish within 1000 ms"),
         "{error}"
     );
-    assert!(started.elapsed() < Duration::from_secs(5));
+    // Killed and reaped: no process (not even a zombie) has its pid any more.
+    let pid = std::fs::read_to_string(&pid_file).expect("the program started within 1 s");
+    let alive = Command::new("kill")
+        .args(["-0", pid.trim()])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(!alive, "the timed-out program {} still runs", pid.trim());
     // A program that is not there is unavailable (the next model would be tried).
     let providers = BTreeMap::from([(
         "cli".to_string(),
@@ -1456,7 +1558,7 @@ fn client_command_timeout_kills_the_program() {
             command: Some(vec!["/nonexistent/mc-test-program".into()]),
         },
     )]);
-    let options = Options::from_config(&HistorianConfig::default(), ProxyEnv::default());
+    let options = quick_options();
     let c = Client::new(
         &providers,
         &["cli/x".to_string()],
