@@ -325,8 +325,9 @@ fn restore(args: &Args, flags: &RestoreArgs, harness: Option<Harness>) -> Result
                 .or_else(paths::opencode_url_from_env)
                 .ok_or_else(|| {
                     Failure::input(anyhow!(
-                        "restoring after an OpenCode compaction needs the server: pass --opencode-url or set OPENCODE_URL"
+                        "restoring after an OpenCode compaction needs the OpenCode server"
                     ))
+                    .with_hints(["pass --opencode-url URL or set OPENCODE_URL".to_string()])
                 })?;
             let mut api = OpenCode::new(&url);
             if flags.directory.is_some() {
