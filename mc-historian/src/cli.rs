@@ -84,13 +84,10 @@ struct Source {
 }
 
 /// A model-client failure: a misconfigured chain is the user's to fix (exit
-/// 2), anything else exits 1.
+/// 2), anything else exits 1; its hints follow the error line.
 fn client_failure(error: llm::LlmError) -> Failure {
-    if error.kind == llm::ErrorKind::Config {
-        Failure::input(error.into())
-    } else {
-        Failure::runtime(error.into())
-    }
+    let hints = error.hints.clone();
+    Failure::of_kind(error.error_kind(), error.into()).with_hints(hints)
 }
 
 pub fn main() -> ExitCode {
@@ -285,6 +282,7 @@ fn prompt(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
         Ok(client) => Some(client),
         Err(error) => {
             eprintln!("mc-historian: warning: {error}; showing the prompt without a request");
+            mc_cli::hint(NAME, &error.hints);
             None
         }
     };
@@ -340,13 +338,16 @@ fn run(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
         &serde_json::to_value(&report).map_err(anyhow::Error::from)?,
         args.global.pretty,
     )?;
-    match (report.status, &report.error) {
-        (RunStatus::Failed, Some(error)) => {
-            eprintln!("mc-historian: error: {error}");
+    match (report.status, &report.failure) {
+        // A failed run exits 1 whatever the failure's kind: the run was made.
+        (RunStatus::Failed, Some(failure)) => {
+            eprintln!("mc-historian: error: {failure}");
+            mc_cli::hint(NAME, &failure.hints());
             Ok(ExitCode::from(1))
         }
-        (_, Some(error)) => {
-            eprintln!("mc-historian: warning: published part of the range: {error}");
+        (_, Some(failure)) => {
+            eprintln!("mc-historian: warning: published part of the range: {failure}");
+            mc_cli::hint(NAME, &failure.hints());
             Ok(ExitCode::SUCCESS)
         }
         _ => Ok(ExitCode::SUCCESS),
