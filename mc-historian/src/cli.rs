@@ -171,10 +171,8 @@ fn from_transcript(path: &Path, source: &Source, max_bytes: u64) -> Result<Loade
         .clone()
         .or_else(|| entries.iter().find_map(|e| e.session_id.clone()))
         .ok_or_else(|| {
-            Failure::input(anyhow!(
-                "transcript {} names no sessionId; pass --session",
-                path.display()
-            ))
+            Failure::input(anyhow!("transcript {} names no sessionId", path.display()))
+                .with_hints(["pass --session ID".to_string()])
         })?;
     let messages = claude::to_messages(&entries, &session_id);
     let mut input = Input::from_messages(historian::CLAUDE_CODE, &session_id, messages)

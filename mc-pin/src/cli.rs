@@ -197,7 +197,11 @@ fn request_of(
         .clone()
         .or(fields.session_id)
         .filter(|s| !s.is_empty())
-        .ok_or_else(|| Failure::input(anyhow!("no session: pass --session ID")))?;
+        .ok_or_else(|| {
+            Failure::input(anyhow!("no session given")).with_hints([
+                "pass --session ID, or \"session_id\" in the JSON on stdin".to_string(),
+            ])
+        })?;
     let target = match (&flags.message, &flags.last, fields.message_id, fields.last) {
         (Some(id), _, _, _) => Some(Target::Id(id.clone())),
         (None, Some(role), _, _) => Some(Target::Last(pin::check_role(role)?)),
