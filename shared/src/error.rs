@@ -182,7 +182,7 @@ impl Error {
             }
             Error::Open { cause, .. } if is_busy(cause) => vec![BUSY_HINT.into()],
             Error::Open { .. } => vec![
-                "check that the folder exists and is writable, or point --db (or MC_DB) at \
+                "check that the path names a file mc may write, or point --db (or MC_DB) at \
                  another file"
                     .into(),
             ],
