@@ -1,6 +1,6 @@
-//! The binaries' shared edge: the global flags, failures and their exit
-//! codes, stdin and stdout JSON, the clock, and the database and config as
-//! the process environment places them.
+//! The binaries' shared edge: the global flags, failures with their exit
+//! codes and hints, stdin and stdout JSON, the clock, and the database and
+//! config as the process environment places them.
 //!
 //! Besides the binaries themselves, this is the only crate that touches
 //! stdin, stdout, stderr or the environment; mc-core gets everything as
@@ -16,6 +16,7 @@ use anyhow::{Context, anyhow};
 use serde_json::Value;
 
 use mc_core::config::{self, Config};
+use mc_core::error::ErrorKind;
 use mc_core::paths::{self, EnvPaths};
 use mc_core::store::{Store, StoreOptions};
 
@@ -36,39 +37,71 @@ pub struct GlobalArgs {
     pub pretty: bool,
 }
 
-/// A failure with its exit code: 2 for bad input or usage, 1 otherwise.
+/// A failure with its exit code (2 for bad input or usage, 1 otherwise) and
+/// what the user can do about it.
 #[derive(Debug)]
 pub struct Failure {
     pub code: u8,
     pub error: anyhow::Error,
+    /// Printed as `name: hint: …` lines after the error line.
+    pub hints: Vec<String>,
 }
 
 impl Failure {
     /// The caller's fault (bad input or usage): exit 2.
     pub fn input(error: anyhow::Error) -> Self {
-        Failure { code: 2, error }
+        Failure::of_kind(ErrorKind::Input, error)
     }
 
     /// A runtime failure: exit 1, whatever the error is.
     pub fn runtime(error: anyhow::Error) -> Self {
-        Failure { code: 1, error }
-    }
-}
-
-/// Exit 2 when an `mc_core::Error::Input` is anywhere in the chain, else 1.
-impl From<anyhow::Error> for Failure {
-    fn from(error: anyhow::Error) -> Self {
-        let input = error.chain().any(|cause| {
-            matches!(
-                cause.downcast_ref::<mc_core::Error>(),
-                Some(mc_core::Error::Input(_))
-            )
-        });
         Failure {
-            code: if input { 2 } else { 1 },
+            code: 1,
+            hints: hints(&error),
             error,
         }
     }
+
+    /// A failure of `kind`: its exit code, and the hints of the mc-core
+    /// error in the chain.
+    pub fn of_kind(kind: ErrorKind, error: anyhow::Error) -> Self {
+        Failure {
+            code: kind.exit_code(),
+            hints: hints(&error),
+            error,
+        }
+    }
+
+    /// This failure, with `more` hints after its own.
+    pub fn with_hints(mut self, more: impl IntoIterator<Item = String>) -> Self {
+        self.hints.extend(more);
+        self
+    }
+}
+
+/// The exit code and hints of the first `mc_core::Error` in the chain (by its
+/// kind: 2 for input and config, else 1); 1 and none when there is none.
+impl From<anyhow::Error> for Failure {
+    fn from(error: anyhow::Error) -> Self {
+        match core_error(&error).map(mc_core::Error::kind) {
+            Some(kind) => Failure::of_kind(kind, error),
+            None => Failure::runtime(error),
+        }
+    }
+}
+
+/// The first (outermost) mc-core error in the chain, if any.
+pub fn core_error(error: &anyhow::Error) -> Option<&mc_core::Error> {
+    error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<mc_core::Error>())
+}
+
+/// The hints of the first mc-core error in the chain.
+pub fn hints(error: &anyhow::Error) -> Vec<String> {
+    core_error(error)
+        .map(mc_core::Error::hints)
+        .unwrap_or_default()
 }
 
 impl From<mc_core::Error> for Failure {
@@ -78,9 +111,9 @@ impl From<mc_core::Error> for Failure {
 }
 
 /// The exit code of a command: success as the command says; a failure is
-/// printed as `name: error: {error:#}` on stderr and exits with its code,
-/// except that a broken pipe anywhere in the chain (the reader went away)
-/// exits 0 silently.
+/// printed as `name: error: {error:#}` on stderr, then its hints as
+/// `name: hint: …`, and exits with its code, except that a broken pipe
+/// anywhere in the chain (the reader went away) exits 0 silently.
 pub fn finish<T: Termination>(name: &str, result: Result<T, Failure>) -> ExitCode {
     finish_with(name, result, |error| format!("{error:#}"))
 }
@@ -96,6 +129,7 @@ pub fn finish_with<T: Termination>(
         Err(failure) if is_broken_pipe(&failure.error) => ExitCode::SUCCESS,
         Err(failure) => {
             eprintln!("{name}: error: {}", describe(&failure.error));
+            hint(name, &failure.hints);
             ExitCode::from(failure.code)
         }
     }
@@ -114,6 +148,13 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
 pub fn warn(name: &str, warnings: &[String]) {
     for warning in warnings {
         eprintln!("{name}: warning: {warning}");
+    }
+}
+
+/// Each hint as `name: hint: …` on stderr (after the error or warning it is about).
+pub fn hint(name: &str, hints: &[String]) {
+    for hint in hints {
+        eprintln!("{name}: hint: {hint}");
     }
 }
 
@@ -155,9 +196,9 @@ pub fn write_json(value: &Value, pretty: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `f`, with a panic turned into an error, for the commands that fail open
-/// (the pass, `system`): a bug must not stop the agent's prompt loop either.
-/// The panic message still reaches stderr through the default hook.
+/// `f`, with a panic turned into an internal error, for the commands that
+/// fail open (the pass, `system`): a bug must not stop the agent's prompt
+/// loop either. The panic message still reaches stderr through the default hook.
 pub fn catch_panic<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
         let what = payload
@@ -165,9 +206,7 @@ pub fn catch_panic<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T
             .map(|s| (*s).to_string())
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "no message".into());
-        Err(anyhow!(
-            "internal error (a bug in mc; please report it): {what}"
-        ))
+        Err(mc_core::Error::Internal(what).into())
     })
 }
 
@@ -339,6 +378,41 @@ mod tests {
         assert_eq!(Failure::from(mc_core::Error::input("bad")).code, 2);
         assert_eq!(Failure::from(mc_core::Error::Corrupt("x".into())).code, 1);
         assert_eq!(Failure::from(anyhow!("other")).code, 1);
+    }
+
+    #[test]
+    fn the_exit_code_and_hints_follow_the_kind_of_the_core_error() {
+        let config = mc_core::Error::Config("no database path".into()).with_hint("pass --db");
+        let failure = Failure::from(anyhow::Error::from(config).context("opening the store"));
+        assert_eq!(
+            (failure.code, failure.hints.as_slice()),
+            (2, &["pass --db".to_string()][..])
+        );
+        let too_new = mc_core::Error::SchemaTooNew {
+            path: "db".into(),
+            found: 9,
+            supported: 7,
+        };
+        let failure = Failure::from(too_new);
+        assert_eq!(failure.code, 1);
+        assert!(
+            failure.hints[0].starts_with("upgrade mc"),
+            "{:?}",
+            failure.hints
+        );
+        // Input errors have no hints of their own; a binary may add some.
+        let failure = Failure::input(anyhow!("usage")).with_hints(["pass --session".to_string()]);
+        assert_eq!((failure.code, failure.hints.len()), (2, 1));
+        // An error mc-core did not make: exit 1, no hints.
+        let failure = Failure::from(anyhow!("other"));
+        assert_eq!((failure.code, failure.hints.len()), (1, 0));
+        // A caught panic is an internal error with its hint.
+        let panic = catch_panic::<()>(|| panic!("boom")).unwrap_err();
+        assert_eq!(
+            core_error(&panic).map(mc_core::Error::kind),
+            Some(ErrorKind::Internal)
+        );
+        assert!(hints(&panic)[0].contains("bug in mc"));
     }
 
     #[test]

@@ -83,13 +83,10 @@ struct Source {
 }
 
 /// A model-client failure: a misconfigured chain is the user's to fix (exit
-/// 2), anything else exits 1.
+/// 2), anything else exits 1; its hints follow the error line.
 fn client_failure(error: llm::LlmError) -> Failure {
-    if error.kind == llm::ErrorKind::Config {
-        Failure::input(error.into())
-    } else {
-        Failure::runtime(error.into())
-    }
+    let hints = error.hints.clone();
+    Failure::of_kind(error.error_kind(), error.into()).with_hints(hints)
 }
 
 pub fn main() -> ExitCode {
@@ -173,10 +170,8 @@ fn from_transcript(path: &Path, source: &Source, max_bytes: u64) -> Result<Loade
         .clone()
         .or_else(|| entries.iter().find_map(|e| e.session_id.clone()))
         .ok_or_else(|| {
-            Failure::input(anyhow!(
-                "transcript {} names no sessionId; pass --session",
-                path.display()
-            ))
+            Failure::input(anyhow!("transcript {} names no sessionId", path.display()))
+                .with_hints(["pass --session ID".to_string()])
         })?;
     let messages = claude::to_messages(&entries, &session_id);
     let mut input = Input::from_messages(historian::CLAUDE_CODE, &session_id, messages)
@@ -288,6 +283,7 @@ fn prompt(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
         Ok(client) => Some(client),
         Err(error) => {
             eprintln!("mc-historian: warning: {error}; showing the prompt without a request");
+            mc_cli::hint(NAME, &error.hints);
             None
         }
     };
@@ -343,13 +339,16 @@ fn run(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
         &serde_json::to_value(&report).map_err(anyhow::Error::from)?,
         args.global.pretty,
     )?;
-    match (report.status, &report.error) {
-        (RunStatus::Failed, Some(error)) => {
-            eprintln!("mc-historian: error: {error}");
+    match (report.status, &report.failure) {
+        // A failed run exits 1 whatever the failure's kind: the run was made.
+        (RunStatus::Failed, Some(failure)) => {
+            eprintln!("mc-historian: error: {failure}");
+            mc_cli::hint(NAME, &failure.hints());
             Ok(ExitCode::from(1))
         }
-        (_, Some(error)) => {
-            eprintln!("mc-historian: warning: published part of the range: {error}");
+        (_, Some(failure)) => {
+            eprintln!("mc-historian: warning: published part of the range: {failure}");
+            mc_cli::hint(NAME, &failure.hints());
             Ok(ExitCode::SUCCESS)
         }
         _ => Ok(ExitCode::SUCCESS),

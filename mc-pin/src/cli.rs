@@ -196,7 +196,11 @@ fn request_of(
         .clone()
         .or(fields.session_id)
         .filter(|s| !s.is_empty())
-        .ok_or_else(|| Failure::input(anyhow!("no session: pass --session ID")))?;
+        .ok_or_else(|| {
+            Failure::input(anyhow!("no session given")).with_hints([
+                "pass --session ID, or \"session_id\" in the JSON on stdin".to_string(),
+            ])
+        })?;
     let target = match (&flags.message, &flags.last, fields.message_id, fields.last) {
         (Some(id), _, _, _) => Some(Target::Id(id.clone())),
         (None, Some(role), _, _) => Some(Target::Last(pin::check_role(role)?)),
@@ -324,8 +328,9 @@ fn restore(args: &Args, flags: &RestoreArgs, harness: Option<Harness>) -> Result
                 .or_else(paths::opencode_url_from_env)
                 .ok_or_else(|| {
                     Failure::input(anyhow!(
-                        "restoring after an OpenCode compaction needs the server: pass --opencode-url or set OPENCODE_URL"
+                        "restoring after an OpenCode compaction needs the OpenCode server"
                     ))
+                    .with_hints(["pass --opencode-url URL or set OPENCODE_URL".to_string()])
                 })?;
             let mut api = mc_cli::opencode(&url);
             if flags.directory.is_some() {

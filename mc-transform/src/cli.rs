@@ -163,6 +163,7 @@ fn run_pass(args: &Args) -> Result<(), Failure> {
             // Fail open: the agent's prompt loop must never stop because of mc.
             let message = format!("{error:#}");
             eprintln!("mc-transform: warning: passthrough: {message}");
+            mc_cli::hint(NAME, &hints_of(&store, &error));
             let mut warnings = setup.warnings;
             if let (Ok(store), Some(session)) = (store.as_mut(), session_id.as_deref()) {
                 // Within what is left of the hook's wait, never a second full one.
@@ -181,6 +182,15 @@ fn run_pass(args: &Args) -> Result<(), Failure> {
     };
     write_json(&output, args.global.pretty)?;
     Ok(())
+}
+
+/// The hints for a command that failed open: the store's when it could not be
+/// opened (the error then only carries its text), else the error's.
+fn hints_of<T>(store: &anyhow::Result<T>, error: &anyhow::Error) -> Vec<String> {
+    match store {
+        Err(opening) => mc_cli::hints(opening),
+        Ok(_) => mc_cli::hints(error),
+    }
 }
 
 /// The input's messages and system, unchanged, with a passthrough report.
@@ -281,6 +291,7 @@ fn run_system(args: &Args) -> Result<(), Failure> {
             // Fail open, as the pass does: the model call must go on.
             let message = format!("{error:#}");
             eprintln!("mc-transform: warning: system left unchanged: {message}");
+            mc_cli::hint(NAME, &hints_of(&store, &error));
             warnings.push(message);
             json!({"system": request.system, "known_session": false, "guidance": false, "today": null})
         }

@@ -2,17 +2,17 @@
 //! (`opencode serve`, v1 routes): sessions, their metadata, messages and
 //! `prompt_async`.
 //!
-//! Every request has a connect timeout and an overall timeout. A failure names
-//! the method and URL and carries the server's answer, so one error line says
-//! what went wrong. Proxy variables are honoured, except for a server on a
+//! Every request has a connect timeout and an overall timeout. A failure is an
+//! [`Error::OpenCode`]: how it failed ([`ServerFailure`]), and a message that
+//! names the method and URL and carries the server's answer, so one error line
+//! says what went wrong. Proxy variables are honoured, except for a server on a
 //! loopback address (where a proxy can only get in the way).
 
-use std::io::ErrorKind;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, ServerFailure};
 use crate::llm::ProxyEnv;
 use crate::llm::http::proxy_for;
 
@@ -97,10 +97,13 @@ impl OpenCode {
     pub fn get_session(&self, session_id: &str) -> Result<Value> {
         let url = self.session_url(session_id);
         match self.send("GET", &url, None)? {
-            (404, body) => Err(Error::input(format!(
-                "OpenCode has no session {session_id:?} (GET {url} answered 404: {})",
-                excerpt(&body)
-            ))),
+            (404, body) => Err(self.error(
+                ServerFailure::NoSession,
+                format!(
+                    "OpenCode has no session {session_id:?} (GET {url} answered 404: {})",
+                    excerpt(&body)
+                ),
+            )),
             (status, body) => self.json_answer("GET", &url, status, &body),
         }
     }
@@ -141,10 +144,10 @@ impl OpenCode {
         let url = self.prompt_async_url(session_id);
         let (status, text) = self.send("POST", &url, Some(body))?;
         if !(200..300).contains(&status) {
-            return Err(status_error("POST", &url, status, &text));
+            return Err(self.status_error("POST", &url, status, &text));
         }
         if !text.trim().is_empty() && serde_json::from_str::<Value>(&text).is_err() {
-            return Err(not_the_api("POST", &url, status, &text));
+            return Err(self.not_the_api("POST", &url, status, &text));
         }
         Ok(())
     }
@@ -154,7 +157,7 @@ impl OpenCode {
         let (status, body) = self.send("GET", &url, None)?;
         match self.json_answer("GET", &url, status, &body)? {
             Value::Array(messages) => Ok(messages),
-            other => Err(not_the_api("GET", &url, status, &other.to_string())),
+            other => Err(self.not_the_api("GET", &url, status, &other.to_string())),
         }
     }
 
@@ -198,29 +201,58 @@ impl OpenCode {
 
     fn json_answer(&self, method: &str, url: &str, status: u16, body: &str) -> Result<Value> {
         if !(200..300).contains(&status) {
-            return Err(status_error(method, url, status, body));
+            return Err(self.status_error(method, url, status, body));
         }
-        serde_json::from_str(body).map_err(|_| not_the_api(method, url, status, body))
+        serde_json::from_str(body).map_err(|_| self.not_the_api(method, url, status, body))
+    }
+
+    fn error(&self, failure: ServerFailure, message: String) -> Error {
+        Error::OpenCode {
+            failure,
+            base: self.base.clone(),
+            message,
+        }
     }
 
     fn transport_error(&self, method: &str, url: &str, error: ureq::Error) -> Error {
-        let kind = match &error {
-            ureq::Error::Timeout(_) => ErrorKind::TimedOut,
-            ureq::Error::Io(e) => e.kind(),
-            ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => {
-                ErrorKind::ConnectionRefused
-            }
-            _ => ErrorKind::Other,
+        let timed_out = match &error {
+            ureq::Error::Timeout(_) => true,
+            ureq::Error::Io(e) => e.kind() == std::io::ErrorKind::TimedOut,
+            _ => false,
         };
-        let what = if kind == ErrorKind::TimedOut {
-            format!("timed out after {:?}", self.timeout)
+        let (failure, what) = if timed_out {
+            (
+                ServerFailure::Timeout,
+                format!("timed out after {:?}", self.timeout),
+            )
         } else {
-            error.to_string()
+            (ServerFailure::Unreachable, error.to_string())
         };
-        Error::Io(std::io::Error::new(
-            kind,
+        self.error(
+            failure,
             format!("cannot reach OpenCode: {method} {url}: {what}"),
-        ))
+        )
+    }
+
+    fn status_error(&self, method: &str, url: &str, status: u16, body: &str) -> Error {
+        self.error(
+            ServerFailure::Status(status),
+            format!(
+                "OpenCode {method} {url} answered {status}: {}",
+                excerpt(body)
+            ),
+        )
+    }
+
+    fn not_the_api(&self, method: &str, url: &str, status: u16, body: &str) -> Error {
+        self.error(
+            ServerFailure::NotTheApi,
+            format!(
+                "OpenCode {method} {url} answered {status} with something that is not the \
+                 OpenCode API's JSON: {}",
+                excerpt(body)
+            ),
+        )
     }
 }
 
@@ -260,21 +292,6 @@ fn excerpt(body: &str) -> String {
         Some((cut, _)) => format!("{}…", &flat[..cut]),
         None => flat,
     }
-}
-
-fn status_error(method: &str, url: &str, status: u16, body: &str) -> Error {
-    Error::Io(std::io::Error::other(format!(
-        "OpenCode {method} {url} answered {status}: {}",
-        excerpt(body)
-    )))
-}
-
-fn not_the_api(method: &str, url: &str, status: u16, body: &str) -> Error {
-    Error::Io(std::io::Error::other(format!(
-        "OpenCode {method} {url} answered {status} with something that is not the OpenCode API's JSON \
-         (is the URL the OpenCode server?): {}",
-        excerpt(body)
-    )))
 }
 
 #[cfg(test)]
@@ -340,11 +357,22 @@ mod tests {
             .unwrap()
             .port();
         let api = OpenCode::new(&format!("http://127.0.0.1:{port}"));
-        let err = api.get_session("ses_1").unwrap_err().to_string();
+        let error = api.get_session("ses_1").unwrap_err();
+        let err = error.to_string();
         assert!(
             err.contains(&format!("127.0.0.1:{port}/session/ses_1")),
             "{err}"
         );
         assert!(err.starts_with("cannot reach OpenCode"), "{err}");
+        // Its own kind, not an I/O error, and what to check as a hint.
+        assert!(matches!(
+            error,
+            Error::OpenCode {
+                failure: ServerFailure::Unreachable,
+                ..
+            }
+        ));
+        assert_eq!(error.kind(), crate::error::ErrorKind::Unavailable);
+        assert!(error.hints()[0].contains(&format!("http://127.0.0.1:{port}")));
     }
 }

@@ -51,7 +51,10 @@ pub fn db_path(flag: Option<&Path>, env: &EnvPaths) -> Result<PathBuf> {
         return Ok(path.clone());
     }
     crate::store::default_db_path(env.xdg_data_home.as_deref(), env.home.as_deref()).ok_or_else(
-        || Error::input("no database path: set HOME, XDG_DATA_HOME or MC_DB, or pass --db"),
+        || {
+            Error::Config("no database path: none of --db, MC_DB, XDG_DATA_HOME, HOME".into())
+                .with_hint("pass --db, or set MC_DB, XDG_DATA_HOME or HOME")
+        },
     )
 }
 
@@ -135,7 +138,9 @@ mod tests {
             db_path(None, &e).unwrap(),
             PathBuf::from("/h/.local/share/mc/context.db")
         );
-        assert!(matches!(db_path(None, &env(&[])), Err(Error::Input(_))));
+        let none = db_path(None, &env(&[])).unwrap_err();
+        assert_eq!(none.kind(), crate::error::ErrorKind::Config);
+        assert!(none.hints()[0].contains("--db"), "{:?}", none.hints());
     }
 
     #[test]

@@ -32,6 +32,18 @@ const OVERFLOW_CANDIDATES = new Set(["ContextOverflowError", "APIError", "Unknow
 
 const bin = (name, env) => process.env[env] || name
 
+/**
+ * What a failed mc binary said, on one line: its `error:` line and the
+ * `hint:` lines after it (else the last line of its stderr).
+ */
+function failureText(stderr) {
+  const lines = stderr.trim().split("\n")
+  let at = lines.length - 1
+  while (at > 0 && !/^mc-[a-z]+: error: /.test(lines[at])) at--
+  if (!/^mc-[a-z]+: error: /.test(lines[at])) at = lines.length - 1
+  return lines.slice(at).join("; ")
+}
+
 function positive(text) {
   const n = Number.parseInt(text ?? "", 10)
   return n > 0 ? n : undefined
@@ -228,7 +240,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
     }, withoutToolMetadata(metadata))
     const result = await run(bin("mc-transform", "MC_TRANSFORM_BIN"), [], input, TRANSFORM_TIMEOUT_MS)
     if (result.code !== 0) {
-      warnOnce(`mc-transform failed (exit ${result.code}): ${result.stderr.trim().split("\n").pop()}`)
+      warnOnce(`mc-transform failed (exit ${result.code}): ${failureText(result.stderr)}`)
       return null
     }
     try {
@@ -268,7 +280,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
             const count = (failed?.count ?? 0) + 1
             const wait = Math.min(HISTORIAN_RETRY_MAX_MS, HISTORIAN_RETRY_MS * 2 ** (count - 1))
             if (state) state.historianFailure = { count, retryAt: Date.now() + wait }
-            const reason = result.stderr.trim().split("\n").pop()
+            const reason = failureText(result.stderr)
             console.error(`mc: mc-historian failed (exit ${result.code}): ${reason}; next try in ${wait / 1000} s`)
           }
           return result
@@ -295,7 +307,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
       TRANSFORM_TIMEOUT_MS,
     )
     if (result.code !== 0) {
-      console.error(`mc: mc-transform overflow failed (exit ${result.code}): ${result.stderr.trim().split("\n").pop()}`)
+      console.error(`mc: mc-transform overflow failed (exit ${result.code}): ${failureText(result.stderr)}`)
       return
     }
     try {
@@ -354,7 +366,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
         TRANSFORM_TIMEOUT_MS,
       )
       if (result.code !== 0) {
-        warnOnce(`mc-transform system failed (exit ${result.code}): ${result.stderr.trim().split("\n").pop()}`)
+        warnOnce(`mc-transform system failed (exit ${result.code}): ${failureText(result.stderr)}`)
         return
       }
       try {

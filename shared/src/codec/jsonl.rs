@@ -66,10 +66,13 @@ fn not_regular(path: &Path, meta: &Metadata) -> Error {
 fn too_big(path: &Path, size: u64, max_bytes: u64) -> Error {
     Error::input(format!(
         "transcript {} is larger than {max_bytes} bytes ({size} or more), the limit \
-         transcript.max_bytes sets; raise it in the user config if this file is really \
-         the session's transcript",
+         transcript.max_bytes sets",
         path.display()
     ))
+    .with_hint(
+        "raise transcript.max_bytes in the user config if this file is really the session's \
+         transcript",
+    )
 }
 
 /// Call `each` with every line of the regular file at `path`, in order. The
@@ -167,10 +170,9 @@ mod tests {
         std::fs::write(&path, "0123456789\n").unwrap();
         assert_eq!(lines(&path, 11).unwrap().len(), 1);
         let err = lines(&path, 10).unwrap_err();
-        assert!(
-            matches!(&err, Error::Input(m) if m.contains("transcript.max_bytes")),
-            "{err}"
-        );
+        assert_eq!(err.kind(), crate::error::ErrorKind::Input);
+        assert!(err.to_string().contains("transcript.max_bytes"), "{err}");
+        assert!(err.hints()[0].starts_with("raise transcript.max_bytes"));
     }
 
     #[test]

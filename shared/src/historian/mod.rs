@@ -14,6 +14,7 @@
 //!   ([`publish`]). Up to `historian.max_chunks` chunks per run, each
 //!   published on its own; every run is recorded, failures with their cause.
 
+pub mod failure;
 pub mod parse;
 pub mod prompt;
 pub mod publish;
@@ -42,6 +43,7 @@ use crate::identity::project_identity;
 use crate::llm::{self, Completion, Model, Prompt};
 use crate::store::Store;
 
+use self::failure::RunFailure;
 use self::transcript::{Chunk, TailMessage};
 use self::validate::{ChunkView, Folded, Validated};
 
@@ -489,9 +491,10 @@ pub struct RunReport {
     /// Who holds the lease, when that stopped this run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease: Option<publish::Lease>,
-    /// The cause of a failure (also recorded with the run).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    /// Why the run failed (also recorded with the run): shown as `error`,
+    /// `error_class` and `error_hints`.
+    #[serde(flatten)]
+    pub failure: Option<RunFailure>,
     pub warnings: Vec<String>,
 }
 
@@ -552,7 +555,7 @@ pub fn run(
         chunks: Vec::new(),
         held_back: Vec::new(),
         lease: None,
-        error: None,
+        failure: None,
         warnings: Vec::new(),
     };
     if input.subagent {
@@ -629,7 +632,7 @@ pub fn run(
     let failure = match runner.fold_chunks() {
         Ok(failure) => failure,
         // The store failed mid-run: record it if the store still lets us.
-        Err(error) => Some(format!("{error}")),
+        Err(error) => Some(RunFailure::store(&error)),
     };
     report.status = if !report.compartments.is_empty() {
         RunStatus::Published
@@ -638,7 +641,8 @@ pub fn run(
     } else {
         RunStatus::NothingToDo
     };
-    report.error = failure;
+    let record = failure.as_ref().map(RunFailure::record);
+    report.failure = failure;
     let outcome = publish::RunOutcome {
         status: report.status.as_str(),
         model: report.model.as_deref(),
@@ -646,7 +650,7 @@ pub fn run(
         tokens_out: report.tokens.output,
         compartments: report.compartments.len(),
         facts: report.facts_promoted,
-        error: report.error.as_deref(),
+        failure: record.as_ref(),
     };
     store.write(|tx| {
         publish::finish_run(tx, run_id, &outcome, now())?;
@@ -669,7 +673,7 @@ struct Runner<'r, 'p> {
 
 impl Runner<'_, '_> {
     /// The chunk loop. Returns the failure that stopped it, if any.
-    fn fold_chunks(&mut self) -> Result<Option<String>> {
+    fn fold_chunks(&mut self) -> Result<Option<RunFailure>> {
         let now = self.params.now;
         let settings = self.params.settings;
         let project = self.session.project_identity.clone();
@@ -730,7 +734,9 @@ impl Runner<'_, '_> {
             let published = match self.store.write(|tx| publish::publish(tx, &publication))? {
                 Ok(published) => published,
                 Err(refusal) => {
-                    return Ok(Some(self.chunk_failure(index, refusal.to_string())));
+                    return Ok(Some(
+                        self.chunk_failure(index, RunFailure::Refused(refusal)),
+                    ));
                 }
             };
             self.record(&validated, published, project.is_some());
@@ -776,22 +782,25 @@ impl Runner<'_, '_> {
         });
     }
 
-    fn chunk_failure(&self, index: usize, failure: String) -> String {
+    fn chunk_failure(&self, index: usize, failure: RunFailure) -> RunFailure {
         if self.report.compartments.is_empty() {
             failure
         } else {
-            format!("chunk {index}: {failure}")
+            RunFailure::Chunk {
+                index,
+                failure: Box::new(failure),
+            }
         }
     }
 
     /// One model call with the lease renewed first; tokens and warnings noted.
-    fn call(&mut self, request: &Prompt) -> Result<std::result::Result<Completion, String>> {
+    fn call(&mut self, request: &Prompt) -> Result<std::result::Result<Completion, RunFailure>> {
         let (session, params) = (self.session.id, self.params);
         let renewed = self.store.write(|tx| {
             publish::renew_lease(tx, session, &params.holder, (params.now)(), params.lease_ms)
         })?;
         if !renewed {
-            return Ok(Err(publish::Refusal::LeaseLost.to_string()));
+            return Ok(Err(RunFailure::Refused(publish::Refusal::LeaseLost)));
         }
         let mut warnings = Vec::new();
         let progress = &mut *self.progress;
@@ -816,7 +825,7 @@ impl Runner<'_, '_> {
                 });
                 Ok(Ok(completion))
             }
-            Err(error) => Ok(Err(error.to_string())),
+            Err(error) => Ok(Err(RunFailure::Model(error))),
         }
     }
 
@@ -826,7 +835,7 @@ impl Runner<'_, '_> {
         request: &Prompt,
         chunk: &Chunk,
         view: &ChunkView,
-    ) -> Result<std::result::Result<Validated, String>> {
+    ) -> Result<std::result::Result<Validated, RunFailure>> {
         let first = match self.call(request)? {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
@@ -841,15 +850,14 @@ impl Runner<'_, '_> {
         let repair = prompt::repair(request, chunk, &first.text, &problem, first.truncated);
         let second = match self.call(&repair)? {
             Ok(c) => c,
-            Err(e) => {
-                return Ok(Err(format!(
-                    "answer rejected: {problem}; the repair call failed: {e}"
-                )));
+            Err(failure) => {
+                return Ok(Err(RunFailure::RepairFailed {
+                    problem,
+                    failure: Box::new(failure),
+                }));
             }
         };
-        Ok(check_answer(&second, view).map_err(|again| {
-            format!("answer rejected: {problem}; the repaired answer was rejected too: {again}")
-        }))
+        Ok(check_answer(&second, view).map_err(|again| RunFailure::Rejected { problem, again }))
     }
 }
 

@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::error::Result;
 use crate::history::store::{self, NewCompartment};
 
+use super::failure::FailureRecord;
 use super::parse::RawFact;
 
 /// Who holds a session's lease, and until when.
@@ -131,7 +132,7 @@ pub struct RunOutcome<'a> {
     pub tokens_out: u64,
     pub compartments: usize,
     pub facts: usize,
-    pub error: Option<&'a str>,
+    pub failure: Option<&'a FailureRecord>,
 }
 
 pub fn finish_run(
@@ -153,7 +154,7 @@ pub fn finish_run(
             i64::try_from(outcome.tokens_out).unwrap_or(i64::MAX),
             outcome.compartments as i64,
             outcome.facts as i64,
-            outcome.error
+            outcome.failure.map(FailureRecord::to_column)
         ],
     )?;
     Ok(())
@@ -172,13 +173,27 @@ pub struct RunRecord {
     pub tokens_out: i64,
     pub compartments: i64,
     pub facts: i64,
+    /// What went wrong, if anything (null otherwise).
     pub error: Option<String>,
+    /// What kind of failure (see [`RunFailure::class`](super::failure::RunFailure::class)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_class: Option<String>,
+    /// What the user can do about it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub error_hints: Vec<String>,
 }
 
 const RUN_COLUMNS: &str =
     "id, started_ms, finished_ms, status, model, tokens_in, tokens_out, compartments, facts, error";
 
 fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
+    let failure = r
+        .get::<_, Option<String>>(9)?
+        .map(FailureRecord::from_column);
+    let (error, error_class, error_hints) = match failure {
+        Some(f) => (Some(f.error), f.error_class, f.error_hints),
+        None => (None, None, Vec::new()),
+    };
     Ok(RunRecord {
         id: r.get(0)?,
         started_ms: r.get(1)?,
@@ -189,7 +204,9 @@ fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         tokens_out: r.get(6)?,
         compartments: r.get(7)?,
         facts: r.get(8)?,
-        error: r.get(9)?,
+        error,
+        error_class,
+        error_hints,
     })
 }
 
@@ -448,25 +465,43 @@ mod tests {
         let mut store = Store::open_in_memory().unwrap();
         let s = session(&mut store, "s");
         let conn = store.conn();
-        let outcome = |status, error| RunOutcome {
+        let outcome = |status, failure| RunOutcome {
             status,
             model: Some("a/b"),
             tokens_in: 10,
             tokens_out: 5,
             compartments: 0,
             facts: 0,
-            error,
+            failure,
         };
+        let failed = |error: &str| FailureRecord {
+            error: error.into(),
+            error_class: Some("answer_rejected".into()),
+            error_hints: vec!["try again".into()],
+        };
+        let (boom, bang) = (failed("boom"), failed("bang"));
         let r1 = start_run(conn, s, 1).unwrap();
-        finish_run(conn, r1, &outcome("failed", Some("boom")), 2).unwrap();
+        finish_run(conn, r1, &outcome("failed", Some(&boom)), 2).unwrap();
         let r2 = start_run(conn, s, 3).unwrap();
-        finish_run(conn, r2, &outcome("failed", Some("bang")), 4).unwrap();
+        finish_run(conn, r2, &outcome("failed", Some(&bang)), 4).unwrap();
         assert_eq!(failures_since_success(conn, s).unwrap(), 2);
         let r3 = start_run(conn, s, 5).unwrap();
         finish_run(conn, r3, &outcome("published", None), 6).unwrap();
         assert_eq!(failures_since_success(conn, s).unwrap(), 0);
         let failure = last_failure(conn, s).unwrap().unwrap();
         assert_eq!((failure.id, failure.error.as_deref()), (r2, Some("bang")));
+        // The class and hints come back as recorded.
+        assert_eq!(failure.error_class.as_deref(), Some("answer_rejected"));
+        assert_eq!(failure.error_hints, ["try again"]);
+        // A run an older mc recorded holds the bare message.
+        conn.execute(
+            "UPDATE historian_runs SET error = 'plain words' WHERE id = ?1",
+            params![r2],
+        )
+        .unwrap();
+        let old = last_failure(conn, s).unwrap().unwrap();
+        assert_eq!(old.error.as_deref(), Some("plain words"));
+        assert_eq!((old.error_class, old.error_hints.len()), (None, 0));
         assert_eq!(
             last_run(conn, s).unwrap().unwrap().status.as_deref(),
             Some("published")

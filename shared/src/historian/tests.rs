@@ -312,7 +312,9 @@ fn rejected_twice_publishes_nothing_and_records_the_cause() {
         let (historian, _) = settings();
         let report = run_with(&mut store, &input, &model, &historian);
         assert_eq!(report.status, RunStatus::Failed, "{name}");
-        let error = report.error.clone().unwrap();
+        let failure = report.failure.clone().unwrap();
+        assert_eq!(failure.class(), "answer_rejected", "{name}");
+        let error = failure.to_string();
         assert!(error.contains("repaired answer was rejected too"), "{name}: {error}");
         assert!(compartments(&store, &input).is_empty(), "{name}: nothing published");
         let session = sessions::find_session(store.conn(), "opencode", "ses_bad").unwrap().unwrap();
@@ -320,6 +322,7 @@ fn rejected_twice_publishes_nothing_and_records_the_cause() {
         let failure = status.last_failure.unwrap();
         assert_eq!(failure.status.as_deref(), Some("failed"));
         assert_eq!(failure.error.as_deref(), Some(error.as_str()));
+        assert_eq!(failure.error_class.as_deref(), Some("answer_rejected"));
         assert_eq!(status.failures_since_success, 1);
         assert_eq!(status.lease, None, "the lease is released after a failure");
     }
@@ -340,8 +343,17 @@ fn model_failures_are_recorded() {
     let report = run_with(&mut store, &input, &model, &historian);
     assert_eq!(report.status, RunStatus::Failed);
     assert!(
-        report.error.as_deref().unwrap().contains("HTTP 503"),
+        report
+            .failure
+            .as_ref()
+            .unwrap()
+            .to_string()
+            .contains("HTTP 503"),
         "{report:?}"
+    );
+    assert_eq!(
+        report.failure.as_ref().map(RunFailure::class),
+        Some("provider_status")
     );
     assert_eq!(
         model.prompts.borrow().len(),

@@ -68,7 +68,12 @@ pub(super) fn call(
             } else {
                 ErrorKind::Command
             };
-            LlmError::new(Some(model), kind, format!("cannot run {program:?}: {e}"))
+            LlmError::new(Some(model), kind, format!("cannot run {program:?}: {e}")).with_hint(
+                format!(
+                    "check providers.{}.command in the user config",
+                    model.provider
+                ),
+            )
         })?;
     let input = stdin_text(prompt);
     let mut stdin = child.stdin.take().expect("stdin is piped");
@@ -102,10 +107,11 @@ pub(super) fn call(
             Some(model),
             ErrorKind::Timeout,
             format!(
-                "{program:?} did not finish within {} ms (historian.timeout_ms); killed it",
+                "{program:?} did not finish within {} ms; killed it",
                 timeout.as_millis()
             ),
-        ));
+        )
+        .with_hint("raise historian.timeout_ms in the user config"));
     };
     let stdout = out.join().unwrap_or_default();
     let stderr = err.join().unwrap_or_default();

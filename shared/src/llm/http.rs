@@ -123,19 +123,21 @@ fn agent(options: &Options, proxy: Option<ureq::Proxy>) -> ureq::Agent {
 }
 
 fn transport_error(model: &ModelRef, url: &str, error: ureq::Error, options: &Options) -> LlmError {
+    let timeout_hint = "raise historian.timeout_ms in the user config \
+                        (historian.connect_timeout_ms for connecting)";
     match error {
         ureq::Error::Timeout(what) => LlmError::new(
             Some(model),
             ErrorKind::Timeout,
             format!(
-                "no answer from {url} within {} ms (timeout: {what}; historian.timeout_ms, \
-                 historian.connect_timeout_ms)",
+                "no answer from {url} within {} ms (timeout: {what})",
                 match what {
                     ureq::Timeout::Connect => options.connect_timeout.as_millis(),
                     _ => options.timeout.as_millis(),
                 }
             ),
-        ),
+        )
+        .with_hint(timeout_hint),
         ureq::Error::BadUri(e) => LlmError::new(
             Some(model),
             ErrorKind::Config,
@@ -151,12 +153,17 @@ fn transport_error(model: &ModelRef, url: &str, error: ureq::Error, options: &Op
             Some(model),
             ErrorKind::Timeout,
             format!("no answer from {url} within the timeout: {e}"),
-        ),
+        )
+        .with_hint(timeout_hint),
         other => LlmError::new(
             Some(model),
             ErrorKind::Transport,
             format!("cannot reach {url}: {other}"),
-        ),
+        )
+        .with_hint(format!(
+            "check providers.{}.base_url and the network (HTTPS_PROXY, NO_PROXY)",
+            model.provider
+        )),
     }
 }
 
@@ -169,8 +176,19 @@ pub(super) fn status_error(model: &ModelRef, answer: &Answer) -> LlmError {
     } else {
         format!("HTTP {} {reason}: {body}", answer.status)
     };
+    let provider = &model.provider;
+    let hints = match answer.status {
+        401 | 403 => vec![format!(
+            "check the API key in the variable providers.{provider}.api_key_env names"
+        )],
+        404 => vec![format!(
+            "check the model name and providers.{provider}.base_url"
+        )],
+        _ => Vec::new(),
+    };
     LlmError {
         retry_after: answer.retry_after,
+        hints,
         ..LlmError::new(Some(model), ErrorKind::Status(answer.status), message)
     }
 }

@@ -110,6 +110,8 @@ pub struct LlmError {
     pub message: String,
     /// What the provider asked us to wait before retrying (Retry-After).
     pub retry_after: Option<Duration>,
+    /// What the user can do about it, one line each (not part of the message).
+    pub hints: Vec<String>,
 }
 
 impl LlmError {
@@ -119,6 +121,23 @@ impl LlmError {
             kind,
             message: message.into(),
             retry_after: None,
+            hints: Vec::new(),
+        }
+    }
+
+    /// This error, with `hint` after its other hints.
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hints.push(hint.into());
+        self
+    }
+
+    /// The failure as mc's binaries classify it: a chain the config gets
+    /// wrong is the setup's to fix; anything else is a model that could not
+    /// answer.
+    pub fn error_kind(&self) -> crate::error::ErrorKind {
+        match self.kind {
+            ErrorKind::Config => crate::error::ErrorKind::Config,
+            _ => crate::error::ErrorKind::Unavailable,
         }
     }
 
@@ -293,11 +312,12 @@ impl Client {
         options: Options,
     ) -> Result<Client, LlmError> {
         if chain.is_empty() {
-            return Err(LlmError::new(
-                None,
-                ErrorKind::Config,
-                "no historian model: set historian.model (\"provider/model\") in the user config",
-            ));
+            return Err(
+                LlmError::new(None, ErrorKind::Config, "no historian model configured").with_hint(
+                    "set historian.model to \"provider/model\" in the user config \
+                 ($XDG_CONFIG_HOME/mc/config.jsonc), with that provider under \"providers\"",
+                ),
+            );
         }
         let mut targets = Vec::with_capacity(chain.len());
         for name in chain {
@@ -323,6 +343,10 @@ impl Client {
                         }
                     ),
                 )
+                .with_hint(format!(
+                    "add {:?} under \"providers\" in the user config, or name a provider it has",
+                    model.provider
+                ))
             })?;
             targets.push(Target {
                 key: keys.get(&model.provider).cloned(),
@@ -400,7 +424,12 @@ impl Client {
                     "environment variable {var} is not set (providers.{}.api_key_env names it)",
                     model.provider
                 ),
-            ));
+            )
+            .with_hint(format!(
+                "set {var} where mc-historian runs, or point providers.{}.api_key_env at the \
+                 variable that holds the key",
+                model.provider
+            )));
         }
         match target.provider.kind {
             ProviderKind::Anthropic => anthropic::call(&self.http, target, prompt),
@@ -591,7 +620,13 @@ mod tests {
         let err = Client::new(&providers, &[], &BTreeMap::new(), options.clone())
             .err()
             .unwrap();
-        assert!(err.message.contains("set historian.model"), "{err}");
+        assert_eq!(err.message, "no historian model configured");
+        assert_eq!(err.error_kind(), crate::error::ErrorKind::Config);
+        assert!(
+            err.hints[0].starts_with("set historian.model"),
+            "{:?}",
+            err.hints
+        );
         let err = Client::new(&providers, &["cloud/x".into()], &BTreeMap::new(), options)
             .err()
             .unwrap();

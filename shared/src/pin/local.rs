@@ -324,14 +324,13 @@ fn resolve(
                 },
             };
             let (id, created) = found.ok_or_else(|| {
-                Error::input(format!(
-                    "no {role} message known for session {session:?}: pass --message ID{}",
+                Error::input(format!("no {role} message known for session {session:?}")).with_hint(
                     if transcript.is_none() {
-                        " or --transcript FILE"
+                        "pass --message ID or --transcript FILE"
                     } else {
-                        ""
-                    }
-                ))
+                        "pass --message ID"
+                    },
+                )
             })?;
             (id, Some(role.to_string()), created)
         }
@@ -348,15 +347,13 @@ fn resolve(
         created = Some(c);
     }
     let role = role.ok_or_else(|| {
-        Error::input(format!(
-            "cannot tell the role of message {id:?}: pass --role user|assistant (or --transcript FILE)"
-        ))
+        Error::input(format!("cannot tell the role of message {id:?}"))
+            .with_hint("pass --role user|assistant (or --transcript FILE)")
     })?;
     let role = check_role(&role)?;
     let created_at = created.ok_or_else(|| {
-        Error::input(format!(
-            "cannot tell when message {id:?} was created: pass --created-at MS (or --transcript FILE)"
-        ))
+        Error::input(format!("cannot tell when message {id:?} was created"))
+            .with_hint("pass --created-at MS (or --transcript FILE)")
     })?;
     Ok(Pin {
         id,
@@ -652,16 +649,12 @@ mod tests {
         // Unknown time or role: the caller must say.
         let mut req = request(Harness::OpenCode, Some(Target::Id("msg_4".into())));
         let err = run(&mut store, Action::Pin, &req, false, 9, None).unwrap_err();
-        assert!(
-            matches!(&err, Error::Input(m) if m.contains("--created-at")),
-            "{err}"
-        );
+        assert_eq!(err.kind(), crate::error::ErrorKind::Input);
+        assert!(err.hints()[0].contains("--created-at"), "{err}");
         req.target = Some(Target::Id("msg_unseen".into()));
         let err = run(&mut store, Action::Pin, &req, false, 9, None).unwrap_err();
-        assert!(
-            matches!(&err, Error::Input(m) if m.contains("--role")),
-            "{err}"
-        );
+        assert_eq!(err.kind(), crate::error::ErrorKind::Input);
+        assert!(err.hints()[0].contains("--role"), "{err}");
         req.role = Some("assistant".into());
         req.created_at = Some(150);
         let out = run(&mut store, Action::Pin, &req, false, 9, None).unwrap();

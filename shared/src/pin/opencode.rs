@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, ServerFailure};
 use crate::opencode_api::OpenCode;
 use crate::store::Store;
 
@@ -212,7 +212,15 @@ fn model_and_agent(messages: &[Value]) -> (Option<Value>, Option<String>) {
 /// caller's fault here (the event named it).
 fn server_error(error: Error) -> Error {
     match error {
-        Error::Input(message) => Error::Io(std::io::Error::other(message)),
+        Error::OpenCode {
+            failure: ServerFailure::NoSession,
+            base,
+            message,
+        } => Error::OpenCode {
+            failure: ServerFailure::Status(404),
+            base,
+            message,
+        },
         other => other,
     }
 }
@@ -370,11 +378,11 @@ pub fn restore(
     if let Err(e) = api.prompt_async(sid, &body) {
         // Not sent: give the compaction back so the next event can restore it.
         if let Err(release) = store.write(|tx| claim::release(tx, &claim)) {
-            return Err(Error::Io(std::io::Error::other(format!(
-                "{e}; and the claim on compaction {summary_id} could not be given back \
-                 ({release}), so no restorer will retry it for {} minutes",
+            return Err(e.context(format!(
+                "the pins were not sent, and the claim on compaction {summary_id} could not be \
+                 given back ({release}), so no restorer will retry it for {} minutes",
                 claim::CLAIM_TIMEOUT_MS / 60_000
-            ))));
+            )));
         }
         return Err(e);
     }
@@ -394,16 +402,16 @@ pub fn restore(
              another restorer may have sent them too"
         )),
         (Err(e), _) => {
-            return Err(Error::Io(std::io::Error::other(format!(
-                "the pinned messages were sent, but mc could not record it ({e}); \
-                 a replay of this event after the claim expires would send them again"
-            ))));
+            return Err(e.context(
+                "the pinned messages were sent, but mc could not record it (a replay of this \
+                 event after the claim expires would send them again)",
+            ));
         }
         (Ok(_), Err(e)) => {
-            return Err(Error::Io(std::io::Error::other(format!(
+            return Err(e.context(
                 "the pinned messages were sent and mc recorded it, but the cursor in the \
-                 session metadata could not be saved (OpenChamber may send them again): {e}"
-            ))));
+                 session metadata could not be saved (OpenChamber may send them again)",
+            ));
         }
     }
     report.action = "restored";

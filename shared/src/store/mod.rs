@@ -108,9 +108,9 @@ impl Store {
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_URI;
-        let conn = Connection::open_with_flags(path, flags).map_err(|source| Error::Open {
+        let conn = Connection::open_with_flags(path, flags).map_err(|cause| Error::Open {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?;
         Self::setup(conn, path.to_path_buf(), options)
     }
@@ -262,7 +262,7 @@ mod tests {
             }
             other => panic!("expected SchemaTooNew, got {other}"),
         }
-        assert!(err.to_string().contains("upgrade mc"));
+        assert!(err.hints()[0].contains("upgrade mc"), "{:?}", err.hints());
     }
 
     /// A database of the previous release keeps its Channel 2 reminder.

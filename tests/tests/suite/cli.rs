@@ -213,6 +213,16 @@ fn a_locked_database_gives_a_passthrough_within_the_hook_wait() {
     );
     assert_eq!(reduce.status.code(), Some(1));
     assert!(stderr(&reduce).contains("locked"), "{}", stderr(&reduce));
+    // Said once (not once per source in the chain), then which setting raises the wait.
+    let err = stderr(&reduce);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert_eq!(lines[0].matches("locked").count(), 1, "{err}");
+    assert!(
+        lines[1].starts_with("mc-transform: hint: ")
+            && lines[1].contains("sqlite.hook_busy_timeout_ms"),
+        "{err}"
+    );
     assert!(
         holder.holding(),
         "the lock holder let go before the commands were done: the outcomes above prove nothing"
@@ -357,6 +367,36 @@ fn a_newer_schema_gives_a_loud_passthrough() {
     execute_sql(&db, "PRAGMA user_version = 999");
     let out = env.run(BIN, &["--db", db.to_str().unwrap()], &example());
     assert_passthrough(&out, "schema version 999");
+    // What to do is a hint, after the warning.
+    assert!(
+        stderr(&out).contains("\nmc-transform: hint: upgrade mc, or point --db"),
+        "{}",
+        stderr(&out)
+    );
+    // A command that does not fail open: one error line, the hint, exit 1.
+    let status = env.run(
+        BIN,
+        &[
+            "--db",
+            db.to_str().unwrap(),
+            "status",
+            "--session",
+            "ses_example0001",
+        ],
+        "",
+    );
+    assert_eq!(status.status.code(), Some(1));
+    let err = stderr(&status);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines[0].starts_with("mc-transform: error: ") && lines[0].contains("schema version 999"),
+        "{err}"
+    );
+    assert!(
+        lines[1].starts_with("mc-transform: hint: upgrade mc"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -369,10 +369,18 @@ fn bad_answers_publish_nothing_and_status_shows_the_cause() {
         );
         assert!(report["compartments"].as_array().unwrap().is_empty());
         assert_eq!(env.compartments(), 0, "{name}: nothing published");
+        // The failure is typed: its class in the report and the record, its hint on stderr.
+        assert_eq!(report["error_class"], "answer_rejected", "{name}");
+        assert!(
+            stderr.contains("\nmc-historian: hint: the next run asks again"),
+            "{name}: {stderr}"
+        );
         let status = env.status("opencode", &session);
         let failure = &status["historian"]["last_failure"];
         assert_eq!(failure["status"], "failed", "{name}");
         assert_eq!(failure["error"], error, "{name}");
+        assert_eq!(failure["error_class"], "answer_rejected", "{name}");
+        assert_eq!(failure["error_hints"], report["error_hints"], "{name}");
         assert_eq!(status["historian"]["failures_since_success"], 1);
     }
 }
@@ -475,12 +483,32 @@ fn timeouts_move_on_or_fail() {
     // With no fallback, the run fails with the timeout as its cause.
     config["historian"]["fallback_models"] = json!([]);
     env.user_config(config);
-    let (code, report, _) = env.historian(&["run"], &env.envelope("ses_t2", 30, 5_000, NOW));
+    let (code, report, stderr) = env.historian(&["run"], &env.envelope("ses_t2", 30, 5_000, NOW));
     assert_eq!(code, 1);
     assert_eq!(report["status"], "failed");
     assert!(
         report["error"].as_str().unwrap().contains("within 400 ms"),
         "{report}"
+    );
+    // Which setting to raise is a hint, not part of the message.
+    assert_eq!(report["error_class"], "provider_timeout", "{report}");
+    assert!(
+        !report["error"]
+            .as_str()
+            .unwrap()
+            .contains("historian.timeout_ms"),
+        "{report}"
+    );
+    assert!(
+        report["error_hints"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("raise historian.timeout_ms"),
+        "{report}"
+    );
+    assert!(
+        stderr.contains("\nmc-historian: hint: raise historian.timeout_ms"),
+        "{stderr}"
     );
     let status = env.status("opencode", "ses_t2");
     assert!(
@@ -488,6 +516,10 @@ fn timeouts_move_on_or_fail() {
             .as_str()
             .unwrap()
             .contains("timeout")
+    );
+    assert_eq!(
+        status["historian"]["last_failure"]["error_class"],
+        "provider_timeout"
     );
 }
 
@@ -1127,8 +1159,10 @@ fn only_the_user_config_may_configure_the_historian() {
         stderr.contains("historian.model may not be set by a project config"),
         "{stderr}"
     );
+    // The error says what is missing; the hint line, what to write.
     assert!(
-        stderr.contains("mc-historian: error: no historian model: set historian.model"),
+        stderr.contains("mc-historian: error: no historian model configured\n")
+            && stderr.contains("mc-historian: hint: set historian.model to \"provider/model\""),
         "{stderr}"
     );
     assert!(!env.root().join("PWNED").exists());

@@ -64,11 +64,27 @@ fn code(out: &Output) -> i32 {
     out.status.code().expect("exited")
 }
 
-/// Exactly one line, `mc-pin: error: …`.
+/// Exactly one line `mc-pin: error: …`, followed by nothing but its
+/// `mc-pin: hint: …` lines.
 fn assert_one_error_line(out: &Output) {
     let err = stderr(out);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.starts_with("mc-pin: error: "), "{err}");
+    let mut lines = err.lines();
+    assert!(
+        lines
+            .next()
+            .is_some_and(|l| l.starts_with("mc-pin: error: ")),
+        "{err}"
+    );
+    assert!(lines.all(|l| l.starts_with("mc-pin: hint: ")), "{err}");
+}
+
+/// The `mc-pin: hint: …` lines of stderr.
+fn hint_lines(out: &Output) -> Vec<String> {
+    stderr(out)
+        .lines()
+        .filter_map(|l| l.strip_prefix("mc-pin: hint: "))
+        .map(str::to_string)
+        .collect()
 }
 
 // ------------------------------------------------------ OpenCode fixtures --
@@ -379,6 +395,10 @@ fn pin_errors_are_one_line_with_the_right_exit_code() {
             && err.contains("disk full"),
         "{err}"
     );
+    assert!(
+        hint_lines(&out).is_empty(),
+        "a server error has nothing to add: {err}"
+    );
     // Nothing answers: exit 1.
     let out = env.pin(
         &[
@@ -396,6 +416,13 @@ fn pin_errors_are_one_line_with_the_right_exit_code() {
         stderr(&out).contains("cannot reach OpenCode"),
         "{}",
         stderr(&out)
+    );
+    // What to check is a hint line of its own, naming the URL and where it comes from.
+    let hints = hint_lines(&out);
+    assert_eq!(hints.len(), 1, "{}", stderr(&out));
+    assert!(
+        hints[0].contains("http://127.0.0.1:9") && hints[0].contains("OPENCODE_URL"),
+        "{hints:?}"
     );
     // Usage: no message to pin, not JSON on stdin.
     let out = env.pin(&["pin", "--session", SES], "");
@@ -671,6 +698,15 @@ fn a_failed_prompt_async_leaves_the_cursor() {
         "{}",
         stderr(&out)
     );
+    assert_one_error_line(&out);
+    assert!(
+        hint_lines(&out)[0].contains(&format!(
+            "is {} the URL of the OpenCode server",
+            server.url()
+        )),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(cursor(&server), Value::Null);
 
     // Once the server works, the same compaction is restored.
@@ -803,6 +839,11 @@ fn restore_errors_unreachable_server_and_malformed_events() {
     let out = env.pin(&["restore"], &compacted_event());
     assert_eq!(code(&out), 2);
     assert!(stderr(&out).contains("OPENCODE_URL"));
+    assert_one_error_line(&out);
+    assert_eq!(
+        hint_lines(&out),
+        ["pass --opencode-url URL or set OPENCODE_URL"]
+    );
 }
 
 // --------------------------------------------- Claude Code transcripts --
@@ -1201,6 +1242,13 @@ fn transcripts_over_the_size_cap_are_refused() {
             && stderr(&out).contains("transcript.max_bytes"),
         "{}",
         stderr(&out)
+    );
+    assert_eq!(
+        hint_lines(&out),
+        [
+            "raise transcript.max_bytes in the user config if this file is really the \
+          session's transcript"
+        ]
     );
     // A lower cap in the user config: a real transcript over it is refused,
     // by pin and by the hook alike.
