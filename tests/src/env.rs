@@ -52,8 +52,8 @@ impl Default for TestEnv {
 
 impl TestEnv {
     /// The fixed clock every command sees through `MC_NOW_MS` (2026-12-01
-    /// 04:40 UTC): later than every fixture's timestamps, so nothing a test
-    /// writes lies in the future.
+    /// 04:40 UTC). Only commands whose input carries no time read it: an
+    /// envelope's `now_ms` (which most fixtures set) wins.
     pub const NOW_MS: i64 = 1_796_100_000_000;
 
     pub fn new() -> TestEnv {
