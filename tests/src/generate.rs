@@ -80,7 +80,7 @@ pub fn session(spec: &SessionSpec) -> Vec<Value> {
     generator.messages
 }
 
-/// Wrap messages in the DESIGN §4.1 envelope. The usage sample occupies
+/// Wrap messages in the mc-transform envelope. The usage sample occupies
 /// exactly `usage_tokens` prompt tokens (input + cache read + cache write), so
 /// `usage_tokens * 100 / USABLE_WINDOW` is the pass's usage percent.
 pub fn envelope(messages: &[Value], session_id: &str, usage_tokens: u64, now_ms: i64) -> Value {

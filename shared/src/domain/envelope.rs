@@ -1,4 +1,4 @@
-//! What every tool is told about a call: the envelope (DESIGN §4.1), the
+//! What every tool is told about a call: the envelope (README, mc-transform), the
 //! model and its limits, the provider's usage sample.
 
 use std::path::PathBuf;

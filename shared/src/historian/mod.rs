@@ -66,7 +66,7 @@ pub struct Input {
 }
 
 impl Input {
-    /// From the transform's envelope (DESIGN §4.1).
+    /// From the transform's envelope.
     pub fn from_envelope(envelope: Envelope) -> Result<Input> {
         let messages = decode_all(envelope.messages)?;
         let session_id = envelope

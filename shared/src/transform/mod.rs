@@ -1,4 +1,4 @@
-//! The per-call transform (DESIGN §4): tag, schedule, mutate only on passes
+//! The per-call transform: tag, schedule, mutate only on passes
 //! that bust the cache anyway, replay everything stored on every pass.
 
 pub mod caveman;

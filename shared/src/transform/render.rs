@@ -2,7 +2,7 @@
 //!
 //! A pure function. It never looks at what an earlier pass emitted, only at
 //! the input and the stored tag states and watermarks, so the same state and
-//! input always give the same bytes (DESIGN §4.3 invariants 1–3).
+//! input always give the same bytes (ARCHITECTURE.md, invariants 1–3).
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,4 @@
-//! The pass's output document (DESIGN §4.2): the messages and the report.
+//! The pass's output document (README, mc-transform): the messages and the report.
 
 use serde::Serialize;
 use serde_json::{Map, Value};

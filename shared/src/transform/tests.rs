@@ -1,5 +1,5 @@
 //! Pass-level tests: tagging, scheduling, drops, replay, one per invariant of
-//! DESIGN §4.3 that can be checked in-process. Fixed clock, in-memory store.
+//! ARCHITECTURE.md that can be checked in-process. Fixed clock, in-memory store.
 
 use serde_json::{Value, json};
 

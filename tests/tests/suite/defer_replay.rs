@@ -1,6 +1,6 @@
 //! Property: over random sessions and random sequences of passes, tail growth
 //! and reduce calls, every defer pass re-emits the previous output's bytes for
-//! all older messages (DESIGN §4.3 invariant 1), and mutations first appear
+//! all older messages (ARCHITECTURE.md, invariant 1), and mutations first appear
 //! only on passes that are not defer (invariant 2). A second strategy piles up
 //! large outputs, drops them all and piles them up again: the sequences that
 //! re-arm reduce reminders and make relief drops act (it found reminders that
