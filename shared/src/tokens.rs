@@ -134,10 +134,7 @@ impl Sink for Estimator {
 
     #[inline(always)]
     fn ch(&mut self, _at: usize, c: Ch) {
-        // The masks keep the indices provably in range of the padded tables.
-        let pair = PAIR64[usize::from(self.prev & 63)][usize::from(c.sym & 63)];
-        let case = CASE[usize::from(self.prev_upper & 1)][usize::from(c.case & 3)];
-        self.milli += i64::from(pair) + i64::from(case);
+        self.milli += i64::from(pair(self.prev, c.sym)) + i64::from(case(self.prev_upper, c.case));
         self.prev = c.sym;
         self.prev_upper = u8::from(c.case == UPPER);
     }
@@ -226,13 +223,20 @@ const S_START: u8 = S_SYMBOL + 3;
 /// Number of symbols of the cost model.
 const NSYM: usize = S_START as usize + 1;
 
+/// An ASCII char of no punctuation group (the control chars).
+const ASCII_OTHER: Ch = Ch {
+    class: PUNCT,
+    sym: S_SPACE - 1,
+    case: NOT_LETTER,
+    len: 1,
+};
+
+#[allow(
+    clippy::indexing_slicing,
+    reason = "only evaluated at compile time (for `ASCII`), where an index out of range fails the build"
+)]
 const fn ascii_table() -> [Ch; 128] {
-    let mut t = [Ch {
-        class: PUNCT,
-        sym: S_SPACE - 1,
-        case: NOT_LETTER,
-        len: 1,
-    }; 128];
+    let mut t = [ASCII_OTHER; 128];
     let mut i = 0;
     while i < 128 {
         let c = i as u8;
@@ -276,22 +280,33 @@ const fn ascii_table() -> [Ch; 128] {
 
 static ASCII: [Ch; 128] = ascii_table();
 
+/// The table entry of the ASCII byte `x` (`x < 0x80`, which lets the compiler
+/// drop the bounds check).
+#[inline(always)]
+fn ascii(x: u8) -> Ch {
+    ASCII.get(usize::from(x)).copied().unwrap_or(ASCII_OTHER)
+}
+
+/// Byte `i` of `b`, or 0 past its end. The scanner only asks for positions it
+/// has checked against the length, or continuation bytes of a char that valid
+/// UTF-8 guarantees.
+#[inline(always)]
+fn byte(b: &[u8], i: usize) -> u8 {
+    b.get(i).copied().unwrap_or(0)
+}
+
 /// The char starting at byte `i` of valid UTF-8.
 #[inline(always)]
 fn at(b: &[u8], i: usize) -> Ch {
-    let x = b[i];
-    if x < 0x80 {
-        ASCII[usize::from(x)]
-    } else {
-        wide(b, i)
-    }
+    let x = byte(b, i);
+    if x < 0x80 { ascii(x) } else { wide(b, i) }
 }
 
 /// Decodes the multi-byte char at `i`. `b` is valid UTF-8 and `i` a char boundary.
 #[inline(always)]
 fn decode(b: &[u8], i: usize) -> (u32, u8) {
-    let x = u32::from(b[i]);
-    let cont = |k: usize| u32::from(b[i + k] & 0x3F);
+    let x = u32::from(byte(b, i));
+    let cont = |k: usize| u32::from(byte(b, i + k) & 0x3F);
     if x < 0xE0 {
         (((x & 0x1F) << 6) | cont(1), 2)
     } else if x < 0xF0 {
@@ -471,7 +486,7 @@ fn scan(text: &str, sink: &mut impl Sink) {
             // alternative 4
             sink.start(i);
             punct(b, i, sink)
-        } else if b[i] == b' ' && next_class & PUNCT != 0 {
+        } else if byte(b, i) == b' ' && next_class & PUNCT != 0 {
             sink.start(i);
             sink.ch(i, c);
             punct(b, next, sink)
@@ -497,15 +512,15 @@ fn word(b: &[u8], mut j: usize, sink: &mut impl Sink) -> usize {
         }
         class & allowed != 0
     });
-    if j + 1 < n && b[j] == b'\'' {
+    if j + 1 < n && byte(b, j) == b'\'' {
         let lower = |k: usize| b.get(j + k).map(u8::to_ascii_lowercase);
         let m = match (lower(1), lower(2)) {
             (Some(b's' | b't' | b'm' | b'd'), _) => 2,
             (Some(b'r' | b'v'), Some(b'e')) | (Some(b'l'), Some(b'l')) => 3,
             _ => 0,
         };
-        for k in j..j + m {
-            sink.ch(k, ASCII[usize::from(b[k])]);
+        for (k, &x) in b.iter().enumerate().skip(j).take(m) {
+            sink.ch(k, ascii(x));
         }
         j += m;
     }
@@ -516,12 +531,10 @@ fn word(b: &[u8], mut j: usize, sink: &mut impl Sink) -> usize {
 /// where it stopped.
 #[inline(always)]
 fn run(b: &[u8], mut j: usize, sink: &mut impl Sink, mut take: impl FnMut(u8) -> bool) -> usize {
-    let n = b.len();
-    while j < n {
-        let x = b[j];
+    while let Some(&x) = b.get(j) {
         if x < 0x80 {
             // ASCII: the next position does not wait for the table lookup
-            let c = ASCII[usize::from(x)];
+            let c = ascii(x);
             if !take(c.class) {
                 break;
             }
@@ -565,10 +578,9 @@ fn digits(b: &[u8], i: usize, sink: &mut impl Sink) -> usize {
 /// A run of symbols from `j`, then any line breaks and slashes right after it.
 #[inline(always)]
 fn punct(b: &[u8], j: usize, sink: &mut impl Sink) -> usize {
-    let n = b.len();
     let mut j = run(b, j, sink, |class| class & PUNCT != 0);
-    while j < n && matches!(b[j], b'\n' | b'\r' | b'/') {
-        sink.ch(j, ASCII[usize::from(b[j])]);
+    while let Some(&x @ (b'\n' | b'\r' | b'/')) = b.get(j) {
+        sink.ch(j, ascii(x));
         j += 1;
     }
     j
@@ -584,10 +596,9 @@ fn whitespace(b: &[u8], start: usize, sink: &mut impl Sink) -> usize {
     let mut j = start;
     let mut last = start; // where the run's last char starts
     let mut after_break = start; // end of the run's last line break, if any
-    while j < n {
-        let x = b[j];
+    while let Some(&x) = b.get(j) {
         let (class, len) = if x < 0x80 {
-            (ASCII[usize::from(x)].class, 1)
+            (ascii(x).class, 1)
         } else {
             let c = wide(b, j);
             (c.class, usize::from(c.len))
@@ -611,7 +622,7 @@ fn whitespace(b: &[u8], start: usize, sink: &mut impl Sink) -> usize {
     // o200k has single tokens for runs of up to ~80 spaces and ~16 line breaks
     // or tabs; "\r\n" pairs merge less well. Count the chars after the first.
     let (mut chars, mut spaces, mut crs) = (0u32, 0u32, 0u32);
-    for &x in &b[start + first_len..end] {
+    for &x in b.get(start + first_len..end).unwrap_or_default() {
         chars += u32::from(x & 0xC0 != 0x80);
         spaces += u32::from(x == b' ');
         crs += u32::from(x == b'\r');
@@ -625,7 +636,31 @@ fn whitespace(b: &[u8], start: usize, sink: &mut impl Sink) -> usize {
     end
 }
 
+/// `PAIR[p][c]`; the masks keep both indices inside the padded table, so the
+/// compiler drops the bounds checks.
+#[inline(always)]
+fn pair(p: u8, c: u8) -> u16 {
+    PAIR64
+        .get(usize::from(p & 63))
+        .and_then(|row| row.get(usize::from(c & 63)))
+        .copied()
+        .unwrap_or(0)
+}
+
+/// `CASE[previous is a capital][case]`, masked like [`pair`].
+#[inline(always)]
+fn case(prev_upper: u8, kind: u8) -> i16 {
+    CASE.get(usize::from(prev_upper & 1))
+        .and_then(|row| row.get(usize::from(kind & 3)))
+        .copied()
+        .unwrap_or(0)
+}
+
 /// `PAIR` padded to 64×64 so that masked indices need no bounds checks.
+#[allow(
+    clippy::indexing_slicing,
+    reason = "evaluated at compile time, where an index out of range fails the build"
+)]
 static PAIR64: [[u16; 64]; 64] = {
     let mut t = [[0u16; 64]; 64];
     let mut p = 0;
