@@ -261,6 +261,11 @@ fn alternation<'a>(phrases: impl Iterator<Item = &'a str>) -> String {
     alternatives.join("|")
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "every pattern is built from this file's constant word lists, never from input; \
+              any compress at ultra compiles them all, so the unit tests catch a bad one"
+)]
 fn compile(pattern: &str) -> Regex {
     Regex::new(pattern).expect("caveman pattern compiles")
 }
@@ -364,10 +369,13 @@ impl Vault {
         self.items.push(expanded);
         let mut placeholder = String::new();
         placeholder.push(self.sentinel);
-        for digit in index.to_string().bytes() {
-            let code = DIGIT_BASE + u32::from(digit - b'0');
-            placeholder.push(char::from_u32(code).expect("private-use digit"));
-        }
+        // U+E000..=U+E009: private-use code points, always chars.
+        placeholder.extend(
+            index
+                .to_string()
+                .bytes()
+                .filter_map(|digit| char::from_u32(DIGIT_BASE + u32::from(digit - b'0'))),
+        );
         placeholder.push(self.sentinel);
         placeholder
     }
@@ -426,40 +434,42 @@ impl Vault {
     fn shield_lines(&mut self, text: &str) -> String {
         let lines: Vec<&str> = text.split_inclusive('\n').collect();
         let mut out = String::with_capacity(text.len());
-        let mut i = 0;
-        while i < lines.len() {
-            let line = lines[i];
-            let last = if let Some((ch, run, rest)) = fence_open(line) {
-                let one_line = rest.contains(&ch.to_string().repeat(3));
+        let mut rest: &[&str] = &lines;
+        while let Some((&line, after)) = rest.split_first() {
+            // How many lines from `line` on form the region.
+            let count = if let Some((ch, run, tail)) = fence_open(line) {
+                let one_line = tail.contains(&ch.to_string().repeat(3));
                 if one_line {
-                    i
+                    1
                 } else {
-                    (i + 1..lines.len())
-                        .find(|&j| fence_closes(lines[j], ch, run))
+                    after
+                        .iter()
+                        .position(|l| fence_closes(l, ch, run))
+                        .map(|k| k + 2)
                         .unwrap_or_else(|| {
                             // Unclosed: to the last non-blank line, so the
                             // final trim still applies after it.
-                            (i..lines.len())
-                                .rev()
-                                .find(|&j| !lines[j].trim().is_empty())
-                                .unwrap_or(i)
+                            rest.iter()
+                                .rposition(|l| !l.trim().is_empty())
+                                .map_or(1, |k| k + 1)
                         })
                 }
             } else if line.starts_with("U: ") {
-                i
+                1
             } else {
                 out.push_str(line);
-                i += 1;
+                rest = after;
                 continue;
             };
-            let region: String = lines[i..=last].concat();
+            let (region, remaining) = rest.split_at_checked(count).unwrap_or((rest, &[]));
+            let region: String = region.concat();
             let (body, newline) = match region.strip_suffix('\n') {
                 Some(body) => (body, "\n"),
                 None => (region.as_str(), ""),
             };
             out.push_str(&self.stash(body));
             out.push_str(newline);
-            i = last + 1;
+            rest = remaining;
         }
         out
     }
@@ -478,12 +488,17 @@ impl Vault {
             let Some(len) = keep(m.as_str()).filter(|len| *len > 0) else {
                 continue;
             };
-            out.push_str(&text[last..m.start()]);
-            let placeholder = self.stash(&text[m.start()..m.start() + len]);
+            // `keep` cuts the match at a char boundary; matches never overlap.
+            let (Some(before), Some(region)) = (text.get(last..m.start()), m.as_str().get(..len))
+            else {
+                continue;
+            };
+            out.push_str(before);
+            let placeholder = self.stash(region);
             out.push_str(&placeholder);
             last = m.start() + len;
         }
-        out.push_str(&text[last..]);
+        out.push_str(text.get(last..).unwrap_or_default());
         out
     }
 }
@@ -492,8 +507,9 @@ impl Vault {
 fn fence_open(line: &str) -> Option<(char, usize, &str)> {
     let t = line.trim_start_matches([' ', '\t']);
     let ch = t.chars().next().filter(|c| matches!(c, '`' | '~'))?;
-    let run = t.len() - t.trim_start_matches(ch).len();
-    (run >= 3).then(|| (ch, run, &t[run..]))
+    let rest = t.trim_start_matches(ch);
+    let run = t.len() - rest.len();
+    (run >= 3).then_some((ch, run, rest))
 }
 
 fn fence_closes(line: &str, ch: char, run: usize) -> bool {
@@ -505,10 +521,10 @@ fn fence_closes(line: &str, ch: char, run: usize) -> bool {
 /// Length of a URL match without trailing sentence punctuation or an unbalanced
 /// closing bracket.
 fn url_len(url: &str) -> usize {
-    let mut end = url.len();
+    let mut s = url;
     loop {
-        let s = &url[..end];
-        let Some(c) = s.chars().next_back() else {
+        let mut chars = s.chars();
+        let Some(c) = chars.next_back() else {
             break;
         };
         let unbalanced = |open: char, close: char| {
@@ -518,12 +534,12 @@ fn url_len(url: &str) -> usize {
             || unbalanced('(', ')')
             || unbalanced('[', ']')
         {
-            end -= c.len_utf8();
+            s = chars.as_str();
         } else {
             break;
         }
     }
-    end
+    s.len()
 }
 
 /// A token with a slash and some alphanumeric (`src/lib`, `and/or`, `~/.bashrc`),
@@ -574,7 +590,10 @@ fn remove_fillers(text: &str) -> String {
         .find_iter(text)
         .filter(|m| standalone(text, m.start(), m.end()))
         // "X rather than Y" keeps its meaning only with "rather".
-        .filter(|m| !(m.as_str().eq_ignore_ascii_case("rather") && than_follows(&text[m.end()..])))
+        .filter(|m| {
+            !(m.as_str().eq_ignore_ascii_case("rather")
+                && text.get(m.end()..).is_some_and(than_follows))
+        })
         .map(|m| (m.start(), m.end()))
         .collect();
     remove_ranges(text, &ranges)
@@ -583,10 +602,9 @@ fn remove_fillers(text: &str) -> String {
 fn than_follows(after: &str) -> bool {
     let rest = after.trim_start_matches([' ', '\t']);
     rest.len() < after.len()
-        && rest
-            .get(..4)
-            .is_some_and(|w| w.eq_ignore_ascii_case("than"))
-        && !rest[4..].starts_with(|c: char| c.is_alphanumeric())
+        && rest.split_at_checked(4).is_some_and(|(word, tail)| {
+            word.eq_ignore_ascii_case("than") && !tail.starts_with(|c: char| c.is_alphanumeric())
+        })
 }
 
 /// Articles as whole words. A capital "A" in mid-sentence is a label ("plan A
@@ -595,12 +613,15 @@ fn drop_articles(text: &str) -> String {
     let mut ranges = Vec::new();
     let mut pos = 0;
     while let Some(caps) = ARTICLE_RE.captures_at(text, pos) {
-        let word = caps.get(1).expect("group 1");
+        // Group 1 takes part in every match.
+        let Some(word) = caps.get(1) else {
+            break;
+        };
         pos = word.end();
         if !standalone(text, word.start(), word.end()) {
             continue;
         }
-        if word.as_str() == "A" && !at_sentence_start(&text[..word.start()]) {
+        if word.as_str() == "A" && !text.get(..word.start()).is_some_and(at_sentence_start) {
             continue;
         }
         ranges.push((word.start(), word.end()));
@@ -615,8 +636,10 @@ fn drop_auxiliaries(text: &str) -> String {
     let mut ranges = Vec::new();
     let mut pos = 0;
     while let Some(caps) = AUXILIARY_RE.captures_at(text, pos) {
-        let aux = caps.get(1).expect("group 1");
-        let next = caps.get(2).expect("group 2");
+        // Both groups take part in every match.
+        let (Some(aux), Some(next)) = (caps.get(1), caps.get(2)) else {
+            break;
+        };
         pos = next.start();
         if standalone(text, aux.start(), aux.end())
             && standalone(text, next.start(), next.end())
@@ -666,7 +689,8 @@ fn abbreviate(text: &str) -> String {
 
 /// Not glued to a hyphen on either side (`just-in-time`, `well-kind`).
 fn standalone(text: &str, start: usize, end: usize) -> bool {
-    !text[..start].ends_with('-') && !text[end..].starts_with('-')
+    !text.get(..start).is_some_and(|s| s.ends_with('-'))
+        && !text.get(end..).is_some_and(|s| s.starts_with('-'))
 }
 
 /// The table entry for a matched phrase, comparing case-insensitively with
@@ -719,11 +743,14 @@ fn replace_words(text: &str, re: &Regex, mut f: impl FnMut(&str) -> Option<Strin
         let Some(replacement) = f(m.as_str()) else {
             continue;
         };
-        out.push_str(&text[last..m.start()]);
+        let Some(before) = text.get(last..m.start()) else {
+            continue;
+        };
+        out.push_str(before);
         out.push_str(&replacement);
         last = m.end();
     }
-    out.push_str(&text[last..]);
+    out.push_str(text.get(last..).unwrap_or_default());
     out
 }
 
@@ -766,9 +793,16 @@ fn remove_ranges(text: &str, ranges: &[(usize, usize)]) -> String {
         if start < cursor {
             continue;
         }
-        push_segment(&mut out, &text[cursor..start], &mut capitalise);
-        let removed = &text[start..end];
-        let after = &text[end..];
+        // Ranges are match bounds, and the cursor only moves past ASCII blanks
+        // and punctuation after one, so all of these are char boundaries.
+        let (Some(segment), Some(removed), Some(after)) = (
+            text.get(cursor..start),
+            text.get(start..end),
+            text.get(end..),
+        ) else {
+            continue;
+        };
+        push_segment(&mut out, segment, &mut capitalise);
         if would_open_fence(&out, after) {
             push_segment(&mut out, removed, &mut capitalise);
             cursor = end;
@@ -812,7 +846,11 @@ fn remove_ranges(text: &str, ranges: &[(usize, usize)]) -> String {
             }
         }
     }
-    push_segment(&mut out, &text[cursor..], &mut capitalise);
+    push_segment(
+        &mut out,
+        text.get(cursor..).unwrap_or_default(),
+        &mut capitalise,
+    );
     out
 }
 
@@ -838,17 +876,16 @@ fn push_segment(out: &mut String, segment: &str, capitalise: &mut bool) {
         out.push_str(segment);
         return;
     }
-    let Some((i, c)) = segment
-        .char_indices()
-        .find(|(_, c)| !matches!(c, ' ' | '\t'))
-    else {
+    let body = segment.trim_start_matches([' ', '\t']);
+    let mut chars = body.chars();
+    let (Some(c), Some(blanks)) = (chars.next(), segment.get(..segment.len() - body.len())) else {
         out.push_str(segment);
         return;
     };
     *capitalise = false;
-    out.push_str(&segment[..i]);
+    out.push_str(blanks);
     out.push(upper_same_width(c).unwrap_or(c));
-    out.push_str(&segment[i + c.len_utf8()..]);
+    out.push_str(chars.as_str());
 }
 
 /// Collapse runs of spaces/tabs to one space, trim line ends, keep at most one
