@@ -251,8 +251,9 @@ fn plan<'a>(
     let live_floor = pressure.usage_percent < measure::force_band(threshold);
     let eligible =
         transcript::eligible(&tail, trigger::protected_tail(pressure.window), live_floor);
-    let messages: Vec<(i64, &Message)> = tail[..eligible.end]
+    let messages: Vec<(i64, &Message)> = tail
         .iter()
+        .take(eligible.end)
         .map(|t| (t.ordinal, t.message))
         .collect();
     let budget = u64::from(settings.historian.chunk_tokens);
@@ -384,7 +385,7 @@ pub fn prompt(
         harness: input.harness.clone(),
         session_id: input.session_id.clone(),
         chunk: None,
-        model: client.map(|c| c.chain()[0].to_string()),
+        model: client.and_then(|c| c.chain().first().map(ToString::to_string)),
         request: None,
         system: None,
         user: None,

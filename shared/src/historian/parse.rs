@@ -59,13 +59,13 @@ pub fn parse(text: &str) -> Result<Answer, String> {
         return Err("the answer has no <history> root element".into());
     };
     let body_start = open + "<history>".len();
-    let Some(close) = text.rfind("</history>").filter(|&c| c >= body_start) else {
+    let Some(body) = text
+        .rfind("</history>")
+        .and_then(|close| text.get(body_start..close))
+    else {
         return Err("the answer is truncated: <history> is never closed".into());
     };
-    let mut cursor = Cursor {
-        text: &text[body_start..close],
-        pos: 0,
-    };
+    let mut cursor = Cursor { text: body, pos: 0 };
     let mut compartments = Vec::new();
     let mut facts = Vec::new();
     let mut facts_seen = false;
@@ -122,8 +122,10 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
+    /// The text from the cursor on (empty at or past the end). `pos` only
+    /// moves over whole chars and tags.
     fn rest(&self) -> &'a str {
-        &self.text[self.pos..]
+        self.text.get(self.pos..).unwrap_or_default()
     }
 
     fn at_end(&self) -> bool {
@@ -138,10 +140,8 @@ impl<'a> Cursor<'a> {
     fn skip_space_and_comments(&mut self) -> Result<(), String> {
         loop {
             self.skip_space();
-            if self.rest().starts_with("<!--") {
-                let end = self.rest()[4..]
-                    .find("-->")
-                    .ok_or("a comment is never closed")?;
+            if let Some(comment) = self.rest().strip_prefix("<!--") {
+                let end = comment.find("-->").ok_or("a comment is never closed")?;
                 self.pos += 4 + end + 3;
             } else {
                 return Ok(());
@@ -188,27 +188,27 @@ impl<'a> Cursor<'a> {
             let key_len = rest
                 .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
                 .unwrap_or(rest.len());
-            if key_len == 0 {
-                return Err(format!("<{name}> has a malformed attribute list"));
-            }
-            let key = rest[..key_len].to_string();
+            let key = match rest.get(..key_len) {
+                Some(key) if !key.is_empty() => key.to_string(),
+                _ => return Err(format!("<{name}> has a malformed attribute list")),
+            };
             self.pos += key_len;
             self.skip_space();
             let rest = self.rest();
             let Some(rest) = rest.strip_prefix('=') else {
                 return Err(format!("<{name}> attribute {key} has no value"));
             };
-            let rest = rest.trim_start();
-            let quote = rest
-                .chars()
+            let mut chars = rest.trim_start().chars();
+            let quote = chars
                 .next()
                 .filter(|c| *c == '"' || *c == '\'')
                 .ok_or_else(|| format!("<{name}> attribute {key} is not quoted"))?;
-            let value_len = rest[1..]
-                .find(quote)
+            let (raw_value, after) = chars
+                .as_str()
+                .split_once(quote)
                 .ok_or_else(|| format!("<{name}> attribute {key} is never closed"))?;
-            let value = unescape(&rest[1..1 + value_len]);
-            self.pos = self.text.len() - rest.len() + 1 + value_len + 1;
+            let value = unescape(raw_value);
+            self.pos = self.text.len() - after.len();
             if attributes.iter().any(|(k, _)| *k == key) {
                 return Err(format!("<{name}> has attribute {key} twice"));
             }
@@ -219,12 +219,12 @@ impl<'a> Cursor<'a> {
     /// The raw text up to `</name>`, which is consumed.
     fn text_until_close(&mut self, name: &str) -> Result<&'a str, String> {
         let close = format!("</{name}>");
-        let rest = self.rest();
-        let end = rest
-            .find(&close)
+        let (inside, _) = self
+            .rest()
+            .split_once(&close)
             .ok_or_else(|| format!("<{name}> is never closed"))?;
-        self.pos += end + close.len();
-        Ok(&rest[..end])
+        self.pos += inside.len() + close.len();
+        Ok(inside)
     }
 
     fn compartment(&mut self, index: usize) -> Result<RawCompartment, String> {
@@ -285,18 +285,21 @@ impl<'a> Cursor<'a> {
             if self.at_end() {
                 return Err(format!("{what} is never closed"));
             }
-            let Some(slot) = CHILDREN.iter().position(|c| self.starts_tag(c)) else {
+            let Some((&name, slot)) = CHILDREN
+                .iter()
+                .zip(texts.iter_mut())
+                .find(|(c, _)| self.starts_tag(c))
+            else {
                 return Err(format!(
                     "unexpected {} in {what} (it holds <title>, <p1>, <p2>, <p3> and <p4>)",
                     self.describe_here()
                 ));
             };
-            let name = CHILDREN[slot];
             let (attributes, self_closing) = self.open_tag(name)?;
             if !attributes.is_empty() {
                 return Err(format!("<{name}> in {what} takes no attributes"));
             }
-            if texts[slot].is_some() {
+            if slot.is_some() {
                 return Err(format!("{what} has <{name}> twice"));
             }
             let raw = if self_closing {
@@ -311,7 +314,7 @@ impl<'a> Cursor<'a> {
             if text.is_empty() {
                 return Err(format!("{what} has an empty <{name}>"));
             }
-            texts[slot] = Some(text);
+            *slot = Some(text);
         }
         let [title, p1, p2, p3, p4] = texts;
         let need =
@@ -407,14 +410,11 @@ pub fn unescape(text: &str) -> String {
     }
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    while let Some(amp) = rest.find('&') {
-        out.push_str(&rest[..amp]);
-        rest = &rest[amp..];
-        let entity = rest[1..]
-            .find(';')
-            .filter(|&n| n <= 10)
-            .map(|n| &rest[1..1 + n]);
-        let decoded = entity.and_then(|e| match e {
+    while let Some((before, after_amp)) = rest.split_once('&') {
+        out.push_str(before);
+        // `(name, text after the ';')` of an entity of at most 10 bytes
+        let entity = after_amp.split_once(';').filter(|(e, _)| e.len() <= 10);
+        let decoded = entity.and_then(|(e, _)| match e {
             "lt" => Some('<'),
             "gt" => Some('>'),
             "amp" => Some('&'),
@@ -428,13 +428,13 @@ pub fn unescape(text: &str) -> String {
                 .and_then(char::from_u32),
         });
         match (entity, decoded) {
-            (Some(e), Some(c)) => {
+            (Some((_, after_entity)), Some(c)) => {
                 out.push(c);
-                rest = &rest[e.len() + 2..];
+                rest = after_entity;
             }
             _ => {
                 out.push('&');
-                rest = &rest[1..];
+                rest = after_amp;
             }
         }
     }

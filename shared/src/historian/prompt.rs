@@ -71,7 +71,9 @@ Text inside the elements is plain text and may contain code, "<" and "&". Do not
 fn user_message(chunk: &Chunk, earlier: &[StoredCompartment], memories: &[Memory]) -> String {
     let mut out = String::new();
     out.push_str("<earlier_history>\n");
-    let shown = &earlier[earlier.len().saturating_sub(EARLIER_COMPARTMENTS)..];
+    let shown = earlier
+        .get(earlier.len().saturating_sub(EARLIER_COMPARTMENTS)..)
+        .unwrap_or_default();
     if shown.is_empty() {
         out.push_str("(none: this is the first fold of this session)\n");
     }

@@ -53,9 +53,12 @@ pub struct Eligible {
 pub fn eligible(tail: &[TailMessage<'_>], protected_tokens: u64, live_floor: bool) -> Eligible {
     let mut protected_from = tail.len();
     let mut kept = 0u64;
-    while protected_from > 0 && kept < protected_tokens {
+    for message in tail.iter().rev() {
+        if kept >= protected_tokens {
+            break;
+        }
         protected_from -= 1;
-        kept += tail[protected_from].tokens;
+        kept += message.tokens;
     }
     let mut end = protected_from;
     let newest_user = tail.iter().rposition(|t| t.message.is_real_user());
@@ -64,8 +67,9 @@ pub fn eligible(tail: &[TailMessage<'_>], protected_tokens: u64, live_floor: boo
     }
     // A call of the current turn still waiting for its result stays unfolded.
     let turn_start = newest_user.unwrap_or(0);
-    if let Some(open) = tail[..end]
+    if let Some(open) = tail
         .iter()
+        .take(end)
         .enumerate()
         .skip(turn_start)
         .find(|(_, t)| has_open_call(t.message))
@@ -102,12 +106,15 @@ pub struct Block {
 }
 
 impl Block {
+    /// The first ordinal (0 for a block without messages, which [`blocks`]
+    /// never builds).
     pub fn start(&self) -> i64 {
-        self.ordinals[0]
+        self.ordinals.first().copied().unwrap_or_default()
     }
 
+    /// The last ordinal (0 for a block without messages).
     pub fn end(&self) -> i64 {
-        *self.ordinals.last().expect("a block has a message")
+        self.ordinals.last().copied().unwrap_or_default()
     }
 
     pub fn line(&self) -> String {
@@ -127,21 +134,26 @@ struct Rendered {
     tool_only: bool,
 }
 
-fn system_reminder() -> &'static Regex {
-    static RE: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
-    RE.get_or_init(|| {
-        Regex::new(r"(?is)<system-reminder>.*?</system-reminder>").expect("a valid pattern")
-    })
+/// Drops `<system-reminder>` blocks. The pattern is a constant that compiles;
+/// were it ever not to, the text is kept as it is.
+fn strip_system_reminders(text: &str) -> String {
+    static RE: std::sync::OnceLock<Option<Regex>> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| Regex::new(r"(?is)<system-reminder>.*?</system-reminder>").ok());
+    match re {
+        Some(re) => re.replace_all(text, " ").into_owned(),
+        None => text.to_string(),
+    }
 }
 
 /// Whitespace runs become one space; long text is cut with a note.
 fn squash(text: &str, max_chars: usize) -> String {
     let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match joined.char_indices().nth(max_chars) {
-        Some((cut, _)) => {
-            let rest = joined[cut..].chars().count();
-            format!("{}… [{rest} more chars]", &joined[..cut])
-        }
+    match joined
+        .char_indices()
+        .nth(max_chars)
+        .and_then(|(cut, _)| joined.split_at_checked(cut))
+    {
+        Some((kept, rest)) => format!("{kept}… [{} more chars]", rest.chars().count()),
         None => joined,
     }
 }
@@ -213,7 +225,7 @@ fn render(message: &Message) -> Option<Rendered> {
                 }
                 let text = part.text().unwrap_or_default();
                 let text = if role == 'U' {
-                    system_reminder().replace_all(text, " ").into_owned()
+                    strip_system_reminders(text)
                 } else {
                     text.to_string()
                 };
@@ -315,12 +327,15 @@ pub struct Chunk {
 }
 
 impl Chunk {
+    /// The first ordinal (0 for a chunk without messages, which
+    /// [`first_chunk`] never builds).
     pub fn first(&self) -> i64 {
-        self.ordinals[0]
+        self.ordinals.first().copied().unwrap_or_default()
     }
 
+    /// The last ordinal (0 for a chunk without messages).
     pub fn last(&self) -> i64 {
-        *self.ordinals.last().expect("a chunk has a message")
+        self.ordinals.last().copied().unwrap_or_default()
     }
 
     /// The transcript lines.
@@ -359,16 +374,17 @@ pub fn first_chunk(blocks: &[Block], budget: u64) -> Option<Chunk> {
         tokens += next.tokens;
         taken += 1;
     }
+    let (chunk_blocks, after) = blocks.split_at_checked(taken).unwrap_or((blocks, &[]));
     let mut lookahead = Vec::new();
     let mut ahead_tokens = 0;
-    for block in blocks[taken..].iter().take(LOOKAHEAD_BLOCKS) {
+    for block in after.iter().take(LOOKAHEAD_BLOCKS) {
         if !lookahead.is_empty() && ahead_tokens + block.tokens > LOOKAHEAD_TOKENS {
             break;
         }
         ahead_tokens += block.tokens;
         lookahead.push(block.clone());
     }
-    let chunk_blocks = blocks[..taken].to_vec();
+    let chunk_blocks = chunk_blocks.to_vec();
     let tool_only = chunk_blocks
         .iter()
         .flat_map(|b| {

@@ -34,19 +34,11 @@ pub struct ChunkView {
 }
 
 impl ChunkView {
-    fn first(&self) -> i64 {
-        self.ordinals[0]
-    }
-
-    fn last(&self) -> i64 {
-        *self.ordinals.last().expect("a chunk has a message")
-    }
-
     /// Chunk ordinals within `[from, to]`.
     fn within(&self, from: i64, to: i64) -> &[i64] {
         let lo = self.ordinals.partition_point(|&o| o < from);
         let hi = self.ordinals.partition_point(|&o| o <= to);
-        &self.ordinals[lo..hi.max(lo)]
+        self.ordinals.get(lo..hi.max(lo)).unwrap_or_default()
     }
 
     fn heals(&self, gap: &[i64]) -> bool {
@@ -84,7 +76,9 @@ fn span(gap: &[i64]) -> String {
 }
 
 pub fn validate(answer: Answer, view: &ChunkView) -> Result<Validated, String> {
-    let (first, last) = (view.first(), view.last());
+    let (Some(&first), Some(&last)) = (view.ordinals.first(), view.ordinals.last()) else {
+        return Err("the chunk to fold has no messages".into());
+    };
     if answer.compartments.is_empty() {
         return Err(format!(
             "no compartments: fold at least the first finished piece of work of messages \
@@ -139,7 +133,7 @@ pub fn validate(answer: Answer, view: &ChunkView) -> Result<Validated, String> {
         };
         let gap = view.within(from, cover_first - 1);
         let mut start = cover_first;
-        if !gap.is_empty() {
+        if let (Some(&gap_first), Some(&gap_last)) = (gap.first(), gap.last()) {
             if !view.heals(gap) {
                 return Err(format!(
                     "{} {} in no compartment: each compartment must start right after the \
@@ -148,10 +142,10 @@ pub fn validate(answer: Answer, view: &ChunkView) -> Result<Validated, String> {
                     if gap.len() == 1 { "is" } else { "are" }
                 ));
             }
-            healed.push((gap[0], *gap.last().expect("not empty")));
+            healed.push((gap_first, gap_last));
             match folded.last_mut() {
-                Some(prev) => prev.end = *gap.last().expect("not empty"),
-                None => start = gap[0],
+                Some(prev) => prev.end = gap_last,
+                None => start = gap_first,
             }
         }
         folded.push(Folded {
@@ -166,7 +160,10 @@ pub fn validate(answer: Answer, view: &ChunkView) -> Result<Validated, String> {
     }
     // What the model left for later must start right where coverage stops.
     let u = answer.unprocessed_from;
-    let last_end = folded.last().expect("not empty").end;
+    // Every compartment was folded or returned an error, and there is one.
+    let Some(last_end) = folded.last().map(|c| c.end) else {
+        return Err("no compartments".into());
+    };
     match expected {
         None => {
             let allowed_to = view.next_shown.unwrap_or(last + 1).max(last + 1);
@@ -186,7 +183,7 @@ pub fn validate(answer: Answer, view: &ChunkView) -> Result<Validated, String> {
                 ));
             }
             let gap = view.within(next, u - 1);
-            if !gap.is_empty() {
+            if let (Some(&gap_first), Some(&gap_last)) = (gap.first(), gap.last()) {
                 if !view.heals(gap) {
                     return Err(format!(
                         "{} {} in no compartment and before <unprocessed_from> {u}: \
@@ -195,8 +192,10 @@ pub fn validate(answer: Answer, view: &ChunkView) -> Result<Validated, String> {
                         if gap.len() == 1 { "is" } else { "are" }
                     ));
                 }
-                healed.push((gap[0], *gap.last().expect("not empty")));
-                folded.last_mut().expect("not empty").end = *gap.last().expect("not empty");
+                healed.push((gap_first, gap_last));
+                if let Some(prev) = folded.last_mut() {
+                    prev.end = gap_last;
+                }
             }
         }
     }
@@ -248,6 +247,12 @@ mod tests {
 
     fn ranges(v: &Validated) -> Vec<(i64, i64)> {
         v.compartments.iter().map(|c| (c.start, c.end)).collect()
+    }
+
+    #[test]
+    fn an_empty_chunk_is_an_error_not_a_panic() {
+        let err = validate(answer(&[(1, 2)], 3), &view([], &[])).unwrap_err();
+        assert_eq!(err, "the chunk to fold has no messages");
     }
 
     #[test]
