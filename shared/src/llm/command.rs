@@ -76,9 +76,18 @@ pub(super) fn call(
             )
         })?;
     let input = stdin_text(prompt);
-    let mut stdin = child.stdin.take().expect("stdin is piped");
-    let mut stdout = child.stdout.take().expect("stdout is piped");
-    let stderr = child.stderr.take().expect("stderr is piped");
+    // All three were asked for as pipes, so spawn hands them over.
+    let (Some(mut stdin), Some(mut stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(LlmError::new(
+            Some(model),
+            ErrorKind::Command,
+            format!("cannot talk to {program:?}: its standard streams were not piped"),
+        ));
+    };
     // Feed and drain from threads so a program that writes before reading
     // everything cannot deadlock against us. They are detached: a killed
     // program's own children may hold the pipes open a while longer.

@@ -80,7 +80,13 @@ impl Http {
         let agent = self
             .agent_for(&request.url)
             .map_err(|e| LlmError::new(Some(model), ErrorKind::Config, e))?;
-        let body = serde_json::to_vec(&request.body).expect("a JSON value always serialises");
+        let body = serde_json::to_vec(&request.body).map_err(|e| {
+            LlmError::new(
+                Some(model),
+                ErrorKind::Protocol,
+                format!("cannot encode the request: {e}"),
+            )
+        })?;
         let mut builder = agent.post(&request.url);
         for (name, value) in &request.headers {
             builder = builder.header(*name, value);

@@ -372,7 +372,10 @@ impl Client {
     /// The exact request the primary model would get, API keys replaced by
     /// the name of their variable (`"<$ANTHROPIC_API_KEY>"`).
     pub fn describe(&self, prompt: &Prompt) -> Value {
-        describe(&self.targets[0], prompt)
+        // `new` refuses an empty chain, so there is a primary model.
+        self.targets
+            .first()
+            .map_or(Value::Null, |target| describe(target, prompt))
     }
 
     /// One model, with its retries.
@@ -468,7 +471,14 @@ impl Model for Client {
                 }
             }
         }
-        let last = failures.pop().expect("at least one model was tried");
+        // `new` refuses an empty chain, so at least one model was tried.
+        let Some(last) = failures.pop() else {
+            return Err(LlmError::new(
+                None,
+                ErrorKind::Config,
+                "no historian model to call",
+            ));
+        };
         if failures.is_empty() {
             return Err(last);
         }
@@ -519,8 +529,12 @@ fn jitter() -> f64 {
 /// `text`, cut to `max` characters with a note of what was left out.
 fn excerpt(text: &str, max: usize) -> String {
     let text = text.trim();
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}… [{} more bytes]", &text[..cut], text.len() - cut),
+    match text
+        .char_indices()
+        .nth(max)
+        .and_then(|(cut, _)| text.split_at_checked(cut))
+    {
+        Some((kept, rest)) => format!("{kept}… [{} more bytes]", rest.len()),
         None => text.to_string(),
     }
 }

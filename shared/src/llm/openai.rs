@@ -33,7 +33,9 @@ pub(super) fn request(
     } else {
         "max_tokens"
     };
-    body[field] = json!(prompt.max_tokens);
+    if let Some(body) = body.as_object_mut() {
+        body.insert(field.into(), json!(prompt.max_tokens));
+    }
     Request {
         url: format!("{}/chat/completions", base.trim_end_matches('/')),
         headers,
