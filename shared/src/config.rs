@@ -533,7 +533,10 @@ impl Merger {
     }
 
     fn apply_leaf(&mut self, tier: Tier, name: &str, index: usize, value: &Value) {
-        let key = &KEYS[index];
+        // `index` comes from `keys::find_key`: a position in `KEYS`.
+        let Some(key) = KEYS.get(index) else {
+            return;
+        };
         let current = (key.get)(&self.config);
         let refusal = match key.kind.check(value) {
             Err(problem) => Some(format!("{} = {} {problem}", key.path, show(value))),
@@ -553,13 +556,14 @@ impl Merger {
             }
             Ok(new) => {
                 (key.set)(&mut self.config, new);
-                self.fell_back[index] = false;
                 None
             }
         };
+        if let Some(fell_back) = self.fell_back.get_mut(index) {
+            *fell_back = refusal.is_some();
+        }
         if let Some(refusal) = refusal {
             self.warn(name, &format!("{refusal}; using {current}"));
-            self.fell_back[index] = true;
         }
     }
 }
@@ -639,6 +643,11 @@ fn typo_budget(name: &str) -> usize {
 
 /// Optimal-string-alignment distance, case-insensitive: insertions, deletions,
 /// substitutions and swaps of two neighbouring characters each cost one.
+#[allow(
+    clippy::indexing_slicing,
+    reason = "the textbook recurrence: i runs over 1..=a.len() and j over 1..=b.len(), \
+              the rows hold b.len() + 1 entries, and every index is guarded by those bounds"
+)]
 fn edit_distance(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.chars().flat_map(char::to_lowercase).collect();
     let b: Vec<char> = b.chars().flat_map(char::to_lowercase).collect();

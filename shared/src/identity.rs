@@ -10,6 +10,7 @@
 //! repository git refuses to open (for example one owned by another user, see
 //! `safe.directory`) falls back to the `dir:` form.
 
+use std::fmt::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -87,14 +88,11 @@ fn dir_identity(dir: &Path) -> String {
     let path = canonical.as_deref().unwrap_or(dir);
     let digest = Sha256::digest(path_bytes(path));
     let mut out = String::from("dir:");
-    for b in &digest[..6] {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 15)]));
+    for b in digest.iter().take(6) {
+        let _ = write!(out, "{b:02x}");
     }
     out
 }
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// The bytes of a path: its raw bytes on Unix, UTF-8 (lossy) elsewhere.
 #[cfg(unix)]

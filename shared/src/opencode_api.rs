@@ -288,8 +288,12 @@ fn excerpt(body: &str) -> String {
     if flat.is_empty() {
         return "(empty body)".into();
     }
-    match flat.char_indices().nth(ERROR_BODY_CHARS) {
-        Some((cut, _)) => format!("{}…", &flat[..cut]),
+    match flat
+        .char_indices()
+        .nth(ERROR_BODY_CHARS)
+        .and_then(|(cut, _)| flat.get(..cut))
+    {
+        Some(kept) => format!("{kept}…"),
         None => flat,
     }
 }

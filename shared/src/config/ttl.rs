@@ -30,12 +30,10 @@ impl CacheTtl {
         if s.eq_ignore_ascii_case("never") {
             return Some(CacheTtl::Never);
         }
-        let (digits, unit) = match s.as_bytes().last()? {
-            b's' => (&s[..s.len() - 1], SECOND),
-            b'm' => (&s[..s.len() - 1], MINUTE),
-            b'h' => (&s[..s.len() - 1], HOUR),
-            _ => (s, 1),
-        };
+        let (digits, unit) = [('s', SECOND), ('m', MINUTE), ('h', HOUR)]
+            .into_iter()
+            .find_map(|(suffix, unit)| Some((s.strip_suffix(suffix)?, unit)))
+            .unwrap_or((s, 1));
         if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }

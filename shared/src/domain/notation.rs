@@ -20,22 +20,22 @@ pub fn prefixed(number: i64, text: &str) -> String {
 /// text the model echoed with tags does not accumulate prefixes.
 pub fn strip_leading_tags(mut text: &str) -> &str {
     for _ in 0..8 {
-        match leading_tag_len(text) {
-            Some(len) => text = text[len..].trim_start_matches(' '),
+        match after_leading_tag(text) {
+            Some(rest) => text = rest.trim_start_matches(' '),
             None => break,
         }
     }
     text
 }
 
-fn leading_tag_len(text: &str) -> Option<usize> {
+/// The text after a leading `§N§` (1 to 12 digits), if it starts with one.
+fn after_leading_tag(text: &str) -> Option<&str> {
     let rest = text.strip_prefix('§')?;
     let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
     if digits == 0 || digits > 12 {
         return None;
     }
-    rest[digits..].strip_prefix('§')?;
-    Some('§'.len_utf8() * 2 + digits)
+    rest.get(digits..)?.strip_prefix('§')
 }
 
 /// Parse a reduce spec such as `"3-5,12"` or `"§3§, §7§-§9§"`.
