@@ -119,10 +119,10 @@ impl Tier {
 
     /// Cost of the tier in the pressure sum (archived costs nothing there).
     fn pressure_cost(self) -> u64 {
-        match self.text_index() {
-            Some(index) => TIER_COST[index],
-            None => 0,
-        }
+        self.text_index()
+            .and_then(|index| TIER_COST.get(index))
+            .copied()
+            .unwrap_or(0)
     }
 }
 
@@ -297,12 +297,12 @@ fn enforce_budget(
         .map(|(i, &tier)| pieces.tokens(i, tier))
         .fold(0u64, u64::saturating_add);
     while sum as f64 > budget && steps_left > 0 {
-        let Some(i) = next_visible(tiers, &mut oldest) else {
+        let Some((i, tier)) = next_visible(tiers, &mut oldest) else {
             break;
         };
-        let before = pieces.tokens(i, tiers[i]);
-        tiers[i] = tiers[i].demoted();
-        let after = pieces.tokens(i, tiers[i]);
+        let before = pieces.tokens(i, *tier);
+        *tier = tier.demoted();
+        let after = pieces.tokens(i, *tier);
         sum = sum.saturating_sub(before).saturating_add(after);
         steps_left -= 1;
     }
@@ -315,21 +315,22 @@ fn enforce_budget(
         if tokens as f64 <= budget || steps_left == 0 {
             return (text, tokens);
         }
-        let Some(i) = next_visible(tiers, &mut oldest) else {
+        let Some((_, tier)) = next_visible(tiers, &mut oldest) else {
             return (text, tokens);
         };
-        tiers[i] = tiers[i].demoted();
+        *tier = tier.demoted();
         steps_left -= 1;
     }
 }
 
-/// The oldest compartment that is not archived yet, advancing `cursor` past archived
-/// ones (demotion only ever archives from the front, so the cursor never goes back).
-fn next_visible(tiers: &[Tier], cursor: &mut usize) -> Option<usize> {
-    while *cursor < tiers.len() && tiers[*cursor].is_archived() {
+/// The oldest compartment that is not archived yet (its index and tier), advancing
+/// `cursor` past archived ones (demotion only ever archives from the front, so the
+/// cursor never goes back).
+fn next_visible<'t>(tiers: &'t mut [Tier], cursor: &mut usize) -> Option<(usize, &'t mut Tier)> {
+    while tiers.get(*cursor).is_some_and(|tier| tier.is_archived()) {
         *cursor += 1;
     }
-    (*cursor < tiers.len()).then_some(*cursor)
+    tiers.get_mut(*cursor).map(|tier| (*cursor, tier))
 }
 
 /// Token count of a joined text; the empty text costs nothing.
@@ -376,9 +377,9 @@ impl<'a> PieceCache<'a> {
     /// Renders (if needed) and returns the piece; `None` for archived.
     fn piece(&mut self, index: usize, tier: Tier) -> Option<&Piece> {
         let slot_index = tier.text_index()?;
-        let slot = &mut self.slots[index][slot_index];
+        let slot = self.slots.get_mut(index)?.get_mut(slot_index)?;
         if slot.is_none() {
-            let text = render_one(&self.compartments[index], tier, self.options);
+            let text = render_one(self.compartments.get(index)?, tier, self.options);
             let tokens = (self.count_tokens)(&text);
             *slot = Some(Piece { text, tokens });
         }
@@ -470,8 +471,10 @@ fn sanitize_title(raw: &str) -> String {
 /// and every line starting with `## ` indented by one space so a body cannot forge a
 /// compartment heading. Empty when every candidate tier is blank.
 fn body(c: &Compartment, slot: usize) -> String {
-    let Some(raw) = c.tiers[..=slot]
+    let Some(raw) = c
+        .tiers
         .iter()
+        .take(slot + 1)
         .rev()
         .map(|text| text.trim())
         .find(|text| !text.is_empty())
