@@ -1,6 +1,8 @@
 //! OpenCode's `{info, parts}` messages (MessageV2), as the
 //! `experimental.chat.messages.transform` hook hands them over.
 
+use std::sync::LazyLock;
+
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
@@ -204,11 +206,14 @@ impl Message {
         Value::Object(self.raw)
     }
 
+    /// The `info` object (`decode` checked there is one; a message built by
+    /// hand without it reads as an empty one).
     pub fn info(&self) -> &Map<String, Value> {
+        static EMPTY: LazyLock<Map<String, Value>> = LazyLock::new(Map::new);
         self.raw
             .get("info")
             .and_then(Value::as_object)
-            .expect("decode checked that info is an object")
+            .unwrap_or(&EMPTY)
     }
 
     pub fn id(&self) -> Option<&str> {
@@ -297,6 +302,16 @@ pub fn encode_all(messages: Vec<Message>) -> Vec<Value> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_hand_built_message_without_info_reads_as_empty_info() {
+        let message = Message {
+            raw: Map::new(),
+            parts: Vec::new(),
+        };
+        assert!(message.info().is_empty());
+        assert_eq!(message.id(), None);
+    }
 
     #[test]
     fn round_trip_keeps_unknown_fields_in_order() {

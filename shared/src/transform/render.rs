@@ -65,7 +65,12 @@ pub fn age_tags(tags: &[TagRow], bindings: &[Vec<Option<usize>>]) -> Vec<i64> {
     bindings
         .iter()
         .map(|parts| {
-            let newest = parts.iter().flatten().map(|&i| tags[i].number).max();
+            let newest = parts
+                .iter()
+                .flatten()
+                .filter_map(|&i| tags.get(i))
+                .map(|tag| tag.number)
+                .max();
             if let Some(n) = newest {
                 last = last.max(n);
             }
@@ -75,19 +80,33 @@ pub fn age_tags(tags: &[TagRow], bindings: &[Vec<Option<usize>>]) -> Vec<i64> {
 }
 
 fn synthetic_user(session_id: &str, text: &str) -> Message {
-    let value = serde_json::json!({
-        "info": {"role": "user", "sessionID": session_id, "syntheticHead": true},
-        "parts": [{"type": "text", "text": text, "synthetic": true}]
-    });
-    Message::decode(value).expect("a well-formed synthetic message")
+    let info = serde_json::json!({"role": "user", "sessionID": session_id, "syntheticHead": true});
+    synthetic_message(info, text)
 }
 
 fn reminder(session_id: &str, text: &str) -> Message {
-    let value = serde_json::json!({
-        "info": {"role": "user", "sessionID": session_id},
-        "parts": [{"type": "text", "text": text, "synthetic": true}]
-    });
-    Message::decode(value).expect("a well-formed synthetic message")
+    synthetic_message(
+        serde_json::json!({"role": "user", "sessionID": session_id}),
+        text,
+    )
+}
+
+/// `{"info": info, "parts": [{"type": "text", "text": text, "synthetic": true}]}`,
+/// built as `Message::decode` would build it.
+fn synthetic_message(info: Value, text: &str) -> Message {
+    let mut raw = Map::new();
+    raw.insert("info".into(), info);
+    let mut part = Map::new();
+    part.insert("type".into(), Value::from("text"));
+    part.insert("text".into(), Value::from(text));
+    part.insert("synthetic".into(), Value::Bool(true));
+    Message {
+        raw,
+        parts: vec![Part {
+            kind: PartKind::Text,
+            raw: part,
+        }],
+    }
 }
 
 pub fn render(messages: Vec<Message>, state: &RenderState<'_>) -> Vec<Message> {
@@ -98,19 +117,24 @@ pub fn render(messages: Vec<Message>, state: &RenderState<'_>) -> Vec<Message> {
         out.push(synthetic_user(head.session_id, head.m1));
     }
     for (index, mut message) in messages.into_iter().enumerate() {
-        if state.ordinals[index].is_some_and(|o| o <= state.covered_through) {
+        // The per-message slices are as long as `messages`; a missing entry
+        // reads as "no ordinal, no tags, no marker".
+        let ordinal = state.ordinals.get(index).copied().flatten();
+        if ordinal.is_some_and(|o| o <= state.covered_through) {
             continue; // covered by the head's compartments
         }
-        let binding = &state.bindings[index];
+        let binding = state.bindings.get(index).map_or(&[][..], Vec::as_slice);
         let has_dropped = binding
             .iter()
             .flatten()
-            .any(|&i| state.tags[i].dropped.is_some());
+            .filter_map(|&i| state.tags.get(i))
+            .any(|tag| tag.dropped.is_some());
+        let age = ages.get(index).copied().unwrap_or(0);
         let clear_reasoning = has_dropped
-            || (ages[index] > 0
-                && ages[index] <= state.reasoning_cleared_through
-                && !state.keep_reasoning[index]);
-        let mut marker = state.markers[index].as_deref();
+            || (age > 0
+                && age <= state.reasoning_cleared_through
+                && !state.keep_reasoning.get(index).copied().unwrap_or(false));
+        let mut marker = state.markers.get(index).and_then(Option::as_deref);
         let old_parts = std::mem::take(&mut message.parts);
         let mut removed_any = false;
         let mut parts = Vec::with_capacity(old_parts.len());
@@ -123,7 +147,7 @@ pub fn render(messages: Vec<Message>, state: &RenderState<'_>) -> Vec<Message> {
                 .get(part_index)
                 .copied()
                 .flatten()
-                .map(|i| &state.tags[i]);
+                .and_then(|i| state.tags.get(i));
             if let Some(tag) = tag {
                 match (tag.dropped, tag.kind) {
                     (Some(DropMode::Full), TagKind::Tool) => {
