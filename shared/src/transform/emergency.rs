@@ -59,7 +59,7 @@ pub fn plan(candidates: &[Candidate], needed: u64) -> Vec<i64> {
             (in_tier.len() as f64 * RESERVE_SHARE).ceil() as usize
         };
         let evictable = in_tier.len() - reserve;
-        for c in &in_tier[..evictable] {
+        for c in in_tier.iter().take(evictable) {
             if reclaimed >= needed {
                 break;
             }

@@ -121,9 +121,11 @@ impl PassOutput {
         if let Some(system) = self.system {
             map.insert("system".into(), system);
         }
+        // Plain fields with string keys always serialise (a non-finite
+        // float becomes null); null only guards the impossible.
         map.insert(
             "pass".into(),
-            serde_json::to_value(&self.pass).expect("the report always serialises"),
+            serde_json::to_value(&self.pass).unwrap_or(Value::Null),
         );
         Value::Object(map)
     }

@@ -13,16 +13,20 @@ use crate::domain::measure::{EMERGENCY_PERCENT, MAX_THRESHOLD_PERCENT, force_ban
 /// real user message followed it: the agent is still working, so an execute
 /// would rewrite bytes between two steps of one turn.
 pub fn is_mid_turn(messages: &[Message]) -> bool {
-    let Some(last_assistant) = messages.iter().rposition(|m| m.role() == Role::Assistant) else {
+    let Some((last_assistant, msg)) = messages
+        .iter()
+        .enumerate()
+        .rfind(|(_, m)| m.role() == Role::Assistant)
+    else {
         return false;
     };
-    if messages[last_assistant + 1..]
+    if messages
         .iter()
+        .skip(last_assistant + 1)
         .any(Message::is_real_user)
     {
         return false;
     }
-    let msg = &messages[last_assistant];
     msg.finish() == Some("tool-calls")
         || msg
             .parts

@@ -99,7 +99,7 @@ pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<S
     let Some(session) = sessions::find_session(conn, harness, session_id)? else {
         return Ok(None);
     };
-    let row = conn
+    let Some(row) = conn
         .query_row(
             "SELECT last_decision, last_reason, last_bust, last_bust_cause, last_bust_ms, last_error,
                     passes_defer, passes_execute, passes_passthrough, last_usage_percent,
@@ -126,7 +126,10 @@ pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<S
             },
         )
         .optional()?
-        .expect("the session row was just found");
+    else {
+        // Deleted since it was found: no session, as if it had never been.
+        return Ok(None);
+    };
     let mut tags = TagCounts::default();
     let mut tokens = std::collections::BTreeMap::new();
     let mut exact = 0i64;
