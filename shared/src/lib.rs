@@ -8,6 +8,13 @@
 // The I/O rule, enforced: no printing here (and `clippy.toml` refuses the
 // environment, stdin/stdout and ureq's environment-reading defaults).
 #![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
+// Nothing reachable from outside input may panic: no expect, no indexing or
+// slicing that can go out of range; the few proven invariants carry an
+// `allow` with the reason on the smallest item.
+#![cfg_attr(
+    not(test),
+    deny(clippy::expect_used, clippy::indexing_slicing, clippy::string_slice)
+)]
 
 pub mod codec;
 pub mod config;
