@@ -30,21 +30,21 @@ pub fn repair_lone_surrogates(text: &str) -> Cow<'_, str> {
     let mut out: Option<String> = None;
     // Bytes up to `copied` are already in `out` (when there is one).
     let mut copied = 0;
-    let mut i = 0;
-    while let Some(offset) = bytes
-        .get(i..)
-        .and_then(|rest| rest.iter().position(|&b| b == b'\\'))
-    {
-        let at = i + offset;
-        let Some(high) = hex_escape(bytes, at) else {
-            // Any other escape (or a stray backslash): skip it and the byte it escapes.
-            i = at + 2;
+    // The low half of a pair already seen is no candidate of its own.
+    let mut skip_until = 0;
+    // Every pass reads the whole envelope: a vectorised search for `\u`
+    // keeps text without surrogate escapes at memchr speed.
+    for at in memchr::memmem::find_iter(bytes, b"\\u") {
+        if at < skip_until || escaped(bytes, at) {
+            continue;
+        }
+        let Some(unit) = hex_escape(bytes, at) else {
             continue;
         };
-        let lone = match high {
+        let lone = match unit {
             0xD800..=0xDBFF => {
                 if hex_escape(bytes, at + 6).is_some_and(|low| (0xDC00..=0xDFFF).contains(&low)) {
-                    i = at + 12;
+                    skip_until = at + 12;
                     continue;
                 }
                 true
@@ -59,7 +59,6 @@ pub fn repair_lone_surrogates(text: &str) -> Cow<'_, str> {
             buffer.push_str("\\ufffd");
             copied = at + 6;
         }
-        i = at + 6;
     }
     match out {
         None => Cow::Borrowed(text),
@@ -68,6 +67,13 @@ pub fn repair_lone_surrogates(text: &str) -> Cow<'_, str> {
             Cow::Owned(buffer)
         }
     }
+}
+
+/// Whether the backslash at `at` is itself escaped: an odd number of
+/// backslashes right before it.
+fn escaped(bytes: &[u8], at: usize) -> bool {
+    let before = bytes.get(..at).unwrap_or_default();
+    before.iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 1
 }
 
 /// The code unit of a `\uXXXX` escape starting at `at`, if there is one.
