@@ -312,14 +312,8 @@ pub fn session_setup(
     let flag = global.config.as_deref();
     let first_dir = project_dir.map(Path::to_path_buf).or(env.cwd.clone());
     let first = config::load(&paths::config_layers(flag, first_dir.as_deref(), &env));
-    let store = db_path(global.db.as_deref()).and_then(|path| {
-        Ok(Store::open(
-            &path,
-            &StoreOptions {
-                busy_timeout: wait.timeout(&first.config),
-            },
-        )?)
-    });
+    let store = db_path(global.db.as_deref())
+        .and_then(|path| Ok(open_store_at(&path, &first.config, wait)?));
     let recorded = match (&store, session) {
         (Ok(store), Some((harness, id))) => {
             mc_core::domain::sessions::session_project_dir(store.conn(), harness, id)
@@ -354,13 +348,13 @@ pub fn db_path(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
 /// The store at [`db_path`], with the configured busy timeout.
 pub fn open_store(db_flag: Option<&Path>, config: &Config) -> anyhow::Result<Store> {
     let path = db_path(db_flag)?;
-    Ok(open_store_at(&path, config)?)
+    Ok(open_store_at(&path, config, Wait::Background)?)
 }
 
-/// The store at `path`, with the configured busy timeout.
-pub fn open_store_at(path: &Path, config: &Config) -> mc_core::Result<Store> {
+/// The store at `path`, waiting as long as `wait` says for a sibling's lock.
+fn open_store_at(path: &Path, config: &Config, wait: Wait) -> mc_core::Result<Store> {
     let options = StoreOptions {
-        busy_timeout: Duration::from_millis(config.sqlite.busy_timeout_ms),
+        busy_timeout: wait.timeout(config),
     };
     Store::open(path, &options)
 }
