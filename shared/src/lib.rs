@@ -27,11 +27,13 @@ pub mod json;
 #[cfg(test)]
 mod layering;
 pub mod llm;
+pub mod mcp;
 #[cfg(test)]
 mod never_panics;
 pub mod opencode_api;
 pub mod paths;
 pub mod pin;
+pub mod search;
 pub mod store;
 pub mod tokens;
 pub mod transform;

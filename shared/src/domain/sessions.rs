@@ -167,3 +167,50 @@ pub fn session_project_dir(
         .optional()?
         .flatten())
 }
+
+/// The session a harness last started in `project_dir` (its SessionStart
+/// hook records it): the one an MCP server in that folder serves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CurrentSession {
+    pub session_id: String,
+    pub transcript_path: Option<String>,
+    pub updated_ms: i64,
+}
+
+pub fn record_current(
+    conn: &Connection,
+    harness: &str,
+    project_dir: &str,
+    session_id: &str,
+    transcript_path: Option<&str>,
+    now_ms: i64,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO current_sessions (harness, project_dir, session_id, transcript_path, updated_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (harness, project_dir) DO UPDATE SET session_id = excluded.session_id,
+             transcript_path = excluded.transcript_path, updated_ms = excluded.updated_ms",
+    )?
+    .execute(params![harness, project_dir, session_id, transcript_path, now_ms])?;
+    Ok(())
+}
+
+pub fn current_session(
+    conn: &Connection,
+    harness: &str,
+    project_dir: &str,
+) -> Result<Option<CurrentSession>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT session_id, transcript_path, updated_ms FROM current_sessions
+             WHERE harness = ?1 AND project_dir = ?2",
+        )?
+        .query_row(params![harness, project_dir], |r| {
+            Ok(CurrentSession {
+                session_id: r.get(0)?,
+                transcript_path: r.get(1)?,
+                updated_ms: r.get(2)?,
+            })
+        })
+        .optional()?)
+}

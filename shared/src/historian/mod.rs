@@ -31,6 +31,7 @@ use serde_json::Value;
 use crate::codec::Message;
 use crate::codec::opencode::decode_all;
 use crate::config::{HistorianConfig, TransformConfig};
+use crate::domain::content;
 use crate::domain::envelope::{Envelope, ModelInfo, Usage};
 use crate::domain::measure;
 use crate::domain::messages::{self, session_from_messages};
@@ -582,6 +583,9 @@ pub fn run(
             )?,
         };
         let (ordinals, _) = messages::register_messages(tx, &mut session, &input.messages)?;
+        // Harnesses without a transform pass (Claude Code, Codex) keep their
+        // raw content here, so ctx_expand can open what the historian folds.
+        content::record_messages(tx, session.id, &input.messages, &ordinals)?;
         sessions::save(tx, &session, started)?;
         Ok((session, ordinals))
     })?;

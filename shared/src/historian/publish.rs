@@ -312,7 +312,15 @@ fn promote_facts(
             });
             continue;
         }
-        let write = store::write_memory(conn, project, &fact.category, &content, None, now_ms)?;
+        let write = store::write_memory(
+            conn,
+            project,
+            &fact.category,
+            &content,
+            None,
+            "historian",
+            now_ms,
+        )?;
         known.insert(key, write.id);
         out.push(PromotedFact {
             category: fact.category.clone(),

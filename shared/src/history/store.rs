@@ -168,35 +168,104 @@ pub struct MemoryWrite {
     pub created: bool,
 }
 
-/// Add a memory to a project, unless the same text is already live in that category.
+/// The largest memory mc accepts: a memory is one durable fact, not a document.
+pub const MAX_MEMORY_BYTES: usize = 4096;
+
+/// What exact dedup compares: lower case, every whitespace run one space.
+pub fn normalize_memory(content: &str) -> String {
+    content
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
+}
+
+/// The stored dedup key of `content` (a hash of its normalized form).
+pub fn memory_key(content: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(normalize_memory(content).as_bytes());
+    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Trimmed content, or why it cannot be a memory.
+pub fn check_memory_content(content: &str) -> Result<&str> {
+    let content = content.trim();
+    if content.is_empty() {
+        return Err(Error::input("a memory needs non-empty content"));
+    }
+    if content.len() > MAX_MEMORY_BYTES {
+        return Err(Error::input(format!(
+            "memory content is {} bytes; the limit is {MAX_MEMORY_BYTES} (store one fact per memory)",
+            content.len()
+        )));
+    }
+    Ok(content)
+}
+
+/// Key the project's rows written before keys existed (cheap once done).
+fn key_old_rows(conn: &Connection, project: &str) -> Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, content FROM memories WHERE project = ?1 AND content_key IS NULL",
+    )?;
+    let rows: Vec<(i64, String)> = stmt
+        .query_map(params![project], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut update = conn.prepare_cached("UPDATE memories SET content_key = ?2 WHERE id = ?1")?;
+    for (id, content) in rows {
+        update.execute(params![id, memory_key(&content)])?;
+    }
+    Ok(())
+}
+
+/// The live memory of `project`/`category` whose content normalizes like `content`.
+pub fn live_duplicate(
+    conn: &Connection,
+    project: &str,
+    category: &str,
+    content: &str,
+) -> Result<Option<i64>> {
+    key_old_rows(conn, project)?;
+    Ok(conn
+        .prepare_cached(
+            "SELECT id FROM memories WHERE project = ?1 AND category = ?2 AND content_key = ?3
+               AND status IN ('active', 'permanent') ORDER BY id LIMIT 1",
+        )?
+        .query_row(params![project, category, memory_key(content)], |r| {
+            r.get(0)
+        })
+        .optional()?)
+}
+
+/// Add a memory to a project, unless the same text (after normalizing case
+/// and whitespace) is already live in that category. Run it in a write
+/// transaction: the probe and the insert must see the same rows.
 pub fn write_memory(
     conn: &Connection,
     project: &str,
     category: &str,
     content: &str,
     importance: Option<i64>,
+    source: &str,
     now_ms: i64,
 ) -> Result<MemoryWrite> {
     let category = check_category(category)?;
-    let content = content.trim();
-    if content.is_empty() {
-        return Err(Error::input("a memory needs non-empty content"));
-    }
-    let existing: Option<i64> = conn
-        .query_row(
-            "SELECT id FROM memories WHERE project = ?1 AND category = ?2 AND content = ?3
-               AND status IN ('active', 'permanent')",
-            params![project, category, content],
-            |r| r.get(0),
-        )
-        .optional()?;
-    if let Some(id) = existing {
+    let content = check_memory_content(content)?;
+    if let Some(id) = live_duplicate(conn, project, category, content)? {
         return Ok(MemoryWrite { id, created: false });
     }
     conn.execute(
-        "INSERT INTO memories (project, category, content, importance, created_ms, updated_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
-        params![project, category, content, importance, now_ms],
+        "INSERT INTO memories (project, category, content, importance, content_key, source,
+                               created_ms, updated_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+        params![
+            project,
+            category,
+            content,
+            importance,
+            memory_key(content),
+            source,
+            now_ms
+        ],
     )?;
     Ok(MemoryWrite {
         id: conn.last_insert_rowid(),
@@ -204,16 +273,18 @@ pub fn write_memory(
     })
 }
 
-fn memory_project(conn: &Connection, id: i64) -> Result<String> {
-    conn.query_row(
-        "SELECT project FROM memories WHERE id = ?1",
-        params![id],
-        |r| r.get(0),
-    )
-    .optional()?
-    .ok_or_else(|| Error::input(format!("no memory #{id}")))
+/// The project a memory belongs to, if it exists.
+pub fn memory_project(conn: &Connection, id: i64) -> Result<Option<String>> {
+    Ok(conn
+        .query_row(
+            "SELECT project FROM memories WHERE id = ?1",
+            params![id],
+            |r| r.get(0),
+        )
+        .optional()?)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn log_mutation(
     conn: &Connection,
     project: &str,
@@ -221,32 +292,96 @@ fn log_mutation(
     memory: i64,
     superseded_by: Option<i64>,
     content: Option<&str>,
+    reason: Option<&str>,
     now_ms: i64,
 ) -> Result<()> {
     conn.execute(
-        "INSERT INTO memory_mutations (project, kind, memory, superseded_by, content, created_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![project, kind, memory, superseded_by, content, now_ms],
+        "INSERT INTO memory_mutations (project, kind, memory, superseded_by, content, reason, created_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![project, kind, memory, superseded_by, content, reason, now_ms],
     )?;
     Ok(())
 }
 
 /// Rewrite a memory's text (logged, so cached heads show it as an update).
-pub fn update_memory(conn: &Connection, id: i64, content: &str, now_ms: i64) -> Result<()> {
-    let project = memory_project(conn, id)?;
+/// The caller has checked the memory belongs to `project`.
+pub fn update_memory(
+    conn: &Connection,
+    project: &str,
+    id: i64,
+    content: &str,
+    now_ms: i64,
+) -> Result<()> {
+    let content = check_memory_content(content)?;
     conn.execute(
-        "UPDATE memories SET content = ?2, updated_ms = ?3 WHERE id = ?1",
-        params![id, content.trim(), now_ms],
+        "UPDATE memories SET content = ?2, content_key = ?3, updated_ms = ?4 WHERE id = ?1",
+        params![id, content, memory_key(content), now_ms],
     )?;
     log_mutation(
         conn,
-        &project,
+        project,
         "update",
         id,
         None,
-        Some(content.trim()),
+        Some(content),
+        None,
         now_ms,
     )
+}
+
+/// Take a memory out of the live set, saying why (logged as a removal).
+pub fn archive_memory(
+    conn: &Connection,
+    project: &str,
+    id: i64,
+    reason: Option<&str>,
+    now_ms: i64,
+) -> Result<()> {
+    conn.execute(
+        "UPDATE memories SET status = 'archived', archive_reason = ?2, updated_ms = ?3 WHERE id = ?1",
+        params![id, reason, now_ms],
+    )?;
+    log_mutation(conn, project, "archive", id, None, None, reason, now_ms)
+}
+
+/// Mark `id` as replaced by `by` (a merge), logged so heads show it.
+pub fn supersede_memory(
+    conn: &Connection,
+    project: &str,
+    id: i64,
+    by: i64,
+    now_ms: i64,
+) -> Result<()> {
+    conn.execute(
+        "UPDATE memories SET status = 'superseded', superseded_by = ?2, updated_ms = ?3 WHERE id = ?1",
+        params![id, by, now_ms],
+    )?;
+    log_mutation(
+        conn,
+        project,
+        "superseded",
+        id,
+        Some(by),
+        None,
+        None,
+        now_ms,
+    )
+}
+
+/// Make a memory permanent (kept first in every head) and record its merge sources.
+pub fn set_memory_merge_info(
+    conn: &Connection,
+    id: i64,
+    permanent: bool,
+    merged_from: &[i64],
+) -> Result<()> {
+    let merged = serde_json::to_string(merged_from).map_err(|e| Error::Internal(e.to_string()))?;
+    conn.execute(
+        "UPDATE memories SET merged_from = ?2,
+             status = CASE WHEN ?3 THEN 'permanent' ELSE status END WHERE id = ?1",
+        params![id, merged, permanent],
+    )?;
+    Ok(())
 }
 
 /// An edit from outside any session (a dashboard, a migration): every cached

@@ -24,6 +24,7 @@ use super::report::{Bust, Decision, PassOutput, PassReport};
 use super::scheduler::{self, Schedule, SchedulerInput};
 use super::state;
 use super::{caveman, emergency, nudge, overflow, system, temporal};
+use crate::domain::content;
 use crate::domain::envelope::{Envelope, ModelInfo, Usage};
 use crate::domain::measure;
 use crate::domain::messages::{self, session_from_messages};
@@ -1091,6 +1092,7 @@ fn bind_tags(
                     created_ms: now_ms,
                 },
             )?;
+            content::record_part(tx, session.id, &identity, ordinal, part_index, kind, part)?;
             tags.push(TagRow {
                 number,
                 kind,

@@ -294,7 +294,8 @@ fn non_triggers_never_rebuild_m0() {
     f.publish(1, 4, "Turn zero");
     f.store
         .write(|tx| {
-            history::write_memory(tx, &p, "NAMING", "Tags are written §N§.", None, T0).map(|_| ())
+            history::write_memory(tx, &p, "NAMING", "Tags are written §N§.", None, "test", T0)
+                .map(|_| ())
         })
         .unwrap();
     f.store
@@ -455,9 +456,18 @@ fn a_fold_renders_compartments_by_decay_and_memories_by_category() {
                 "PROJECT_RULES",
                 "Run cargo fmt & clippy.",
                 Some(90),
+                "test",
                 T0,
             )?;
-            history::write_memory(tx, &p, "ARCHITECTURE", "Core never prints.", None, T0)?;
+            history::write_memory(
+                tx,
+                &p,
+                "ARCHITECTURE",
+                "Core never prints.",
+                None,
+                "test",
+                T0,
+            )?;
             history::bump_memory_epoch(tx, &p)
         })
         .unwrap();
@@ -474,7 +484,7 @@ fn a_fold_renders_compartments_by_decay_and_memories_by_category() {
     assert_eq!(ids(&out)[0], "msg_002_u");
     // An update of a rendered memory is a delta in m[1] on the next bust.
     f.store
-        .write(|tx| history::update_memory(tx, 2, "Core never prints or reads env.", T0))
+        .write(|tx| history::update_memory(tx, &p, 2, "Core never prints or reads env.", T0))
         .unwrap();
     let soft = f.hot();
     assert!(
@@ -549,10 +559,27 @@ fn rendered_head(budget: f64) -> (Fixture, PassOutput) {
                 "PROJECT_RULES",
                 "Run cargo fmt & clippy before a commit.",
                 Some(90),
+                "test",
                 T0,
             )?;
-            history::write_memory(tx, &p, "ARCHITECTURE", "The core never prints.", None, T0)?;
-            history::write_memory(tx, &p, "NAMING", "Money is `Cents`, never f64.", None, T0)?;
+            history::write_memory(
+                tx,
+                &p,
+                "ARCHITECTURE",
+                "The core never prints.",
+                None,
+                "test",
+                T0,
+            )?;
+            history::write_memory(
+                tx,
+                &p,
+                "NAMING",
+                "Money is `Cents`, never f64.",
+                None,
+                "test",
+                T0,
+            )?;
             history::add_profile_item(tx, "Prefers short answers.", T0)?;
             history::pin(tx, session, "msg_000_u", "user", T0)?;
             history::pin(tx, session, "msg_001_z", "assistant", T0 + 65_000)?;
@@ -584,9 +611,17 @@ fn the_rendered_head_carries_memory_changes_in_m1() {
     // A memory changed and one added: a delta in m[1] on the next bust, m[0] as it was.
     f.store
         .write(|tx| {
-            history::update_memory(tx, 2, "The core never prints or reads env.", T0)?;
-            history::write_memory(tx, &p, "CONSTRAINTS", "Totals round half-even.", None, T0)
-                .map(|_| ())
+            history::update_memory(tx, &p, 2, "The core never prints or reads env.", T0)?;
+            history::write_memory(
+                tx,
+                &p,
+                "CONSTRAINTS",
+                "Totals round half-even.",
+                None,
+                "test",
+                T0,
+            )
+            .map(|_| ())
         })
         .unwrap();
     let soft = f.hot();

@@ -613,6 +613,7 @@ fn seed_history(db: &Path, session_id: &str, history: &History, now_ms: i64) -> 
                     memory.category,
                     &memory.content,
                     Some(memory.importance),
+                    "bench",
                     now_ms,
                 )?;
             }

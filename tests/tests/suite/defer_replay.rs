@@ -169,7 +169,7 @@ fn remember(store: &mut Store, update: bool, n: usize, now: i64) {
             )?;
             match (update, oldest) {
                 (true, Some(id)) => {
-                    history::update_memory(tx, id, &format!("rewritten fact {n}"), now)
+                    history::update_memory(tx, &project, id, &format!("rewritten fact {n}"), now)
                 }
                 _ => history::write_memory(
                     tx,
@@ -177,6 +177,7 @@ fn remember(store: &mut Store, update: bool, n: usize, now: i64) {
                     "CONSTRAINTS",
                     &format!("fact {n}"),
                     None,
+                    "test",
                     now,
                 )
                 .map(|_| ()),

@@ -1,0 +1,586 @@
+//! The agent tools — `ctx_search`, `ctx_memory`, `ctx_note`, `ctx_expand`,
+//! `ctx_reduce` — as the model sees them: a description and an input schema
+//! each, and one `call` that answers with text. The MCP server and the
+//! harness plugins serve exactly these, so every harness gets the same tools.
+
+use serde_json::{Value, json};
+
+use crate::config::TransformConfig;
+use crate::error::{Error, ErrorKind, Result};
+use crate::history::store::CATEGORIES;
+use crate::store::Store;
+use crate::transform::reduce::{self, ReduceRequest};
+
+use crate::domain::sessions;
+use crate::mcp::{self, Answer, ToolSpec};
+
+use super::{Scope, expand, memory, notes, query};
+
+pub const TOOL_NAMES: [&str; 5] = [
+    "ctx_search",
+    "ctx_memory",
+    "ctx_note",
+    "ctx_expand",
+    "ctx_reduce",
+];
+
+pub fn specs() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec {
+            name: "ctx_search",
+            description: "Search this project's long-term memory, your session notes and the \
+                summaries of earlier conversation (also from other sessions of this project). \
+                Use it before asking the user something the project may already have decided, \
+                or to find where a topic was discussed. Returns ranked hits with a reference; \
+                open a compartment hit with ctx_expand.",
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "Words to look for."},
+                    "sources": {"type": "array", "items": {"type": "string", "enum": query::SOURCES},
+                                "description": "Limit to these sources (default: all)."},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 100,
+                              "description": "Most hits to return (default 10)."}
+                },
+                "required": ["query"]
+            }),
+        },
+        ToolSpec {
+            name: "ctx_memory",
+            description: "Read and edit this project's durable memory: facts that hold across \
+                sessions (rules, architecture, constraints, config values, naming). Write one \
+                fact per memory, in a sentence that stands on its own. A new memory appears in \
+                your context later (not immediately); writing the same fact twice is harmless. \
+                Actions: write (content, category), update (id, content), archive (id, reason), \
+                merge (ids, content), list (category, text), show (id).",
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "action": {"type": "string",
+                               "enum": ["write", "update", "archive", "merge", "list", "show"]},
+                    "content": {"type": "string"},
+                    "category": {"type": "string", "enum": CATEGORIES},
+                    "id": {"type": "integer"},
+                    "ids": {"type": "array", "items": {"type": "integer"}},
+                    "reason": {"type": "string", "description": "Why a memory is archived."},
+                    "text": {"type": "string", "description": "list: only memories with these words."},
+                    "limit": {"type": "integer", "minimum": 1}
+                },
+                "required": ["action"]
+            }),
+        },
+        ToolSpec {
+            name: "ctx_note",
+            description: "Your notes for this session: things to remember while you work (a \
+                plan, a caveat, something to check before you finish). They are not shown to \
+                you automatically: list them when you resume work or before you finish. \
+                Actions: write (content), list (all: include dismissed), dismiss (id).",
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "action": {"type": "string", "enum": ["write", "list", "dismiss"],
+                               "description": "Default: write when content is given, else list."},
+                    "content": {"type": "string"},
+                    "id": {"type": "integer"},
+                    "all": {"type": "boolean"}
+                }
+            }),
+        },
+        ToolSpec {
+            name: "ctx_expand",
+            description: "Get back the original content of something no longer in your \
+                context: a dropped output (its tag, e.g. \"§12§\"), a compartment of the \
+                session history (\"c3\"), or a range of messages (\"40-52\"). The answer is \
+                bounded by a token budget and says where to continue when it is cut.",
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "target": {"type": "string",
+                               "description": "\"§12§\" (a tag), \"c3\" (a compartment) or \"40-52\" (messages)."},
+                    "budget": {"type": "integer", "minimum": 100, "maximum": expand::MAX_BUDGET,
+                               "description": "Most tokens to return (default 15000)."}
+                },
+                "required": ["target"]
+            }),
+        },
+        ToolSpec {
+            name: "ctx_reduce",
+            description: "Drop tool outputs and messages you no longer need from your context, \
+                by their §N§ tags (e.g. \"3-5,12\"). The drop happens at the next point where \
+                your context is rebuilt anyway, so it never costs a cache miss; the newest tags \
+                are protected. Dropped content stays retrievable with ctx_expand.",
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "drop": {"type": "string", "description": "Tags to drop: \"3-5,12\"."}
+                },
+                "required": ["drop"]
+            }),
+        },
+    ]
+}
+
+/// What a call needs besides its arguments.
+pub struct Context<'a> {
+    pub scope: &'a Scope,
+    /// Who writes memories through this call: `agent` (a tool) or `user` (the CLI).
+    pub source: &'static str,
+    pub transform: &'a TransformConfig,
+    pub now_ms: i64,
+}
+
+/// Run tool `name`. A failure caused by the arguments or the ids they name is
+/// an `Answer` with `is_error` (the model can correct itself); an unknown tool
+/// or a failure of mc itself is an `Err`.
+pub fn call(store: &mut Store, ctx: &Context<'_>, name: &str, args: &Value) -> Result<Answer> {
+    if !TOOL_NAMES.contains(&name) {
+        return Err(Error::input(format!(
+            "unknown tool {name:?} (one of {})",
+            TOOL_NAMES.join(", ")
+        )));
+    }
+    match run(store, ctx, name, args) {
+        Ok(answer) => Ok(answer),
+        Err(e) if e.kind() == ErrorKind::Input => {
+            let mut text = e.to_string();
+            for hint in e.hints() {
+                text.push_str(&format!(" ({hint})"));
+            }
+            Ok(failed(&text))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Run tool `name`; every failure is an `Err` (the command line reports it
+/// with its kind and hints).
+pub fn run(store: &mut Store, ctx: &Context<'_>, name: &str, args: &Value) -> Result<Answer> {
+    let empty = Value::Object(Default::default());
+    let args = match args {
+        Value::Null => &empty,
+        Value::Object(_) => args,
+        _ => return Err(Error::input("the arguments must be a JSON object")),
+    };
+    match name {
+        "ctx_search" => search(store, ctx, args),
+        "ctx_memory" => memory_tool(store, ctx, args),
+        "ctx_note" => note_tool(store, ctx, args),
+        "ctx_expand" => expand_tool(store, ctx, args),
+        "ctx_reduce" => reduce_tool(store, ctx, args),
+        other => Err(Error::input(format!(
+            "unknown tool {other:?} (one of {})",
+            TOOL_NAMES.join(", ")
+        ))),
+    }
+}
+
+fn failed(text: &str) -> Answer {
+    Answer {
+        text: format!("Error: {text}"),
+        is_error: true,
+        data: json!({"error": text}),
+    }
+}
+
+fn ok(text: String, data: Value) -> Result<Answer> {
+    Ok(Answer {
+        text,
+        is_error: false,
+        data,
+    })
+}
+
+fn str_arg<'a>(args: &'a Value, key: &str) -> Result<Option<&'a str>> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(Error::input(format!("\"{key}\" must be a string"))),
+    }
+}
+
+fn need_str<'a>(args: &'a Value, key: &str, action: &str) -> Result<&'a str> {
+    str_arg(args, key)?
+        .filter(|s| !s.trim().is_empty())
+        .ok_or_else(|| Error::input(format!("{action} needs \"{key}\"")))
+}
+
+fn int_arg(args: &Value, key: &str) -> Result<Option<i64>> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| Error::input(format!("\"{key}\" must be an integer"))),
+        // Models often quote numbers; "12" and "#12" mean 12.
+        Some(Value::String(s)) => s
+            .trim()
+            .trim_start_matches('#')
+            .parse()
+            .map(Some)
+            .map_err(|_| Error::input(format!("\"{key}\" must be an integer, not {s:?}"))),
+        Some(_) => Err(Error::input(format!("\"{key}\" must be an integer"))),
+    }
+}
+
+fn need_int(args: &Value, key: &str, action: &str) -> Result<i64> {
+    int_arg(args, key)?.ok_or_else(|| Error::input(format!("{action} needs \"{key}\"")))
+}
+
+fn bool_arg(args: &Value, key: &str) -> Result<bool> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(Error::input(format!("\"{key}\" must be true or false"))),
+    }
+}
+
+fn limit_arg(args: &Value, default: usize) -> Result<usize> {
+    Ok(match int_arg(args, "limit")? {
+        Some(n) if n >= 1 => n as usize,
+        Some(n) => {
+            return Err(Error::input(format!(
+                "\"limit\" must be at least 1, not {n}"
+            )));
+        }
+        None => default,
+    })
+}
+
+fn search(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> {
+    let text = need_str(args, "query", "ctx_search")?;
+    let sources: Vec<String> = match args.get("sources") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| Error::input("\"sources\" must be strings"))
+            })
+            .collect::<Result<_>>()?,
+        Some(Value::String(s)) => s.split(',').map(|x| x.trim().to_string()).collect(),
+        Some(_) => return Err(Error::input("\"sources\" must be a list of source names")),
+    };
+    let limit = limit_arg(args, 10)?;
+    let hits = query::query(store.conn(), &ctx.scope.project, text, &sources, limit)?;
+    let data = json!({"query": text, "hits": hits});
+    if hits.is_empty() {
+        return ok(
+            format!("No results for {text:?} in memories, notes or compartments."),
+            data,
+        );
+    }
+    let mut lines = vec![format!("Found {} result(s) for {text:?}:", hits.len())];
+    for (i, hit) in hits.iter().enumerate() {
+        let mut head = format!(
+            "[{}] [{}] {} score={:.3}",
+            i + 1,
+            hit.source,
+            hit.reference,
+            hit.score
+        );
+        if let Some(c) = &hit.category {
+            head.push_str(&format!(" category={c}"));
+        }
+        if let Some(s) = &hit.session_id
+            && ctx.scope.session_id.as_deref() != Some(s)
+        {
+            head.push_str(&format!(" session={s}"));
+        }
+        lines.push(head);
+        lines.push(format!("    {}", hit.snippet));
+    }
+    ok(lines.join("\n"), data)
+}
+
+fn memory_tool(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> {
+    let action = str_arg(args, "action")?.unwrap_or(if args.get("content").is_some() {
+        "write"
+    } else {
+        "list"
+    });
+    let project = ctx.scope.project.as_str();
+    match action {
+        "write" => {
+            let content = need_str(args, "content", "write")?;
+            let category = need_str(args, "category", "write")?;
+            let w = memory::write(store, project, category, content, ctx.source, ctx.now_ms)?;
+            let text = if w.result == "created" {
+                format!(
+                    "Saved memory #{} in {}. It joins your context at the next rebuild.",
+                    w.id, w.category
+                )
+            } else {
+                format!(
+                    "Memory #{} in {} already says this; nothing written.",
+                    w.id, w.category
+                )
+            };
+            ok(text, serde_json::to_value(&w).unwrap_or_default())
+        }
+        "update" => {
+            let id = need_int(args, "id", "update")?;
+            let content = need_str(args, "content", "update")?;
+            let m = memory::update(store, project, id, content, ctx.now_ms)?;
+            ok(format!("Updated memory #{}.", m.id), record(&m))
+        }
+        "archive" | "delete" => {
+            let id = need_int(args, "id", "archive")?;
+            let m = memory::archive(store, project, id, str_arg(args, "reason")?, ctx.now_ms)?;
+            ok(format!("Archived memory #{}.", m.id), record(&m))
+        }
+        "merge" => {
+            let ids: Vec<i64> = match args.get("ids") {
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .map(|v| {
+                        int_arg(&json!({"id": v}), "id")
+                            .and_then(|x| x.ok_or_else(|| Error::input("\"ids\" must be integers")))
+                    })
+                    .collect::<Result<_>>()?,
+                _ => return Err(Error::input("merge needs \"ids\", a list of memory ids")),
+            };
+            let content = need_str(args, "content", "merge")?;
+            let m = memory::merge(
+                store,
+                project,
+                &ids,
+                content,
+                str_arg(args, "category")?,
+                ctx.now_ms,
+            )?;
+            ok(
+                format!(
+                    "Merged {} into memory #{} ({}).",
+                    join_ids(&m.merged_from),
+                    m.id,
+                    m.category
+                ),
+                record(&m),
+            )
+        }
+        "list" => {
+            let filter = memory::Filter {
+                category: str_arg(args, "category")?.map(str::to_string),
+                status: str_arg(args, "status")?.map(str::to_string),
+                text: str_arg(args, "text")?.map(str::to_string),
+                limit: Some(limit_arg(args, 50)?),
+            };
+            let list = memory::list(store.conn(), project, &filter)?;
+            let data = json!({"memories": list});
+            if list.is_empty() {
+                return ok("No memories match.".into(), data);
+            }
+            let lines: Vec<String> = list
+                .iter()
+                .map(|m| {
+                    format!(
+                        "#{} [{}] {}{}",
+                        m.id,
+                        m.category,
+                        super::preview(&m.content, 300),
+                        if m.status == "active" {
+                            String::new()
+                        } else {
+                            format!(" ({})", m.status)
+                        }
+                    )
+                })
+                .collect();
+            ok(lines.join("\n"), data)
+        }
+        "show" => {
+            let id = need_int(args, "id", "show")?;
+            let m = memory::show(store.conn(), project, id)?;
+            let mut text = format!("#{} [{}] ({}): {}", m.id, m.category, m.status, m.content);
+            if let Some(by) = m.superseded_by {
+                text.push_str(&format!("\nMerged into #{by}."));
+            }
+            if let Some(reason) = &m.archive_reason {
+                text.push_str(&format!("\nArchived: {reason}"));
+            }
+            ok(text, record(&m))
+        }
+        other => Err(Error::input(format!(
+            "unknown ctx_memory action {other:?} (write, update, archive, merge, list, show)"
+        ))),
+    }
+}
+
+fn record(m: &memory::MemoryRecord) -> Value {
+    serde_json::to_value(m).unwrap_or_default()
+}
+
+fn join_ids(ids: &[i64]) -> String {
+    ids.iter()
+        .map(|i| format!("#{i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn note_tool(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> {
+    let action = str_arg(args, "action")?.unwrap_or(if args.get("content").is_some() {
+        "write"
+    } else {
+        "list"
+    });
+    match action {
+        "write" => {
+            let content = need_str(args, "content", "write")?;
+            let note = notes::write(store, ctx.scope, content, ctx.now_ms)?;
+            ok(
+                format!("Noted as #{}.", note.id),
+                serde_json::to_value(&note).unwrap_or_default(),
+            )
+        }
+        "list" | "read" => {
+            let list = notes::list(store.conn(), ctx.scope, bool_arg(args, "all")?)?;
+            let data = json!({"notes": list});
+            if list.is_empty() {
+                return ok("No open notes in this session.".into(), data);
+            }
+            let mut lines: Vec<String> = list
+                .iter()
+                .map(|n| {
+                    let status = if n.status == "open" {
+                        String::new()
+                    } else {
+                        format!(" ({})", n.status)
+                    };
+                    format!("#{}{status}: {}", n.id, n.content)
+                })
+                .collect();
+            lines.push("Dismiss a note that is done with action dismiss and its id.".into());
+            ok(lines.join("\n"), data)
+        }
+        "dismiss" => {
+            let id = need_int(args, "id", "dismiss")?;
+            let note = notes::dismiss(store, ctx.scope, id, ctx.now_ms)?;
+            ok(
+                format!("Dismissed note #{}.", note.id),
+                serde_json::to_value(&note).unwrap_or_default(),
+            )
+        }
+        other => Err(Error::input(format!(
+            "unknown ctx_note action {other:?} (write, list, dismiss)"
+        ))),
+    }
+}
+
+fn expand_tool(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> {
+    let target = match (
+        str_arg(args, "target").ok().flatten(),
+        int_arg(args, "target").ok().flatten(),
+        int_arg(args, "start")?,
+        int_arg(args, "end")?,
+    ) {
+        (Some(spec), _, _, _) => expand::parse_target(spec)?,
+        (None, Some(n), _, _) => expand::parse_target(&n.to_string())?,
+        (None, None, Some(from), to) => expand::range(from, to.unwrap_or(from))?,
+        _ => {
+            return Err(Error::input(
+                "ctx_expand needs \"target\": \"§12§\", \"c3\" or \"40-52\"",
+            ));
+        }
+    };
+    let budget = int_arg(args, "budget")?.map_or(expand::DEFAULT_BUDGET, |b| b.max(0) as u64);
+    let expanded = expand::expand(store.conn(), ctx.scope, target, budget)?;
+    let data = serde_json::to_value(&expanded).unwrap_or_default();
+    ok(expanded.text, data)
+}
+
+fn reduce_tool(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> {
+    let session_id = ctx.scope.session_id("ctx_reduce")?;
+    let drop = args
+        .get("drop")
+        .cloned()
+        .ok_or_else(|| Error::input("ctx_reduce needs \"drop\", e.g. \"3-5,12\""))?;
+    let request = ReduceRequest::from_value(json!({
+        "harness": ctx.scope.harness, "session_id": session_id, "drop": drop
+    }))?;
+    let result = reduce::reduce(store, &request, ctx.transform, ctx.now_ms)?;
+    let mut parts = Vec::new();
+    if !result.queued.is_empty() {
+        parts.push(format!(
+            "Queued {} to drop at the next context rebuild.",
+            tag_list(&result.queued)
+        ));
+    }
+    if !result.protected.is_empty() {
+        parts.push(format!(
+            "{} are among the newest tags and drop once they leave the protected window.",
+            tag_list(&result.protected)
+        ));
+    }
+    if !result.already.is_empty() {
+        parts.push(format!(
+            "{} were dropped or queued already.",
+            tag_list(&result.already)
+        ));
+    }
+    if !result.unknown.is_empty() {
+        parts.push(format!(
+            "{} are not tags of this session.",
+            tag_list(&result.unknown)
+        ));
+    }
+    ok(
+        parts.join(" "),
+        serde_json::to_value(&result).unwrap_or_default(),
+    )
+}
+
+fn tag_list(tags: &[i64]) -> String {
+    tags.iter()
+        .map(|t| format!("§{t}§"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Where an MCP server finds the session a call is about.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionSource {
+    /// Named when the server started (`--session`), or none at all.
+    Fixed(Option<String>),
+    /// The session the harness last started in this folder (recorded by its
+    /// SessionStart hook through `mc-search session-start`), looked up per call.
+    Current { project_dir: String },
+}
+
+/// The tools served over MCP for one project and harness.
+pub struct ToolServer<'a> {
+    pub store: Store,
+    pub project: String,
+    pub harness: String,
+    pub session: SessionSource,
+    pub transform: TransformConfig,
+    pub clock: &'a dyn Fn() -> i64,
+}
+
+impl mcp::Tools for ToolServer<'_> {
+    fn specs(&self) -> Vec<ToolSpec> {
+        specs()
+    }
+
+    fn call(&mut self, name: &str, arguments: &Value) -> Result<Answer> {
+        let session_id = match &self.session {
+            SessionSource::Fixed(id) => id.clone(),
+            SessionSource::Current { project_dir } => {
+                sessions::current_session(self.store.conn(), &self.harness, project_dir)?
+                    .map(|c| c.session_id)
+            }
+        };
+        let scope = Scope {
+            project: self.project.clone(),
+            harness: self.harness.clone(),
+            session_id,
+        };
+        let ctx = Context {
+            scope: &scope,
+            source: "agent",
+            transform: &self.transform,
+            now_ms: (self.clock)(),
+        };
+        call(&mut self.store, &ctx, name, arguments)
+    }
+}
