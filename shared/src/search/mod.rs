@@ -12,6 +12,9 @@ pub mod notes;
 pub mod query;
 pub mod tools;
 
+#[cfg(test)]
+mod tests;
+
 use rusqlite::Connection;
 
 use crate::domain::sessions::{self, SessionRow};
@@ -91,7 +94,7 @@ pub fn preview(text: &str, max: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+mod preview_tests {
     use super::preview;
 
     #[test]

@@ -26,7 +26,7 @@ pub use status::{StatusReport, status};
 pub use system::{SystemOutput, SystemRequest, system_hook};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 #[cfg(test)]
 mod tests_head;

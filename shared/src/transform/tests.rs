@@ -11,8 +11,8 @@ use super::report::{Bust, Decision, PassOutput};
 use super::{run_pass, status};
 use crate::domain::envelope::Envelope;
 
-pub(super) const SESSION: &str = "ses_test";
-pub(super) const T0: i64 = 1_800_000_000_000;
+pub(crate) const SESSION: &str = "ses_test";
+pub(crate) const T0: i64 = 1_800_000_000_000;
 
 pub fn user(id: &str, text: &str, at: i64) -> Value {
     json!({
@@ -78,7 +78,7 @@ pub fn session(turns: usize) -> Vec<Value> {
 }
 
 /// The clock of a pass right after the last message (cache warm).
-pub(super) fn warm_now(messages: &[Value]) -> i64 {
+pub(crate) fn warm_now(messages: &[Value]) -> i64 {
     messages
         .iter()
         .filter_map(|m| {
@@ -143,7 +143,7 @@ pub(super) fn start(store: &mut Store, messages: &[Value]) -> PassOutput {
 }
 
 /// The conversation without the synthetic head (m[0], m[1]).
-pub(super) fn body(out: &PassOutput) -> Vec<Value> {
+pub(crate) fn body(out: &PassOutput) -> Vec<Value> {
     out.messages
         .iter()
         .filter(|m| m["info"]["syntheticHead"] != true)
@@ -166,7 +166,7 @@ pub(super) fn queue(store: &mut Store, drop: &[i64]) -> super::ReduceResult {
     reduce(store, &request, &config(), T0).unwrap()
 }
 
-pub(super) fn bytes(values: &[Value]) -> Vec<String> {
+pub(crate) fn bytes(values: &[Value]) -> Vec<String> {
     values
         .iter()
         .map(|v| serde_json::to_string(v).unwrap())
