@@ -99,6 +99,9 @@ enum Command {
     /// "project_dir"} on stdin → {"text", "is_error", "data"} (what a harness
     /// plugin calls; the text is what the model reads).
     Call,
+    /// The agent tools as a harness registers them: {"tools": [{"name",
+    /// "description", "input_schema"}]} (a JSON Schema each).
+    Tools,
     /// Serve the agent tools over MCP (JSON-RPC on stdin/stdout) until stdin closes.
     ///
     /// The session is --session when given; else, per call, the session the
@@ -333,7 +336,11 @@ fn as_tool(command: &Command) -> Option<(&'static str, Map<String, Value>)> {
             ]),
         ),
         Command::Reduce { drop } => ("ctx_reduce", flag_map(&[("drop", s(drop))])),
-        Command::Profile(_) | Command::Call | Command::Mcp | Command::SessionStart => return None,
+        Command::Profile(_)
+        | Command::Call
+        | Command::Tools
+        | Command::Mcp
+        | Command::SessionStart => return None,
     })
 }
 
@@ -345,6 +352,13 @@ fn run(args: &Args) -> Result<(), Failure> {
         Command::Mcp => return serve_mcp(args),
         Command::SessionStart => return session_start(args),
         Command::Profile(p) => return profile(args, p),
+        Command::Tools => {
+            let list: Vec<Value> = tools::specs()
+                .into_iter()
+                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
+                .collect();
+            return Ok(write_json(&json!({"tools": list}), args.global.pretty)?);
+        }
         _ => {}
     }
     let (tool, arguments, fields) = match as_tool(&args.command) {

@@ -133,6 +133,7 @@ impl OpenCode {
                     .unwrap_or_else(|| bin_path("mc-transform")),
             )
             .env("MC_PIN_BIN", bin_path("mc-pin"))
+            .env("MC_SEARCH_BIN", bin_path("mc-search"))
             .env(
                 "MC_HISTORIAN_BIN",
                 options

@@ -833,3 +833,139 @@ fn the_plugin_forgets_deleted_sessions_and_remembers_at_most_its_cap() {
         "c was forgotten: one render more"
     );
 }
+
+#[test]
+fn the_agent_writes_a_memory_and_expands_a_dropped_output_with_mc_search_tools() {
+    let (oc, _dir) = with_mc(Some(r#"{"transform": {"protected_tags": 2}}"#));
+    oc.provider.set_usage(usage_at(20));
+    let session = oc.new_session();
+    // The agent has all five tools, described by mc-search.
+    let first_tools = {
+        oc.provider.push(Reply::Text("hello".into()), None);
+        oc.prompt(&session, "hi");
+        oc.provider.agent_requests().last().unwrap().body["tools"].clone()
+    };
+    let names: Vec<&str> = first_tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    for tool in [
+        "ctx_search",
+        "ctx_memory",
+        "ctx_note",
+        "ctx_expand",
+        "ctx_reduce",
+    ] {
+        assert!(names.contains(&tool), "{tool} missing from {names:?}");
+    }
+    // Turn 1: read a file; turn 2: drop its output; a busting answer applies it.
+    oc.provider.push(
+        Reply::Tool {
+            name: "read".into(),
+            input: json!({"filePath": "src/lib.rs"}),
+        },
+        None,
+    );
+    oc.prompt(&session, "read the library");
+    let (_, output) = tool_results(oc.provider.agent_requests().last().unwrap())
+        .pop()
+        .expect("the read result reached the provider");
+    let tag = leading_tag(&output).expect("the read output is tagged");
+    oc.provider.push(
+        Reply::Tool {
+            name: "ctx_reduce".into(),
+            input: json!({"drop": tag.to_string()}),
+        },
+        None,
+    );
+    oc.provider
+        .push(Reply::Text("dropped".into()), Some(usage_at(70)));
+    oc.prompt(&session, "drop that output");
+    oc.provider.set_usage(usage_at(30));
+    oc.prompt(&session, "continue");
+    let placeholder = format!("[dropped §{tag}§]");
+    assert!(
+        tool_results(oc.provider.agent_requests().last().unwrap())
+            .iter()
+            .any(|(_, t)| t == &placeholder),
+        "the drop applied"
+    );
+
+    // Turn 4: a memory write and an expand of the dropped tag, then an answer
+    // that reports usage over the threshold (the next pass busts anyway).
+    let fact = "Answers are computed by answer() in src/lib.rs";
+    oc.provider.push(
+        Reply::Tool {
+            name: "ctx_memory".into(),
+            input: json!({"action": "write", "category": "ARCHITECTURE", "content": fact}),
+        },
+        None,
+    );
+    oc.provider.push(
+        Reply::Tool {
+            name: "ctx_expand".into(),
+            input: json!({"target": format!("§{tag}§")}),
+        },
+        None,
+    );
+    oc.provider
+        .push(Reply::Text("noted".into()), Some(usage_at(70)));
+    let before = oc.provider.agent_requests().len();
+    oc.prompt(
+        &session,
+        "remember where answers come from, and show me that file again",
+    );
+    let turn: Vec<_> = oc.provider.agent_requests()[before..].to_vec();
+    assert_eq!(turn.len(), 3, "memory call, expand call, answer");
+    let results = tool_results(turn.last().unwrap());
+    let saved = results
+        .iter()
+        .find(|(_, t)| t.contains("Saved memory #"))
+        .unwrap_or_else(|| panic!("the memory result reached the provider: {results:?}"));
+    assert!(saved.1.contains("ARCHITECTURE"), "{saved:?}");
+    let expanded = results
+        .iter()
+        .find(|(_, t)| t.contains(&format!("Original of §{tag}§ (tool read")))
+        .unwrap_or_else(|| panic!("the expand result reached the provider: {results:?}"));
+    assert!(
+        expanded.1.contains("pub fn answer() -> u32"),
+        "the original output came back: {expanded:?}"
+    );
+    // Cache-neutral: within the turn (defer passes), no request shows the memory
+    // as context; only its tool call and result mention it.
+    for r in &turn {
+        assert!(
+            !all_text(r).contains("<new-memories>"),
+            "a memory write must not bust the cache by itself"
+        );
+    }
+    // The memory is in mc's database under this project.
+    let listed = oc.mc(
+        "mc-search",
+        &[
+            "memory",
+            "list",
+            "--project-dir",
+            oc.dir.join("project").to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    assert!(String::from_utf8_lossy(&listed.stdout).contains(fact));
+
+    // The next request (a busting pass) carries it in m[1].
+    oc.provider.set_usage(usage_at(30));
+    oc.prompt(&session, "go on");
+    let last = oc.provider.agent_requests().last().unwrap().clone();
+    let text = all_text(&last);
+    assert!(
+        text.contains("<new-memories>") && text.contains(fact),
+        "the memory reached m[1] on the busting pass"
+    );
+}

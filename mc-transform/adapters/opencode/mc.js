@@ -3,11 +3,13 @@
 // the cache is busted anyway), restores pins after OpenCode's own compaction,
 // starts the historian when a pass says it is due, hands a provider's
 // "prompt is too long" error to mc so the next pass recovers, and gives the
-// agent the ctx_reduce tool.
+// agent its tools: ctx_reduce, and ctx_search, ctx_memory, ctx_note and
+// ctx_expand from mc-search (described by `mc-search tools`, run through
+// `mc-search call` with the calling session).
 //
 // Install: copy this file into OpenCode's plugin folder
 // (~/.config/opencode/plugin/mc.js). The mc binaries are found on PATH, or
-// through MC_TRANSFORM_BIN, MC_PIN_BIN and MC_HISTORIAN_BIN; the database
+// through MC_TRANSFORM_BIN, MC_PIN_BIN, MC_HISTORIAN_BIN and MC_SEARCH_BIN; the database
 // through MC_DB as usual. MC_OPENCODE_SESSIONS caps how many sessions the
 // plugin remembers (default 200).
 import { spawn } from "node:child_process"
@@ -141,7 +143,75 @@ function restoreToolMetadata(messages, stash) {
   }
 }
 
+/**
+ * A zod schema for one of mc-search's JSON Schemas (objects of strings,
+ * integers, booleans, enums and arrays of those: what its tools use).
+ */
+function zodOf(schema, z) {
+  const field = (s) => {
+    let f
+    if (Array.isArray(s?.enum)) f = z.enum(s.enum)
+    else if (s?.type === "integer") f = z.number().int()
+    else if (s?.type === "number") f = z.number()
+    else if (s?.type === "boolean") f = z.boolean()
+    else if (s?.type === "array") f = z.array(field(s.items ?? {}))
+    else if (s?.type === "string") f = z.string()
+    else f = z.any()
+    return s?.description ? f.describe(s.description) : f
+  }
+  const required = new Set(schema?.required ?? [])
+  const shape = {}
+  for (const [name, s] of Object.entries(schema?.properties ?? {})) {
+    shape[name] = required.has(name) ? field(s) : field(s).optional()
+  }
+  return shape
+}
+
+/**
+ * mc-search's tools as OpenCode tools: each call runs `mc-search call` with
+ * the calling session and this instance's folder; the model reads the text
+ * mc-search answers (an error it can correct comes back as text too). No
+ * mc-search on PATH: no such tools, said once.
+ */
+async function searchTools(directory) {
+  const listed = await run(bin("mc-search", "MC_SEARCH_BIN"), ["tools"], "", TRANSFORM_TIMEOUT_MS)
+  let specs
+  try {
+    specs = JSON.parse(listed.stdout).tools
+  } catch {
+    console.error(`mc: mc-search tools unavailable (${failureText(listed.stderr) || "not on PATH"}); the agent gets ctx_reduce only`)
+    return {}
+  }
+  const tools = {}
+  for (const spec of specs) {
+    // ctx_reduce stays the plugin's own (through mc-transform).
+    if (spec.name === "ctx_reduce") continue
+    tools[spec.name] = tool({
+      description: spec.description,
+      args: zodOf(spec.input_schema, tool.schema),
+      async execute(args, context) {
+        const input = JSON.stringify({
+          tool: spec.name,
+          arguments: args,
+          harness: "opencode",
+          session_id: context.sessionID,
+          project_dir: directory,
+        })
+        const result = await run(bin("mc-search", "MC_SEARCH_BIN"), ["call"], input, TRANSFORM_TIMEOUT_MS)
+        if (result.code !== 0) return `${spec.name} failed: ${failureText(result.stderr)}`
+        try {
+          return JSON.parse(result.stdout).text
+        } catch (error) {
+          return `${spec.name} failed: mc-search printed no JSON (${error})`
+        }
+      },
+    })
+  }
+  return tools
+}
+
 export const McContext = async ({ client, serverUrl, directory }) => {
+  const extraTools = await searchTools(directory)
   const server = String(serverUrl ?? "").replace(/\/$/, "")
   const limits = new Map() // "provider/model" -> {context, output}
   const historians = new Map() // sessionID -> Promise of a running historian (removed when it ends)
@@ -404,6 +474,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
     },
 
     tool: {
+      ...extraTools,
       ctx_reduce: tool({
         description:
           "Drop messages and tool outputs you no longer need from your context, by their §N§ tags " +

@@ -170,9 +170,11 @@ fn expand_tag(conn: &Connection, session: i64, number: i64, budget: u64) -> Resu
         Some("dropped") => "dropped from the prompt",
         _ => "still in the prompt",
     };
+    // Not `§N§ …` at the start: a harness's transform re-tags a tool output
+    // that begins with a tag, and the number asked for would be lost.
     let _ = writeln!(
         text,
-        "§{number}§ ({}, message {}, {state}):",
+        "Original of §{number}§ ({}, message {}, {state}):",
         describe(&part),
         part.ordinal
     );
