@@ -1602,3 +1602,107 @@ fn client_command_timeout_kills_the_program() {
     .unwrap();
     assert_eq!(ask(&c).0.unwrap_err().kind, ErrorKind::Unavailable);
 }
+
+// ---------------------------------------------------------------------------
+// mc-search and the historian writing memories at once
+
+#[test]
+fn memory_writers_on_one_database_lose_no_write() {
+    let env = Env::new();
+    env.fake.always("big", folding(FACT));
+    let project = env.project();
+    let dir = project.to_str().unwrap().to_string();
+    let writers = 3;
+    let each = 12;
+    let (historian, mcp, cli) = std::thread::scope(|s| {
+        let historian = s.spawn(|| {
+            let envelope = env.envelope("ses_mem", 30, 5_000, NOW);
+            env.historian(&["run"], &envelope)
+        });
+        let mcp = s.spawn(|| {
+            let mut lines = vec![
+                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                       "params": {"protocolVersion": "2025-06-18", "capabilities": {}}})
+                .to_string(),
+            ];
+            for n in 0..each {
+                lines.push(
+                    json!({"jsonrpc": "2.0", "id": n + 1, "method": "tools/call",
+                       "params": {"name": "ctx_memory", "arguments": {
+                           "action": "write", "category": "NAMING", "content": format!("mcp fact {n}")}}})
+                    .to_string(),
+                );
+            }
+            env.run_db(
+                "mc-search",
+                &["mcp", "--project-dir", &dir],
+                &(lines.join("\n") + "\n"),
+            )
+        });
+        let cli: Vec<_> = (0..writers)
+            .map(|w| {
+                let (env, dir) = (&env, &dir);
+                s.spawn(move || {
+                    (0..each)
+                        .map(|n| {
+                            env.run_db(
+                                "mc-search",
+                                &[
+                                    "memory",
+                                    "write",
+                                    "--project-dir",
+                                    dir,
+                                    "--category",
+                                    "CONSTRAINTS",
+                                    "--content",
+                                    &format!("writer {w} fact {n}"),
+                                ],
+                                "",
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        (
+            historian.join().unwrap(),
+            mcp.join().unwrap(),
+            cli.into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect::<Vec<_>>(),
+        )
+    });
+    assert_eq!(historian.0, 0, "{}", historian.2);
+    assert_eq!(historian.1["status"], "published", "{:?}", historian.1);
+    for out in &cli {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let answers: Vec<Value> = String::from_utf8_lossy(&mcp.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(answers.len(), each + 1);
+    for a in &answers[1..] {
+        assert_eq!(a["result"]["isError"], false, "{a}");
+    }
+    // Every write is there, once: the CLI's, the MCP server's and the historian's fact.
+    let listed = env.run_db(
+        "mc-search",
+        &["memory", "list", "--project-dir", &dir, "--limit", "1000"],
+        "",
+    );
+    let memories: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let contents: Vec<&str> = memories["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents.len(), writers * each + each + 1, "{contents:?}");
+    assert!(contents.contains(&"Tests never touch the real home directory."));
+    assert!(contents.contains(&"mcp fact 11") && contents.contains(&"writer 2 fact 11"));
+}

@@ -1,0 +1,233 @@
+//! mc-search on the command line: the subcommands, JSON on stdin as the same
+//! fields as the flags, and every bad input a clear error with exit 2 and
+//! nothing written.
+
+use serde_json::Value;
+
+use mc_tests::TestEnv;
+
+fn json(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "no JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn fails(out: &std::process::Output, code: i32, message: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{stderr}");
+    assert!(out.stdout.is_empty(), "nothing on stdout after a failure");
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(first.starts_with("mc-search: error: "), "{stderr}");
+    assert!(first.contains(message), "{message:?} not in {stderr}");
+}
+
+#[test]
+fn memories_round_trip_through_flags_and_stdin() {
+    let env = TestEnv::new();
+    let dir = env.path("project");
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.to_str().unwrap();
+    let search = |args: &[&str], stdin: &str| {
+        let mut all = vec!["--project-dir", dir];
+        all.extend_from_slice(args);
+        env.run_db("mc-search", &all, stdin)
+    };
+    let a = json(&search(
+        &[
+            "memory",
+            "write",
+            "--category",
+            "naming",
+            "--content",
+            "Use SQLite  for memory",
+        ],
+        "",
+    ));
+    assert_eq!(
+        (a["result"].as_str(), a["id"].as_i64()),
+        (Some("created"), Some(1))
+    );
+    // The same fields as JSON on stdin; case and spacing do not make a new memory.
+    let again = env.run_db(
+        "mc-search",
+        &["memory", "write"],
+        &format!(r#"{{"project_dir": "{dir}", "category": "NAMING", "content": "use sqlite for MEMORY"}}"#),
+    );
+    assert_eq!(json(&again)["result"], "existing");
+    let shown = json(&search(&["memory", "show", "--id", "1"], ""));
+    assert_eq!(shown["content"], "Use SQLite  for memory");
+    assert_eq!(shown["source"], "user");
+    let archived = json(&search(
+        &[
+            "memory",
+            "archive",
+            "--id",
+            "1",
+            "--reason",
+            "moved to Postgres",
+        ],
+        "",
+    ));
+    assert_eq!(
+        (
+            archived["status"].as_str(),
+            archived["archive_reason"].as_str()
+        ),
+        (Some("archived"), Some("moved to Postgres"))
+    );
+    assert_eq!(
+        json(&search(&["memory", "list"], ""))["memories"],
+        serde_json::json!([])
+    );
+    assert_eq!(
+        json(&search(&["memory", "list", "--status", "archived"], ""))["memories"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let profile = json(&env.run_db(
+        "mc-search",
+        &["profile", "add", "--content", "Prefers terse answers."],
+        "",
+    ));
+    assert_eq!(profile["result"], "created");
+}
+
+#[test]
+fn bad_input_is_a_clear_error_and_writes_nothing() {
+    let env = TestEnv::new();
+    let dir = env.path("project");
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.to_str().unwrap();
+    let search = |args: &[&str], stdin: &str| {
+        let mut all = vec!["--project-dir", dir];
+        all.extend_from_slice(args);
+        env.run_db("mc-search", &all, stdin)
+    };
+    fails(
+        &search(
+            &["memory", "write", "--category", "COLOURS", "--content", "x"],
+            "",
+        ),
+        2,
+        "unknown memory category \"COLOURS\"",
+    );
+    fails(
+        &search(
+            &["memory", "write", "--category", "NAMING", "--content", "  "],
+            "",
+        ),
+        2,
+        "needs \"content\"",
+    );
+    let long = "x".repeat(5000);
+    fails(
+        &search(
+            &[
+                "memory",
+                "write",
+                "--category",
+                "NAMING",
+                "--content",
+                &long,
+            ],
+            "",
+        ),
+        2,
+        "the limit is 4096",
+    );
+    fails(
+        &search(&["memory", "show", "--id", "42"], ""),
+        2,
+        "no memory #42 in this project",
+    );
+    fails(
+        &search(&["memory", "merge", "--ids", "1", "--content", "x"], ""),
+        2,
+        "at least two different memory ids",
+    );
+    fails(
+        &search(
+            &["note", "write", "--session", "ses_x", "--content", "hi"],
+            "",
+        ),
+        2,
+        "has not seen opencode session",
+    );
+    fails(
+        &search(&["expand", "20-10", "--session", "ses_x"], ""),
+        2,
+        "ends before it starts",
+    );
+    fails(&search(&["query", "   "], ""), 2, "ctx_search needs \"query\"");
+    fails(
+        &env.run_db("mc-search", &["memory", "write"], "{not json"),
+        2,
+        "not JSON",
+    );
+    fails(
+        &env.run_db("mc-search", &["memory", "write"], "[1]"),
+        2,
+        "must be a JSON object",
+    );
+    let bad_utf8 = run_bytes(&env, &["memory", "write"], b"{\"content\": \"\xff\"}");
+    assert_eq!(
+        bad_utf8.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&bad_utf8.stderr)
+    );
+    fails(
+        &env.run_db("mc-search", &["call"], r#"{"tool": "ctx_nothing"}"#),
+        2,
+        "unknown tool",
+    );
+    // The hint says what to do, on its own line.
+    let out = search(&["memory", "show", "--id", "42"], "");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("mc-search: hint: list the project's memories")
+    );
+    // Nothing was written by any of it.
+    let list = json(&search(&["memory", "list", "--status", "all"], ""));
+    assert_eq!(list["memories"], serde_json::json!([]));
+}
+
+fn run_bytes(env: &TestEnv, args: &[&str], stdin: &[u8]) -> std::process::Output {
+    mc_tests::pipe(&mut env.db_command("mc-search", args), stdin).unwrap()
+}
+
+#[test]
+fn a_tool_call_answers_the_models_text_and_a_mistake_as_an_error_text() {
+    let env = TestEnv::new();
+    let dir = env.path("project");
+    std::fs::create_dir_all(&dir).unwrap();
+    let call = |arguments: &str| {
+        json(&env.run_db(
+            "mc-search",
+            &["call"],
+            &format!(
+                r#"{{"tool": "ctx_memory", "arguments": {arguments}, "project_dir": {:?}}}"#,
+                dir.to_str().unwrap()
+            ),
+        ))
+    };
+    let saved =
+        call(r#"{"action": "write", "category": "CONSTRAINTS", "content": "Never log keys."}"#);
+    assert_eq!(saved["is_error"], false);
+    assert!(
+        saved["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Saved memory #1 in CONSTRAINTS."),
+        "{saved}"
+    );
+    let wrong = call(r#"{"action": "update", "id": "1"}"#);
+    assert_eq!(wrong["is_error"], true);
+    assert_eq!(wrong["text"], "Error: update needs \"content\"");
+}
