@@ -1507,3 +1507,82 @@ fn found_provider_token_counts_saturate() {
         "{run:?}"
     );
 }
+
+/// The MCP server and the agent tools over whatever a client sends: arbitrary
+/// lines, arbitrary JSON-RPC messages and tool arguments, against a store
+/// with a session, a tag, a memory and a note in it. Every answer is an
+/// answer (a result or a JSON-RPC error), never a panic.
+#[test]
+fn mcp_server_and_tools_over_arbitrary_messages() {
+    use crate::mcp::{self, ServerInfo};
+    use crate::search::tools::{SessionSource, TOOL_NAMES, ToolServer};
+
+    let info = ServerInfo {
+        name: "mc",
+        version: "0",
+        instructions: None,
+    };
+    let mut store = store();
+    let envelope = fuzz::example_envelope();
+    let session = pass_like_the_binary(&mut store, &envelope, &TransformConfig::default());
+    let project = crate::domain::sessions::find_session(
+        store.conn(),
+        "opencode",
+        session.as_deref().unwrap_or_default(),
+    )
+    .ok()
+    .flatten()
+    .and_then(|s| s.project_identity)
+    .unwrap_or_else(|| "dir:test".into());
+    let _ = crate::search::memory::write(&mut store, &project, "NAMING", "a fact", "user", NOW);
+    let clock = || NOW;
+    let server = std::cell::RefCell::new(ToolServer {
+        store,
+        project,
+        harness: "opencode".into(),
+        session: SessionSource::Fixed(
+            fuzz::example_envelope()["session_id"]
+                .as_str()
+                .map(str::to_string),
+        ),
+        transform: TransformConfig::default(),
+        clock: &clock,
+    });
+    let tool_name = prop_oneof![
+        prop::sample::select(TOOL_NAMES.to_vec()).prop_map(str::to_string),
+        fuzz::text(),
+    ];
+    let arguments = prop_oneof![
+        fuzz::json(),
+        (
+            prop::sample::select(vec![
+                "write", "update", "archive", "merge", "list", "show", "dismiss", "x"
+            ]),
+            fuzz::json(),
+            fuzz::json(),
+            fuzz::number(),
+        )
+            .prop_map(|(action, content, target, id)| json!({
+                "action": action, "content": content, "category": "NAMING", "id": id,
+                "ids": [id, 1], "target": target, "query": content, "drop": target,
+                "budget": id, "limit": id, "sources": [content]
+            })),
+    ];
+    property(
+        "mcp_server_and_tools_over_arbitrary_messages",
+        256,
+        (bytes_text(), tool_name, arguments, fuzz::json()),
+        |(line, name, args, id)| {
+            let mut server = server.borrow_mut();
+            let _ = mcp::handle_text(&line, &mut *server, &info);
+            let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                              "params": {"name": name, "arguments": args}});
+            let answer = mcp::handle_text(&call.to_string(), &mut *server, &info);
+            if id.is_i64() || id.is_string() {
+                let answer = answer.expect("a request with an id is answered");
+                prop_assert!(answer.get("result").is_some() || answer.get("error").is_some());
+            }
+            Ok(())
+        },
+    );
+}

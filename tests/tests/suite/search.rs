@@ -164,7 +164,11 @@ fn bad_input_is_a_clear_error_and_writes_nothing() {
         2,
         "ends before it starts",
     );
-    fails(&search(&["query", "   "], ""), 2, "ctx_search needs \"query\"");
+    fails(
+        &search(&["query", "   "], ""),
+        2,
+        "ctx_search needs \"query\"",
+    );
     fails(
         &env.run_db("mc-search", &["memory", "write"], "{not json"),
         2,
