@@ -8,6 +8,7 @@
 //!   [`pipe_within`] kills it when it runs too long; [`pipe_all`] runs
 //!   several at once, all started before any input is written.
 
+pub mod claude;
 pub mod env;
 pub mod fake_llm;
 pub mod fake_opencode;
