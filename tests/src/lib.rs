@@ -14,6 +14,7 @@ pub mod fake_llm;
 pub mod fake_opencode;
 pub mod fake_provider;
 pub mod generate;
+pub mod mcp_client;
 pub mod opencode;
 
 pub use env::TestEnv;

@@ -24,4 +24,5 @@ mod cli;
 mod concurrency;
 mod defer_replay;
 mod historian;
+mod mcp;
 mod pin;
