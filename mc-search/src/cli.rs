@@ -107,7 +107,8 @@ enum Command {
     /// SessionStart hook last recorded for this folder (see `session-start`).
     Mcp,
     /// A SessionStart hook: record the hook's session as the current one of its
-    /// folder (what `mcp` serves). Reads the hook input on stdin; prints {}.
+    /// folder (what `mcp` serves when the harness does not name its session).
+    /// Reads the hook input on stdin; prints {}.
     SessionStart,
 }
 
