@@ -104,12 +104,14 @@ enum Command {
     Tools,
     /// Serve the agent tools over MCP (JSON-RPC on stdin/stdout) until stdin closes.
     ///
-    /// The session is --session when given; else, per call, the session the
-    /// harness's SessionStart hook last recorded for this folder (see
-    /// `session-start`).
+    /// The session is --session when given; else the one the harness names in
+    /// the server's environment (Claude Code: CLAUDE_CODE_SESSION_ID, with
+    /// --harness claude-code); else, per call, the session the harness's
+    /// SessionStart hook last recorded for this folder (see `session-start`).
     Mcp,
     /// A SessionStart hook: record the hook's session as the current one of its
-    /// folder (what `mcp` serves). Reads the hook input on stdin; prints {}.
+    /// folder (what `mcp` serves when the harness does not name its session).
+    /// Reads the hook input on stdin; prints {}.
     SessionStart,
 }
 
@@ -504,9 +506,14 @@ fn serve_mcp(args: &Args) -> Result<(), Failure> {
         .or_else(mc_cli::working_dir)
         .ok_or_else(|| Failure::input(anyhow!("no project folder: pass --project-dir")))?;
     let harness = args.at.harness.clone().unwrap_or_else(|| "opencode".into());
-    let session = match &args.at.session {
-        Some(id) => SessionSource::Fixed(Some(id.clone())),
-        None => SessionSource::Current {
+    // The harness's own word on the session, when it gives one.
+    let named = tools::session_variable(&harness)
+        .and_then(|name| std::env::var(name).ok())
+        .filter(|id| !id.trim().is_empty());
+    let session = match (&args.at.session, named) {
+        (Some(id), _) => SessionSource::Fixed(Some(id.clone())),
+        (None, Some(session_id)) => SessionSource::Harness { session_id },
+        (None, None) => SessionSource::Current {
             project_dir: canonical(&dir),
         },
     };

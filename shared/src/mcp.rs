@@ -1,8 +1,9 @@
 //! The Model Context Protocol, server side, over a byte stream (stdio in
 //! `mc-search mcp`): JSON-RPC 2.0, one message per line. `initialize` with
 //! version negotiation, `ping`, `tools/list`, `tools/call`; notifications are
-//! taken and never answered. Whatever arrives — bad JSON, a wrong method, bad
-//! params, an oversized line — gets a JSON-RPC error and the server stays up;
+//! taken and never answered. Whatever arrives — bad JSON, bytes that are not
+//! UTF-8, a wrong method, bad params, an oversized line — gets a JSON-RPC
+//! error and the server stays up;
 //! it ends when the input ends or the client stops reading.
 //!
 //! A small loop of our own rather than an SDK crate: the maintained Rust SDK
@@ -96,12 +97,20 @@ pub fn serve(
                 &format!("message longer than {MAX_MESSAGE_BYTES} bytes"),
             ))
         } else {
-            let text = String::from_utf8_lossy(&line);
-            let text = text.trim();
-            if text.is_empty() {
-                continue;
+            match std::str::from_utf8(&line) {
+                Ok(text) if text.trim().is_empty() => continue,
+                Ok(text) => handle_text(text.trim(), tools, info),
+                // JSON-RPC text is UTF-8: a message that is not is refused
+                // whole rather than written with replacement characters.
+                Err(e) => Some(error(
+                    Value::Null,
+                    PARSE_ERROR,
+                    &format!(
+                        "the message is not UTF-8 (an invalid byte at offset {})",
+                        e.valid_up_to()
+                    ),
+                )),
             }
-            handle_text(text, tools, info)
         };
         if let Some(answer) = answer {
             let mut bytes = serde_json::to_vec(&answer).unwrap_or_default();
@@ -396,6 +405,24 @@ mod tests {
         ));
         assert_eq!(out.len(), 2);
         assert_eq!(out[0]["error"]["code"], -32600);
+        assert_eq!(out[1]["id"], 2);
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_refused_whole() {
+        let mut input = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"a":""#.to_vec();
+        input.extend_from_slice(b"\xff\xfe\"}}}\n");
+        input.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}\n");
+        let mut out = Vec::new();
+        let mut tools = Echo { calls: 0 };
+        serve(&input[..], &mut out, &mut tools, &INFO).unwrap();
+        let out: Vec<Value> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(out[0]["error"]["code"], -32700, "{out:?}");
+        assert_eq!(tools.calls, 0, "the tool never ran");
         assert_eq!(out[1]["id"], 2);
     }
 

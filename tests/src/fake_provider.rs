@@ -1,10 +1,15 @@
-//! A fake model provider for a real OpenCode: Anthropic's Messages API with
-//! server-sent-event streaming, on 127.0.0.1. Replies follow a script (text or
-//! a tool call, with the usage figures the test wants the provider to report);
-//! every request body is recorded so tests can assert on the exact wire bytes.
+//! A fake model provider for a real OpenCode or Claude Code: Anthropic's
+//! Messages API with server-sent-event streaming, on 127.0.0.1. Replies follow
+//! a script (text or a tool call, with the usage figures the test wants the
+//! provider to report); every request is recorded so tests can assert on the
+//! exact wire bytes.
 //!
-//! Requests without tools (OpenCode's title and summary agents) get a canned
-//! text reply and do not consume the script.
+//! Requests without tools (OpenCode's title and summary agents, Claude Code's
+//! small side calls) get a canned text reply and do not consume the script;
+//! neither do token counts (`/v1/messages/count_tokens`, answered with the
+//! request's bytes / 4) nor anything but a POST (Claude Code's `GET /`
+//! reachability probe gets a 404). A request that asks for no stream
+//! (`"stream": false`) gets the same reply as one JSON message.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -52,6 +57,8 @@ impl Reply {
 
 #[derive(Debug, Clone)]
 pub struct Recorded {
+    /// `POST`, `GET`, …
+    pub method: String,
     pub path: String,
     pub body: Value,
     /// The raw request bytes, as OpenCode sent them.
@@ -59,11 +66,76 @@ pub struct Recorded {
 }
 
 impl Recorded {
-    /// A request of the main agent (it offers tools), as opposed to OpenCode's
-    /// title or summary agents.
+    /// A request of the main agent (a Messages call that offers tools), as
+    /// opposed to the harness's title or summary calls and token counts.
     pub fn is_agent(&self) -> bool {
-        self.body["tools"].as_array().is_some_and(|t| !t.is_empty())
+        self.method == "POST"
+            && !self.is_token_count()
+            && self.body["tools"].as_array().is_some_and(|t| !t.is_empty())
     }
+
+    /// A `count_tokens` request (Claude Code measures prompts this way).
+    pub fn is_token_count(&self) -> bool {
+        self.path.contains("/count_tokens")
+    }
+
+    /// The `tool_use` blocks of the assistant messages this request carries,
+    /// as (id, name, input).
+    pub fn tool_uses(&self) -> Vec<(String, String, Value)> {
+        let mut out = Vec::new();
+        for message in self.body["messages"].as_array().into_iter().flatten() {
+            for block in message["content"].as_array().into_iter().flatten() {
+                if block["type"] == "tool_use" {
+                    out.push((
+                        block["id"].as_str().unwrap_or_default().to_string(),
+                        block["name"].as_str().unwrap_or_default().to_string(),
+                        block["input"].clone(),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// The `tool_result` blocks this request carries, as (tool_use_id, text
+    /// of its content, is_error).
+    pub fn tool_results(&self) -> Vec<ToolResult> {
+        let mut out = Vec::new();
+        for message in self.body["messages"].as_array().into_iter().flatten() {
+            for block in message["content"].as_array().into_iter().flatten() {
+                if block["type"] != "tool_result" {
+                    continue;
+                }
+                let text = match &block["content"] {
+                    Value::String(s) => s.clone(),
+                    Value::Array(items) => items
+                        .iter()
+                        .filter_map(|i| i["text"].as_str())
+                        .collect::<Vec<_>>()
+                        .join(""),
+                    Value::Null => String::new(),
+                    other => other.to_string(),
+                };
+                out.push(ToolResult {
+                    tool_use_id: block["tool_use_id"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    text,
+                    is_error: block["is_error"].as_bool().unwrap_or(false),
+                });
+            }
+        }
+        out
+    }
+}
+
+/// One `tool_result` block as the harness sent it back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    pub tool_use_id: String,
+    pub text: String,
+    pub is_error: bool,
 }
 
 #[derive(Default)]
@@ -107,10 +179,27 @@ impl FakeProvider {
                     let _ = request.as_reader().read_to_end(&mut raw);
                     let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
                     let recorded = Recorded {
+                        method: request.method().as_str().to_string(),
                         path: request.url().to_string(),
                         body,
                         raw,
                     };
+                    let json_header =
+                        || Header::from_bytes("Content-Type", "application/json").unwrap();
+                    if recorded.method != "POST" {
+                        state.lock().unwrap().requests.push(recorded);
+                        let _ = request.respond(Response::empty(404));
+                        continue;
+                    }
+                    if recorded.is_token_count() {
+                        let tokens = recorded.raw.len() / 4;
+                        state.lock().unwrap().requests.push(recorded);
+                        let answer = json!({"input_tokens": tokens});
+                        let _ = request.respond(
+                            Response::from_string(answer.to_string()).with_header(json_header()),
+                        );
+                        continue;
+                    }
                     let historian = state.lock().unwrap().historian_model.clone();
                     if historian.is_some_and(|m| recorded.body["model"] == m.as_str()) {
                         let answer = historian_answer(&recorded.body);
@@ -121,10 +210,17 @@ impl FakeProvider {
                             .respond(Response::from_string(answer.to_string()).with_header(header));
                         continue;
                     }
+                    let streamed = recorded.body["stream"] != false;
                     let response = match respond(&state, recorded) {
-                        Ok(sse) => Response::from_string(sse).with_header(
-                            Header::from_bytes("Content-Type", "text/event-stream").unwrap(),
-                        ),
+                        Ok((reply, usage, id)) if streamed => {
+                            Response::from_string(stream(&reply, usage, id)).with_header(
+                                Header::from_bytes("Content-Type", "text/event-stream").unwrap(),
+                            )
+                        }
+                        Ok((reply, usage, id)) => {
+                            Response::from_string(whole(&reply, usage, id).to_string())
+                                .with_header(json_header())
+                        }
                         Err((status, body)) => Response::from_string(body.to_string())
                             .with_status_code(status)
                             .with_header(
@@ -191,8 +287,9 @@ impl Drop for FakeProvider {
     }
 }
 
-/// The SSE body of the reply, or the status and body of a scripted rejection.
-fn respond(state: &Mutex<State>, recorded: Recorded) -> Result<String, (u16, Value)> {
+/// The reply (with its usage and response number), or the status and body of
+/// a scripted rejection.
+fn respond(state: &Mutex<State>, recorded: Recorded) -> Result<(Reply, Usage, u64), (u16, Value)> {
     let mut state = state.lock().unwrap();
     state.calls += 1;
     let id = state.calls;
@@ -232,7 +329,24 @@ fn respond(state: &Mutex<State>, recorded: Recorded) -> Result<String, (u16, Val
     if let Reply::Error { status, body } = reply {
         return Err((status, body));
     }
-    Ok(stream(&reply, usage, id))
+    Ok((reply, usage, id))
+}
+
+/// One Messages API response, not streamed.
+fn whole(reply: &Reply, usage: Usage, id: u64) -> Value {
+    let (content, stop) = match reply {
+        Reply::Text(text) => (json!([{"type": "text", "text": text}]), "end_turn"),
+        Reply::Tool { name, input } => (
+            json!([{"type": "tool_use", "id": format!("toolu_fake_{id}"), "name": name, "input": input}]),
+            "tool_use",
+        ),
+        Reply::Error { .. } => unreachable!("a rejection is not a message"),
+    };
+    json!({"id": format!("msg_fake_{id}"), "type": "message", "role": "assistant",
+           "model": "mock-sonnet", "content": content, "stop_reason": stop, "stop_sequence": null,
+           "usage": {"input_tokens": usage.input, "output_tokens": usage.output,
+                     "cache_read_input_tokens": usage.cache_read,
+                     "cache_creation_input_tokens": usage.cache_write}})
 }
 
 /// The SSE body of one streamed Messages API response.

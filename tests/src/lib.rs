@@ -8,11 +8,13 @@
 //!   [`pipe_within`] kills it when it runs too long; [`pipe_all`] runs
 //!   several at once, all started before any input is written.
 
+pub mod claude;
 pub mod env;
 pub mod fake_llm;
 pub mod fake_opencode;
 pub mod fake_provider;
 pub mod generate;
+pub mod mcp_client;
 pub mod opencode;
 
 pub use env::TestEnv;

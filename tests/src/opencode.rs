@@ -288,30 +288,11 @@ pub fn all_text(request: &Recorded) -> String {
 
 /// Tool results the provider saw, as (tool_use_id, text).
 pub fn tool_results(request: &Recorded) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for message in request.body["messages"].as_array().unwrap() {
-        for block in message["content"].as_array().into_iter().flatten() {
-            if block["type"] == "tool_result" {
-                let text = match &block["content"] {
-                    Value::String(s) => s.clone(),
-                    Value::Array(items) => items
-                        .iter()
-                        .filter_map(|i| i["text"].as_str())
-                        .collect::<Vec<_>>()
-                        .join(""),
-                    other => other.to_string(),
-                };
-                out.push((
-                    block["tool_use_id"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                    text,
-                ));
-            }
-        }
-    }
-    out
+    request
+        .tool_results()
+        .into_iter()
+        .map(|r| (r.tool_use_id, r.text))
+        .collect()
 }
 
 pub fn usage_at(percent: u64) -> Usage {

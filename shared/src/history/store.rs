@@ -202,13 +202,17 @@ pub fn check_memory_content(content: &str) -> Result<&str> {
     Ok(content)
 }
 
-/// Key the project's rows written before keys existed (cheap once done).
-fn key_old_rows(conn: &Connection, project: &str) -> Result<()> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id, content FROM memories WHERE project = ?1 AND content_key IS NULL",
-    )?;
+const UNKEYED_ROWS: &str = "SELECT id, content FROM memories
+     WHERE project = ?1 AND category = ?2 AND content_key IS NULL";
+
+/// Key the rows of a project's category written before keys existed. The
+/// probe is a lookup in `memories_by_key` (project, category, key IS NULL),
+/// so once they are keyed it costs nothing however many memories there are
+/// (a probe by project alone scanned every memory of the project).
+fn key_old_rows(conn: &Connection, project: &str, category: &str) -> Result<()> {
+    let mut stmt = conn.prepare_cached(UNKEYED_ROWS)?;
     let rows: Vec<(i64, String)> = stmt
-        .query_map(params![project], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .query_map(params![project, category], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
     let mut update = conn.prepare_cached("UPDATE memories SET content_key = ?2 WHERE id = ?1")?;
     for (id, content) in rows {
@@ -224,7 +228,7 @@ pub fn live_duplicate(
     category: &str,
     content: &str,
 ) -> Result<Option<i64>> {
-    key_old_rows(conn, project)?;
+    key_old_rows(conn, project, category)?;
     Ok(conn
         .prepare_cached(
             "SELECT id FROM memories WHERE project = ?1 AND category = ?2 AND content_key = ?3
@@ -525,4 +529,70 @@ pub fn pins(conn: &Connection, session: i64) -> Result<Vec<Pin>> {
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+
+    #[test]
+    fn rows_written_before_keys_existed_are_keyed_and_deduplicated() {
+        let store = Store::open_in_memory().unwrap();
+        let conn = store.conn();
+        conn.execute(
+            "INSERT INTO memories (project, category, content, created_ms, updated_ms)
+             VALUES ('git:p', 'NAMING', 'Binaries are named mc-<verb>.', 1, 1)",
+            [],
+        )
+        .unwrap();
+        let again = write_memory(
+            conn,
+            "git:p",
+            "NAMING",
+            "binaries  are named MC-<verb>.",
+            None,
+            "agent",
+            2,
+        )
+        .unwrap();
+        assert_eq!(
+            (again.id, again.created),
+            (1, false),
+            "the old row was found"
+        );
+        let other = write_memory(
+            conn,
+            "git:p",
+            "CONSTRAINTS",
+            "Binaries are named mc-<verb>.",
+            None,
+            "agent",
+            2,
+        )
+        .unwrap();
+        assert!(other.created, "dedup is per category");
+    }
+
+    #[test]
+    fn the_probe_for_unkeyed_rows_is_an_index_lookup_not_a_walk_of_the_project() {
+        // With every row keyed, a write must not read the project's memories
+        // one by one: the probe looks up (project, category, NULL) in
+        // memories_by_key.
+        let store = Store::open_in_memory().unwrap();
+        let plan: Vec<String> = store
+            .conn()
+            .prepare(&format!("EXPLAIN QUERY PLAN {UNKEYED_ROWS}"))
+            .unwrap()
+            .query_map(params!["git:p", "NAMING"], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(
+            plan,
+            [
+                "SEARCH memories USING INDEX memories_by_key (project=? AND category=? AND content_key=?)"
+            ],
+        );
+    }
 }

@@ -34,8 +34,9 @@ impl Scope {
     pub fn session_id(&self, what: &str) -> Result<&str> {
         self.session_id.as_deref().ok_or_else(|| {
             Error::input(format!("{what} needs a session")).with_hint(
-                "pass --session ID (or \"session_id\" in the input); over MCP the harness's \
-                 session is recorded by its SessionStart hook",
+                "pass --session ID (or \"session_id\" in the input); over MCP, Claude Code \
+                 names its session to the server (mc-search mcp --harness claude-code) and \
+                 other harnesses record theirs with a SessionStart hook (mc-search session-start)",
             )
         })
     }
@@ -77,6 +78,25 @@ pub fn record_session_start(
             sessions::create_session(tx, &scope.harness, id, false, Some(&scope.project), now_ms)?;
         }
         sessions::record_current(tx, &scope.harness, project_dir, id, transcript_path, now_ms)
+    })
+}
+
+/// Make sure the session of `scope` has a row (created in the scope's
+/// project), so notes and expands have somewhere to live: for a session the
+/// harness itself named (an MCP server's environment) that mc has not seen
+/// yet. Writes only when the row is missing.
+pub fn ensure_session(store: &mut crate::store::Store, scope: &Scope, now_ms: i64) -> Result<()> {
+    let Some(id) = scope.session_id.as_deref() else {
+        return Ok(());
+    };
+    if sessions::find_session(store.conn(), &scope.harness, id)?.is_some() {
+        return Ok(());
+    }
+    store.write(|tx| {
+        if sessions::find_session(tx, &scope.harness, id)?.is_none() {
+            sessions::create_session(tx, &scope.harness, id, false, Some(&scope.project), now_ms)?;
+        }
+        Ok(())
     })
 }
 

@@ -542,9 +542,24 @@ fn tag_list(tags: &[i64]) -> String {
 pub enum SessionSource {
     /// Named when the server started (`--session`), or none at all.
     Fixed(Option<String>),
+    /// Named by the harness in the server's environment when it started the
+    /// server (Claude Code: [`session_variable`]). mc creates the session's
+    /// row on the first call if it has not seen the session yet.
+    Harness { session_id: String },
     /// The session the harness last started in this folder (recorded by its
     /// SessionStart hook through `mc-search session-start`), looked up per call.
     Current { project_dir: String },
+}
+
+/// The environment variable in which `harness` tells the MCP servers it
+/// starts which session they serve, if it does. Claude Code sets
+/// `CLAUDE_CODE_SESSION_ID` (with `CLAUDE_PROJECT_DIR`) in the environment of
+/// every stdio MCP server; it is fixed when the server starts.
+pub fn session_variable(harness: &str) -> Option<&'static str> {
+    match harness {
+        "claude-code" => Some("CLAUDE_CODE_SESSION_ID"),
+        _ => None,
+    }
 }
 
 /// The tools served over MCP for one project and harness.
@@ -563,8 +578,10 @@ impl mcp::Tools for ToolServer<'_> {
     }
 
     fn call(&mut self, name: &str, arguments: &Value) -> Result<Answer> {
+        let now_ms = (self.clock)();
         let session_id = match &self.session {
             SessionSource::Fixed(id) => id.clone(),
+            SessionSource::Harness { session_id } => Some(session_id.clone()),
             SessionSource::Current { project_dir } => {
                 sessions::current_session(self.store.conn(), &self.harness, project_dir)?
                     .map(|c| c.session_id)
@@ -575,12 +592,81 @@ impl mcp::Tools for ToolServer<'_> {
             harness: self.harness.clone(),
             session_id,
         };
+        if matches!(self.session, SessionSource::Harness { .. }) && TOOL_NAMES.contains(&name) {
+            super::ensure_session(&mut self.store, &scope, now_ms)?;
+        }
         let ctx = Context {
             scope: &scope,
             source: "agent",
             transform: &self.transform,
-            now_ms: (self.clock)(),
+            now_ms,
         };
         call(&mut self.store, &ctx, name, arguments)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::Tools;
+
+    fn server(session: SessionSource) -> ToolServer<'static> {
+        ToolServer {
+            store: Store::open_in_memory().unwrap(),
+            project: "git:p".into(),
+            harness: "claude-code".into(),
+            session,
+            transform: TransformConfig::default(),
+            clock: &|| 1_000,
+        }
+    }
+
+    fn note(server: &mut ToolServer<'_>, content: &str) -> Answer {
+        server
+            .call("ctx_note", &json!({"action": "write", "content": content}))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_session_the_harness_names_is_served_and_created_on_first_use() {
+        let mut s = server(SessionSource::Harness {
+            session_id: "cc-1".into(),
+        });
+        let answer = note(&mut s, "check the lock");
+        assert!(!answer.is_error, "{}", answer.text);
+        let row = sessions::find_session(s.store.conn(), "claude-code", "cc-1")
+            .unwrap()
+            .expect("the session row was created");
+        assert_eq!(row.project_identity.as_deref(), Some("git:p"));
+        // A folder's recorded session does not override the harness's word.
+        sessions::record_current(s.store.conn(), "claude-code", "/p", "other", None, 1).unwrap();
+        note(&mut s, "second");
+        let listed = s.call("ctx_note", &json!({"action": "list"})).unwrap();
+        assert!(
+            listed.text.contains("check the lock") && listed.text.contains("second"),
+            "{}",
+            listed.text
+        );
+    }
+
+    #[test]
+    fn without_the_harness_word_the_folder_s_recorded_session_is_served() {
+        let mut s = server(SessionSource::Current {
+            project_dir: "/p".into(),
+        });
+        let before = note(&mut s, "too early");
+        assert!(before.is_error, "no session yet: {}", before.text);
+        let scope = Scope {
+            project: "git:p".into(),
+            harness: "claude-code".into(),
+            session_id: Some("cc-2".into()),
+        };
+        crate::search::record_session_start(&mut s.store, &scope, "/p", None, 1).unwrap();
+        assert!(!note(&mut s, "now").is_error);
+        assert_eq!(
+            session_variable("claude-code"),
+            Some("CLAUDE_CODE_SESSION_ID")
+        );
+        assert_eq!(session_variable("opencode"), None);
     }
 }

@@ -24,5 +24,6 @@ mod cli;
 mod concurrency;
 mod defer_replay;
 mod historian;
+mod mcp;
 mod pin;
 mod search;

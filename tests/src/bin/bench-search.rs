@@ -1,0 +1,382 @@
+//! Latency of a warm `mc-search mcp` and memory write throughput.
+//!
+//! Fills a fresh database through mc-core — project memories written one
+//! transaction each (timed: the write throughput), and a session of generated
+//! OpenCode messages whose raw content is kept as a pass keeps it, with a tag
+//! per part and a compartment per 100 messages — then spawns `mc-search mcp`
+//! (beside this binary: build both with `cargo build --release --workspace`)
+//! and times `tools/call` round trips over its stdio, per tool and action,
+//! after a warm-up. Prints median and p99 per call; nothing is asserted.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use mc_core::codec::opencode::decode_all;
+use mc_core::domain::tags::{self, NewTag};
+use mc_core::domain::{content, messages, sessions};
+use mc_core::history::store::{self as history_store, NewCompartment};
+use mc_core::identity::project_identity;
+use mc_core::search::memory;
+use mc_core::store::{Store, StoreOptions};
+use mc_tests::bin_path;
+use mc_tests::generate::{self, SessionSpec};
+use mc_tests::mcp_client::McpClient;
+use serde_json::{Value, json};
+
+const USAGE: &str = "\
+Usage: bench-search [--memories N] [--messages N] [--calls N] [--warmup N] [--keep DIR]
+
+Fills a database with N memories (default 10000) and the raw content of N
+messages (default 50000) through mc-core, timing the memory writes, then
+times tools/call of each tool over a warm `mc-search mcp` (which must sit
+beside this binary: cargo build --release --workspace).
+
+  --memories N  project memories to write (default 10000)
+  --messages N  messages of raw content in one session (default 50000)
+  --calls N     timed calls per tool and action (default 200)
+  --warmup N    untimed calls of each first (default 10)
+  --keep DIR    work in DIR and keep the database afterwards";
+
+const SESSION: &str = "bench";
+const NOW_MS: i64 = 1_796_100_000_000;
+
+type Result<T> = std::result::Result<T, String>;
+
+struct Args {
+    memories: usize,
+    messages: usize,
+    calls: usize,
+    warmup: usize,
+    keep: Option<PathBuf>,
+}
+
+fn parse_args() -> Result<Option<Args>> {
+    let mut args = Args {
+        memories: 10_000,
+        messages: 50_000,
+        calls: 200,
+        warmup: 10,
+        keep: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "-h" || flag == "--help" {
+            return Ok(None);
+        }
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value\n\n{USAGE}"))?;
+        let number = || -> Result<usize> {
+            value
+                .parse()
+                .map_err(|_| format!("{flag}: {value:?} is not a number"))
+        };
+        match flag.as_str() {
+            "--memories" => args.memories = number()?.max(1),
+            "--messages" => args.messages = number()?.max(200),
+            "--calls" => args.calls = number()?.max(1),
+            "--warmup" => args.warmup = number()?,
+            "--keep" => args.keep = Some(PathBuf::from(&value)),
+            _ => return Err(format!("unknown argument {flag:?}\n\n{USAGE}")),
+        }
+    }
+    Ok(Some(args))
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("bench-search: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (work, _temp) = match &args.keep {
+        Some(dir) => (dir.clone(), None),
+        None => match tempfile::tempdir() {
+            Ok(t) => (t.path().to_path_buf(), Some(t)),
+            Err(e) => {
+                eprintln!("bench-search: no temp folder: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    match run(&args, &work) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench-search: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn err<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+fn run(args: &Args, work: &Path) -> Result<()> {
+    let project = work.join("project");
+    std::fs::create_dir_all(&project).map_err(err("creating the project folder"))?;
+    let db = work.join("search.db");
+    let _ = std::fs::remove_file(&db);
+    let identity = project_identity(&project);
+    let mut store = Store::open(&db, &StoreOptions::default()).map_err(err("opening the DB"))?;
+
+    // Memory write throughput: one write (one immediate transaction, as a
+    // tool call makes it) per memory.
+    let texts = generate::memory_texts(7, args.memories);
+    let started = Instant::now();
+    for (i, m) in texts.iter().enumerate() {
+        let content = format!("{} (#{i})", m.content);
+        memory::write(&mut store, &identity, m.category, &content, "user", NOW_MS)
+            .map_err(err("writing a memory"))?;
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "memory writes: {} in {:.2} s = {:.0} writes/s ({:.3} ms each)",
+        args.memories,
+        elapsed.as_secs_f64(),
+        args.memories as f64 / elapsed.as_secs_f64(),
+        elapsed.as_secs_f64() * 1000.0 / args.memories as f64
+    );
+
+    let (kept, tags, compartments) = fill_session(&mut store, &identity, args.messages)?;
+    drop(store);
+    let size = std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "session: {} messages, {:.1} MB of raw content, {tags} tags, {compartments} compartments; \
+         database {:.1} MB",
+        args.messages,
+        kept as f64 / 1e6,
+        size as f64 / 1e6
+    );
+
+    let mut command = Command::new(bin_path("mc-search"));
+    command
+        .arg("--db")
+        .arg(&db)
+        .args(["mcp", "--harness", "opencode", "--session", SESSION])
+        .current_dir(&project)
+        .env("XDG_CONFIG_HOME", work.join("config"))
+        .env_remove("MC_CONFIG")
+        .env_remove("MC_DB");
+    let mut mcp = McpClient::spawn(&mut command);
+    mcp.initialize("2025-06-18");
+
+    let words = [
+        "cache",
+        "lock timeout",
+        "database",
+        "test fixtures",
+        "retry",
+    ];
+    let messages = args.messages as i64;
+    type Case<'a> = (&'a str, &'a str, Box<dyn Fn(usize) -> Value + 'a>);
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "ctx_search",
+            "query",
+            Box::new(|i| json!({"query": words[i % words.len()]})),
+        ),
+        (
+            "ctx_memory",
+            "write",
+            Box::new(|i| {
+                json!({"action": "write", "category": "NAMING",
+                       "content": format!("Bench naming rule number {i} holds for every crate.")})
+            }),
+        ),
+        (
+            "ctx_memory",
+            "show",
+            Box::new(|i| json!({"action": "show", "id": (i * 37) % 10_000 + 1})),
+        ),
+        (
+            "ctx_memory",
+            "list (text filter, 50)",
+            Box::new(|i| json!({"action": "list", "text": words[i % words.len()]})),
+        ),
+        (
+            "ctx_note",
+            "write",
+            Box::new(
+                |i| json!({"action": "write", "content": format!("Check item {i} before finishing.")}),
+            ),
+        ),
+        ("ctx_note", "list", Box::new(|_| json!({"action": "list"}))),
+        (
+            "ctx_expand",
+            "tag",
+            Box::new(
+                move |i| json!({"target": format!("§{}§", (i as i64 * 997) % (tags as i64) + 1)}),
+            ),
+        ),
+        (
+            "ctx_expand",
+            "range of 10",
+            Box::new(move |i| {
+                let from = (i as i64 * 7919) % (messages - 10) + 1;
+                json!({"target": format!("{from}-{}", from + 9)})
+            }),
+        ),
+        (
+            "ctx_expand",
+            "compartment",
+            Box::new(
+                move |i| json!({"target": format!("c{}", (i as i64 * 13) % (compartments as i64) + 1)}),
+            ),
+        ),
+        (
+            "ctx_reduce",
+            "drop one tag",
+            Box::new(|i| json!({"drop": format!("{}", i + 1)})),
+        ),
+    ];
+    println!(
+        "\ntools/call over a warm mc-search mcp ({} calls each, after {} warm-up):",
+        args.calls, args.warmup
+    );
+    println!(
+        "{:<12} {:<24} {:>10} {:>10} {:>10}",
+        "tool", "action", "median ms", "p99 ms", "max ms"
+    );
+    for (tool, label, arguments) in &cases {
+        let offset = args.warmup + args.calls;
+        for i in 0..args.warmup {
+            check(&mut mcp, tool, arguments(offset * 2 + i))?;
+        }
+        let mut times = Vec::with_capacity(args.calls);
+        for i in 0..args.calls {
+            let started = Instant::now();
+            check(&mut mcp, tool, arguments(i))?;
+            times.push(started.elapsed());
+        }
+        times.sort_unstable();
+        println!(
+            "{:<12} {:<24} {:>10.3} {:>10.3} {:>10.3}",
+            tool,
+            label,
+            ms(percentile(&times, 50)),
+            ms(percentile(&times, 99)),
+            ms(*times.last().unwrap_or(&Duration::ZERO)),
+        );
+    }
+    let (status, stderr) = mcp.finish(Duration::from_secs(30));
+    if !status.success() {
+        return Err(format!("mc-search mcp failed ({status}): {stderr}"));
+    }
+    Ok(())
+}
+
+/// One call; a protocol error stops the benchmark (a tool error does not:
+/// a reduce of a protected tag is an answer like any other).
+fn check(mcp: &mut McpClient, tool: &str, arguments: Value) -> Result<()> {
+    let answer = mcp.call(tool, arguments);
+    if answer.get("error").is_some() {
+        return Err(format!("{tool}: {answer}"));
+    }
+    Ok(())
+}
+
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((sorted.len() * p).div_ceil(100)).clamp(1, sorted.len()) - 1;
+    sorted.get(index).copied().unwrap_or_default()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// One session of `count` generated messages: ordinals, raw content kept as
+/// a pass keeps it, a tag per taggable part, a compartment per 100 messages.
+/// Returns (bytes of raw content, tags, compartments).
+fn fill_session(store: &mut Store, identity: &str, count: usize) -> Result<(u64, usize, usize)> {
+    let mut values = Vec::with_capacity(count);
+    let mut seed = 1;
+    while values.len() < count {
+        values.extend(generate::session(&SessionSpec::new(seed, 100, 200_000)));
+        seed += 1;
+    }
+    values.truncate(count);
+    let decoded = decode_all(values).map_err(err("decoding the generated messages"))?;
+    let texts = generate::compartment_texts(3, count / 100);
+    store
+        .write(|tx| {
+            let mut session = sessions::create_session(tx, "opencode", SESSION, false, Some(identity), NOW_MS)?;
+            let (ordinals, _) = messages::register_messages(tx, &mut session, &decoded)?;
+            content::record_messages(tx, session.id, &decoded, &ordinals)?;
+            let mut number = 0;
+            for (message, ordinal) in decoded.iter().zip(&ordinals) {
+                let (Some(id), Some(ordinal)) = (message.id(), *ordinal) else {
+                    continue;
+                };
+                for (index, part) in message.parts.iter().enumerate() {
+                    let Some((kind, part_id)) = tags::part_identity(id, index, part) else {
+                        continue;
+                    };
+                    let (bytes, tokens, input_bytes, input_tokens) = tags::measure_part(kind, part);
+                    number += 1;
+                    tags::insert_tag(
+                        tx,
+                        session.id,
+                        &NewTag {
+                            number,
+                            kind,
+                            identity: &part_id,
+                            message_id: id,
+                            ordinal,
+                            tool_name: part.tool_name(),
+                            byte_size: bytes,
+                            tokens,
+                            input_bytes,
+                            input_tokens,
+                            reasoning_bytes: 0,
+                            created_ms: NOW_MS,
+                        },
+                    )?;
+                }
+            }
+            session.tag_counter = number;
+            sessions::save(tx, &session, NOW_MS)?;
+            let ids: Vec<(i64, String)> = decoded
+                .iter()
+                .zip(&ordinals)
+                .filter_map(|(m, o)| Some(((*o)?, m.id()?.to_string())))
+                .collect();
+            let new: Vec<NewCompartment> = ids
+                .chunks(100)
+                .zip(&texts)
+                .filter_map(|(chunk, text)| {
+                    let (first, last) = (chunk.first()?, chunk.last()?);
+                    Some(NewCompartment {
+                        start_ordinal: first.0,
+                        end_ordinal: last.0,
+                        start_message_id: first.1.clone(),
+                        end_message_id: last.1.clone(),
+                        start_ms: None,
+                        end_ms: None,
+                        title: text.title.clone(),
+                        tiers: text.tiers.clone(),
+                        importance: text.importance,
+                        episode: Some(text.episode.to_string()),
+                    })
+                })
+                .collect();
+            history_store::publish_compartments(tx, session.id, &new, NOW_MS)?;
+            let kept: i64 = tx.query_row(
+                "SELECT coalesce(sum(length(content) + coalesce(length(tool_input), 0)), 0) FROM raw_parts",
+                [],
+                |r| r.get(0),
+            )?;
+            Ok((kept as u64, number as usize, new.len()))
+        })
+        .map_err(err("filling the session"))
+}

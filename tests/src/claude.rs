@@ -1,0 +1,228 @@
+//! The real Claude Code (`claude`, npm `@anthropic-ai/claude-code`, pinned in
+//! `tests/e2e/package.json`) for end-to-end tests: print mode (`claude -p …
+//! --output-format json`), an isolated home and config folder, `mc-search mcp`
+//! as its only MCP server, and a fake Anthropic provider of ours on
+//! 127.0.0.1 that records every request.
+//!
+//! What the pinned version does, as observed: one `GET /` (a reachability
+//! probe) and then one `POST /v1/messages?beta=true` per model turn, streamed,
+//! with every MCP tool offered as `mcp__<server>__<tool>`; no token counts,
+//! no title call and no telemetry with `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC`.
+//! It starts each stdio MCP server with `CLAUDE_CODE_SESSION_ID` and
+//! `CLAUDE_PROJECT_DIR` in its environment, in the session's folder.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::bin_path;
+use crate::fake_provider::FakeProvider;
+
+/// The pinned `claude`: `MC_CLAUDE_BIN`, else the one `npm install --prefix
+/// tests/e2e` put in `node_modules/.bin`; `None` when neither exists.
+pub fn claude_bin() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("MC_CLAUDE_BIN") {
+        return Some(PathBuf::from(path));
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/node_modules/.bin/claude");
+    path.exists().then_some(path)
+}
+
+/// What to set up around Claude Code.
+#[derive(Default)]
+pub struct Options {
+    /// Run `mc-search session-start --harness claude-code` as a `SessionStart`
+    /// hook (in the isolated user settings).
+    pub session_start_hook: bool,
+    /// More environment for the MCP server (its `env` in the MCP config,
+    /// which Claude Code applies after its own variables).
+    pub server_env: Vec<(String, String)>,
+}
+
+/// Claude Code set up in a temp folder: a home, a git project, mc's database,
+/// the MCP config, and the fake provider.
+pub struct ClaudeCode {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    pub provider: FakeProvider,
+    /// The session's folder: a git repository with one commit.
+    pub project: PathBuf,
+    /// The database every mc process here uses.
+    pub db: PathBuf,
+}
+
+impl ClaudeCode {
+    /// Set up Claude Code, or `None` (with a note on stderr) when the pinned
+    /// binary is not installed. Under CI (`CI` set) a missing binary fails:
+    /// CI installs it, so there the tests must run.
+    pub fn start(test: &str, options: Options) -> Option<ClaudeCode> {
+        let Some(bin) = claude_bin() else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "the real Claude Code is not installed at tests/e2e/node_modules/.bin/claude: \
+                 CI must run {test}; install it with scripts/test or `npm install --prefix tests/e2e`"
+            );
+            eprintln!(
+                "skipping {test}: the real Claude Code is not installed \
+                 (scripts/test installs it, or `npm install --prefix tests/e2e`)"
+            );
+            return None;
+        };
+        let dir = tempfile::tempdir().expect("a temp folder");
+        let provider = FakeProvider::start();
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(home.join(".claude")).unwrap();
+        let project = dir.path().join("project");
+        std::fs::create_dir_all(&project).unwrap();
+        let db = dir.path().join("ctx.db");
+        let claude = ClaudeCode {
+            bin,
+            dir,
+            provider,
+            project,
+            db,
+        };
+        claude.git(&["init", "-q"]);
+        claude.git(&[
+            "-c",
+            "user.name=mc tests",
+            "-c",
+            "user.email=tests@mc.invalid",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "root",
+        ]);
+        let mc_search = bin_path("mc-search");
+        let mut settings = json!({});
+        if options.session_start_hook {
+            let command = format!(
+                "{} session-start --harness claude-code",
+                shell_quote(&mc_search.display().to_string())
+            );
+            settings["hooks"] = json!({"SessionStart": [
+                {"hooks": [{"type": "command", "command": command, "timeout": 10}]}
+            ]});
+        }
+        write_json(&claude.config_dir().join("settings.json"), &settings);
+        let mut env = serde_json::Map::new();
+        env.insert("MC_DB".into(), json!(claude.db.display().to_string()));
+        for (name, value) in &options.server_env {
+            env.insert(name.clone(), json!(value));
+        }
+        write_json(
+            &claude.mcp_config(),
+            &json!({"mcpServers": {"mc": {
+                "command": mc_search.display().to_string(),
+                "args": ["mcp", "--harness", "claude-code"],
+                "env": env,
+            }}}),
+        );
+        Some(claude)
+    }
+
+    fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    /// `CLAUDE_CONFIG_DIR`: settings, sessions' transcripts.
+    pub fn config_dir(&self) -> PathBuf {
+        self.home().join(".claude")
+    }
+
+    pub fn mcp_config(&self) -> PathBuf {
+        self.dir.path().join("mcp.json")
+    }
+
+    /// A command in the sealed environment Claude Code and everything it
+    /// starts share: the temp home, mc's database, the fake provider, no
+    /// telemetry, no proxy for loopback. The clock is the real one.
+    fn sealed(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let home = self.home();
+        let mut command = Command::new(program);
+        crate::env::seal(&mut command)
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("XDG_DATA_HOME", home.join(".local/share"))
+            .env("XDG_CACHE_HOME", home.join(".cache"))
+            .env("XDG_STATE_HOME", home.join(".local/state"))
+            .env("CLAUDE_CONFIG_DIR", self.config_dir())
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .env("MC_DB", &self.db)
+            .current_dir(&self.project);
+        command
+    }
+
+    fn git(&self, args: &[&str]) {
+        let out = crate::pipe(self.sealed("git").args(args), b"")
+            .unwrap_or_else(|e| panic!("running git {args:?}: {e}"));
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Run one prompt in print mode and return Claude Code's JSON result
+    /// (`session_id`, `result`, `num_turns`, …). Fails the test when Claude
+    /// Code fails, or is still running after two minutes.
+    pub fn prompt(&self, text: &str) -> Value {
+        let root = self.provider.base_url().trim_end_matches("/v1").to_string();
+        let mut command = self.sealed(&self.bin);
+        command
+            .env("ANTHROPIC_BASE_URL", root)
+            .env("ANTHROPIC_API_KEY", "test-key")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("DISABLE_TELEMETRY", "1")
+            .env("DISABLE_AUTOUPDATER", "1")
+            .env("DISABLE_ERROR_REPORTING", "1")
+            // Wait for the MCP servers before the first model call.
+            .env("MCP_CONNECTION_NONBLOCKING", "false")
+            .args(["-p", text, "--output-format", "json", "--mcp-config"])
+            .arg(self.mcp_config())
+            .args(["--strict-mcp-config", "--allowedTools", "mcp__mc__*"]);
+        let out = crate::pipe_within(&mut command, b"", Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("running claude: {e}"))
+            .expect("claude -p was still running after 120 s");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "claude -p failed ({}): {stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|e| panic!("claude -p printed no JSON result ({e}): {stdout}"))
+    }
+
+    /// Run `mc-search args` in the same environment (database, home), in the
+    /// project folder.
+    pub fn mc_search(&self, args: &[&str]) -> Output {
+        crate::pipe(self.sealed(bin_path("mc-search")).args(args), b"")
+            .unwrap_or_else(|e| panic!("running mc-search: {e}"))
+    }
+
+    /// [`ClaudeCode::mc_search`], which must succeed, as JSON.
+    pub fn mc_search_json(&self, args: &[&str]) -> Value {
+        let out = self.mc_search(args);
+        assert!(
+            out.status.success(),
+            "mc-search {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+fn write_json(path: &Path, value: &Value) {
+    std::fs::write(path, serde_json::to_string_pretty(value).unwrap())
+        .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+}
+
+/// `text` quoted for `sh`.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}

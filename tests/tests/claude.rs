@@ -1,0 +1,227 @@
+//! End to end against the real Claude Code (npm `@anthropic-ai/claude-code`,
+//! pinned in `tests/e2e/package.json`; `scripts/test` installs it) as the MCP
+//! client of `mc-search mcp`: Claude Code runs in print mode against a fake
+//! Anthropic provider of ours on 127.0.0.1, the provider scripts a `tool_use`
+//! of one of mc's tools, and the tests assert what Claude Code sends back in
+//! the next request and what mc's database holds. One binary for every
+//! real-Claude-Code test; a test is skipped (with a note) only where the
+//! binary is not installed, never under CI.
+
+use mc_core::history::store::memory_project;
+use mc_core::identity::project_identity;
+use mc_core::store::{Store, StoreOptions};
+use mc_tests::claude::{ClaudeCode, Options};
+use mc_tests::fake_provider::{Recorded, Reply, ToolResult};
+use serde_json::{Value, json};
+
+fn tool(name: &str, input: Value) -> Reply {
+    Reply::Tool {
+        name: name.into(),
+        input,
+    }
+}
+
+/// The newest tool result `request` carries, which must answer its newest
+/// `tool_use` (the call the provider scripted in the answer before).
+fn result_of(request: &Recorded) -> ToolResult {
+    let results = request.tool_results();
+    let last = results
+        .last()
+        .unwrap_or_else(|| panic!("no tool_result in the request: {}", request.body));
+    let uses = request.tool_uses();
+    let (id, _, _) = uses.last().expect("the tool_use is replayed");
+    assert_eq!(&last.tool_use_id, id, "the result answers the call");
+    last.clone()
+}
+
+#[test]
+fn a_memory_written_over_mcp_reaches_the_model_and_the_project_s_memory() {
+    let Some(cc) = ClaudeCode::start(
+        "a_memory_written_over_mcp_reaches_the_model_and_the_project_s_memory",
+        Options::default(),
+    ) else {
+        return;
+    };
+    cc.provider.push(
+        tool(
+            "mcp__mc__ctx_memory",
+            json!({"action": "write", "category": "CONSTRAINTS",
+                   "content": "Tests never touch the real home folder."}),
+        ),
+        None,
+    );
+    cc.provider.push(Reply::Text("Noted.".into()), None);
+    let result = cc.prompt("Remember that tests never touch the real home folder.");
+    assert_eq!(result["result"], "Noted.", "{result}");
+
+    let requests = cc.provider.agent_requests();
+    assert_eq!(requests.len(), 2, "one call, one answer");
+    // Claude Code offers all five tools under its MCP names, with our schemas.
+    let offered: Vec<&Value> = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| {
+            t["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("mcp__mc__"))
+        })
+        .collect();
+    let mut names: Vec<&str> = offered
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "mcp__mc__ctx_expand",
+            "mcp__mc__ctx_memory",
+            "mcp__mc__ctx_note",
+            "mcp__mc__ctx_reduce",
+            "mcp__mc__ctx_search"
+        ]
+    );
+    let memory = offered
+        .iter()
+        .find(|t| t["name"] == "mcp__mc__ctx_memory")
+        .unwrap();
+    assert_eq!(memory["input_schema"]["required"], json!(["action"]));
+    assert!(
+        memory["input_schema"]["properties"]["category"]["enum"]
+            .to_string()
+            .contains("CONSTRAINTS")
+    );
+
+    let answer = result_of(&requests[1]);
+    assert!(!answer.is_error, "{answer:?}");
+    assert_eq!(
+        answer.text,
+        "Saved memory #1 in CONSTRAINTS. It joins your context at the next rebuild."
+    );
+
+    // The memory belongs to the project of the session's folder, and only to it.
+    let store = Store::open(&cc.db, &StoreOptions::default()).unwrap();
+    assert_eq!(
+        memory_project(store.conn(), 1).unwrap(),
+        Some(project_identity(&cc.project))
+    );
+    assert!(project_identity(&cc.project).starts_with("git:"));
+    let listed = cc.mc_search_json(&["memory", "list"]);
+    assert_eq!(
+        listed["memories"][0]["content"], "Tests never touch the real home folder.",
+        "{listed}"
+    );
+    assert_eq!(listed["memories"][0]["source"], "agent");
+}
+
+#[test]
+fn the_server_serves_the_session_claude_code_names_in_its_environment() {
+    let Some(cc) = ClaudeCode::start(
+        "the_server_serves_the_session_claude_code_names_in_its_environment",
+        Options::default(),
+    ) else {
+        return;
+    };
+    cc.provider.push(
+        tool(
+            "mcp__mc__ctx_note",
+            json!({"action": "write", "content": "Run the lock test before finishing."}),
+        ),
+        None,
+    );
+    cc.provider.push(Reply::Text("Noted.".into()), None);
+    let result = cc.prompt("Keep a note.");
+    let session = result["session_id"].as_str().unwrap().to_string();
+    let requests = cc.provider.agent_requests();
+    let answer = result_of(&requests[1]);
+    assert_eq!(answer.text, "Noted as #1.", "{answer:?}");
+    // No hook ran: the session came from CLAUDE_CODE_SESSION_ID.
+    let notes = cc.mc_search_json(&[
+        "note",
+        "list",
+        "--harness",
+        "claude-code",
+        "--session",
+        &session,
+    ]);
+    assert_eq!(
+        notes["notes"][0]["content"], "Run the lock test before finishing.",
+        "{notes}"
+    );
+}
+
+#[test]
+fn a_session_start_hook_tells_the_server_its_session() {
+    // A Claude Code that does not name the session to its servers (the
+    // variable blanked): the SessionStart hook's record is what the server reads.
+    let Some(cc) = ClaudeCode::start(
+        "a_session_start_hook_tells_the_server_its_session",
+        Options {
+            session_start_hook: true,
+            server_env: vec![("CLAUDE_CODE_SESSION_ID".into(), String::new())],
+        },
+    ) else {
+        return;
+    };
+    cc.provider.push(
+        tool(
+            "mcp__mc__ctx_note",
+            json!({"action": "write", "content": "The flaky test is in store::lock."}),
+        ),
+        None,
+    );
+    cc.provider.push(Reply::Text("Noted.".into()), None);
+    let result = cc.prompt("Keep a note.");
+    let session = result["session_id"].as_str().unwrap().to_string();
+    let requests = cc.provider.agent_requests();
+    let answer = result_of(&requests[1]);
+    assert_eq!(answer.text, "Noted as #1.", "{answer:?}");
+    let notes = cc.mc_search_json(&[
+        "note",
+        "list",
+        "--harness",
+        "claude-code",
+        "--session",
+        &session,
+    ]);
+    assert_eq!(
+        notes["notes"][0]["content"], "The flaky test is in store::lock.",
+        "{notes}"
+    );
+}
+
+#[test]
+fn a_tool_error_reaches_the_model_and_the_server_answers_the_next_call() {
+    let Some(cc) = ClaudeCode::start(
+        "a_tool_error_reaches_the_model_and_the_server_answers_the_next_call",
+        Options::default(),
+    ) else {
+        return;
+    };
+    cc.provider.push(
+        tool("mcp__mc__ctx_memory", json!({"action": "show", "id": 999})),
+        None,
+    );
+    cc.provider.push(
+        tool(
+            "mcp__mc__ctx_memory",
+            json!({"action": "write", "category": "NAMING", "content": "Binaries are named mc-<verb>."}),
+        ),
+        None,
+    );
+    cc.provider.push(Reply::Text("Done.".into()), None);
+    let result = cc.prompt("Look up memory 999, then save a naming rule.");
+    assert_eq!(result["result"], "Done.", "{result}");
+    let requests = cc.provider.agent_requests();
+    assert_eq!(requests.len(), 3);
+    let failed = result_of(&requests[1]);
+    assert!(failed.is_error, "{failed:?}");
+    assert!(failed.text.contains("#999"), "{failed:?}");
+    let saved = result_of(&requests[2]);
+    assert!(!saved.is_error, "{saved:?}");
+    assert!(
+        saved.text.starts_with("Saved memory #1 in NAMING"),
+        "{saved:?}"
+    );
+}
