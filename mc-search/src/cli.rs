@@ -86,6 +86,26 @@ enum Command {
         /// Most hits [default: 10]
         #[arg(long)]
         limit: Option<u64>,
+        /// Only from this day on (YYYY-MM-DD) or epoch milliseconds
+        #[arg(long)]
+        since: Option<String>,
+        /// Only before this day (YYYY-MM-DD) or epoch milliseconds
+        #[arg(long)]
+        until: Option<String>,
+        /// Only sessions of --harness (with --session: only that session)
+        #[arg(long)]
+        only_harness: bool,
+    },
+    /// Index the raw messages kept since the last index (search does a bounded
+    /// step of this itself); --session for one session only. Progress on stderr
+    /// when it is a terminal.
+    Index {
+        /// Report the index's state instead: parts kept, indexed, waiting, healthy
+        #[arg(long, conflicts_with = "rebuild")]
+        check: bool,
+        /// Throw the index away and build it again from the kept content
+        #[arg(long)]
+        rebuild: bool,
     },
     /// Queue tags to drop (as ctx_reduce): --drop 3-5,12
     Reduce {
@@ -255,6 +275,13 @@ fn flag_map(pairs: &[(&str, Option<Value>)]) -> Map<String, Value> {
         .collect()
 }
 
+/// A time flag: epoch milliseconds as a number, anything else as text.
+fn time_value(text: &str) -> Value {
+    text.trim()
+        .parse::<i64>()
+        .map_or_else(|_| Value::String(text.to_string()), Value::from)
+}
+
 fn s(v: &Option<String>) -> Option<Value> {
     v.clone().map(Value::String)
 }
@@ -264,7 +291,7 @@ fn n<T: Into<Value> + Copy>(v: &Option<T>) -> Option<Value> {
 }
 
 /// The tool and its arguments a command stands for.
-fn as_tool(command: &Command) -> Option<(&'static str, Map<String, Value>)> {
+fn as_tool(command: &Command, at: &Where) -> Option<(&'static str, Map<String, Value>)> {
     Some(match command {
         Command::Memory(m) => {
             let (action, mut flags) = match m {
@@ -329,16 +356,27 @@ fn as_tool(command: &Command) -> Option<(&'static str, Map<String, Value>)> {
             text,
             sources,
             limit,
+            since,
+            until,
+            only_harness,
         } => (
             "ctx_search",
             flag_map(&[
                 ("query", s(text)),
                 ("sources", (!sources.is_empty()).then(|| json!(sources))),
                 ("limit", n(limit)),
+                ("since", since.as_deref().map(time_value)),
+                ("until", until.as_deref().map(time_value)),
+                (
+                    "harness",
+                    only_harness.then(|| json!(at.harness.as_deref().unwrap_or("opencode"))),
+                ),
+                ("session", at.session.clone().map(Value::String)),
             ]),
         ),
         Command::Reduce { drop } => ("ctx_reduce", flag_map(&[("drop", s(drop))])),
         Command::Profile(_)
+        | Command::Index { .. }
         | Command::Call
         | Command::Tools
         | Command::Mcp
@@ -354,6 +392,7 @@ fn run(args: &Args) -> Result<(), Failure> {
         Command::Mcp => return serve_mcp(args),
         Command::SessionStart => return session_start(args),
         Command::Profile(p) => return profile(args, p),
+        Command::Index { check, rebuild } => return index(args, *check, *rebuild),
         Command::Tools => {
             let list: Vec<Value> = tools::specs()
                 .into_iter()
@@ -363,7 +402,7 @@ fn run(args: &Args) -> Result<(), Failure> {
         }
         _ => {}
     }
-    let (tool, arguments, fields) = match as_tool(&args.command) {
+    let (tool, arguments, fields) = match as_tool(&args.command, &args.at) {
         Some((tool, flags)) => {
             let mut fields = fields(flags, &args.at)?;
             let action = fields.get("action").cloned();
@@ -590,4 +629,53 @@ fn session_start(args: &Args) -> Result<(), Failure> {
     let transcript = input.get("transcript_path").and_then(Value::as_str);
     search::record_session_start(&mut store, &scope, &canonical(&dir), transcript, now_ms())?;
     Ok(write_json(&json!({}), false)?)
+}
+
+fn index(args: &Args, check: bool, rebuild: bool) -> Result<(), Failure> {
+    let (config, _) = mc_cli::load_config(NAME, args.global.config.as_deref(), None);
+    let mut store = mc_cli::open_store(args.global.db.as_deref(), &config)?;
+    if check {
+        let state = search::index::check(store.conn())?;
+        return Ok(write_json(&json!(state), args.global.pretty)?);
+    }
+    let requeued = if rebuild {
+        Some(search::index::reset(&mut store)?)
+    } else {
+        None
+    };
+    let session = match &args.at.session {
+        None => None,
+        Some(id) => {
+            let harness = args.at.harness.as_deref().unwrap_or("opencode");
+            let row = mc_core::domain::sessions::find_session(store.conn(), harness, id)?
+                .ok_or_else(|| {
+                    Failure::input(anyhow!("mc has not seen {harness} session {id:?}"))
+                })?;
+            Some(row.id)
+        }
+    };
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:30} {pos}/{len} parts indexed ({per_sec})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let report = search::index::catch_up_session(&mut store, session, None, &mut |done, total| {
+        if let Some(bar) = &bar {
+            bar.set_length(total);
+            bar.set_position(done);
+        }
+    })?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let mut out = json!(report);
+    if let (Some(n), Some(map)) = (requeued, out.as_object_mut()) {
+        map.insert("requeued".into(), json!(n));
+    }
+    Ok(write_json(&out, args.global.pretty)?)
 }

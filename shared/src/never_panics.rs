@@ -1586,3 +1586,73 @@ fn mcp_server_and_tools_over_arbitrary_messages() {
         },
     );
 }
+
+/// Whatever a user types is a query FTS5 accepts (never a syntax error), and
+/// the index's text helpers never panic, over arbitrary text.
+#[test]
+fn search_queries_over_arbitrary_text_are_valid_fts5() {
+    use crate::search::{index, query};
+    let store = store();
+    let text = prop_oneof![
+        bytes_text(),
+        fuzz::text(),
+        prop::collection::vec(
+            prop::sample::select(vec![
+                "\"",
+                "-",
+                "*",
+                "(",
+                ")",
+                "NOT",
+                "AND",
+                "OR",
+                "NEAR",
+                ":",
+                "^",
+                "+",
+                "{",
+                "}",
+                "col:",
+                "\u{0}",
+                "é",
+                "RetryPolicy",
+                "a_b",
+                " ",
+                "-\"x y\"",
+            ]),
+            0..12,
+        )
+        .prop_map(|pieces| pieces.concat()),
+    ];
+    property(
+        "search_queries_over_arbitrary_text_are_valid_fts5",
+        512,
+        text,
+        |text| {
+            let _ = index::identifier_pieces(&text);
+            let _ = index::index_text("tool", Some(&text), Some(&text), &text);
+            let _ = query::snippet(&text, &text, 50);
+            if let Some(expression) = query::fts_expression(&text) {
+                for table in [
+                    "memories_fts",
+                    "messages_fts",
+                    "notes_fts",
+                    "compartments_fts",
+                ] {
+                    let result: rusqlite::Result<i64> = store.conn().query_row(
+                        &format!("SELECT count(*) FROM {table} WHERE {table} MATCH ?1"),
+                        [&expression],
+                        |r| r.get(0),
+                    );
+                    prop_assert!(result.is_ok(), "{expression:?} on {table}: {result:?}");
+                }
+            }
+            let hits = query::query(store.conn(), "git:p", &text, &[], 10);
+            prop_assert!(
+                hits.is_ok() || query::fts_expression(&text).is_none(),
+                "{text:?}: {hits:?}"
+            );
+            Ok(())
+        },
+    );
+}

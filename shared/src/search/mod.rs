@@ -7,6 +7,7 @@
 //! compartment of another project is never visible, whatever id is asked for.
 
 pub mod expand;
+pub mod index;
 pub mod memory;
 pub mod notes;
 pub mod query;

@@ -1,23 +1,26 @@
-//! `query` / `ctx_search`, first form: full-text search (FTS5, BM25) over the
-//! project's memories, notes and compartments, one ranked list. The user's
-//! words are quoted before they reach FTS5, so no input is a syntax error.
-//! ("mc-search II" adds raw messages, commits and embeddings.)
+//! `query` / `ctx_search`: full-text search (FTS5, BM25) over the project's
+//! memories, notes, compartments and raw messages of every session, one
+//! ranked list. The user's words are quoted before they reach FTS5, so no
+//! input is a syntax error; `"an exact phrase"` and `-word` (leave out) are
+//! understood. When the query names the session asking, what that session
+//! already sees is left out: memories rendered in its head, and raw messages
+//! after its last compartment that are still on the wire.
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
 
 use super::preview;
 
-pub const SOURCES: [&str; 3] = ["memory", "note", "compartment"];
+pub const SOURCES: [&str; 4] = ["memory", "note", "compartment", "message"];
 
 /// How much one source's hits weigh against another's (memories first: they
 /// are the project's curated facts).
 fn boost(source: &str) -> f64 {
     match source {
         "memory" => 1.3,
-        "compartment" => 1.15,
+        "compartment" | "message" => 1.15,
         _ => 1.0,
     }
 }
@@ -32,19 +35,140 @@ pub struct Hit {
     pub session_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub category: Option<String>,
+    /// A message hit: its ordinal and tag (what `ctx_expand` opens).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ordinal: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tag: Option<i64>,
     pub score: f64,
     pub snippet: String,
 }
 
-/// The words of `text` as an FTS5 expression any of which may match.
+/// `text` as an FTS5 expression: words and `"phrases"` any of which may
+/// match, less every `-word` or `-"phrase"`. `None` when nothing is left to
+/// look for.
 pub fn fts_expression(text: &str) -> Option<String> {
-    let terms: Vec<String> = text
-        .split_whitespace()
-        .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
-        .collect();
-    (!terms.is_empty()).then(|| terms.join(" OR "))
+    let mut wanted = Vec::new();
+    let mut unwanted = Vec::new();
+    let mut rest = text.trim();
+    while !rest.is_empty() {
+        let (negated, after) = match rest.strip_prefix('-') {
+            Some(after) if !after.starts_with(char::is_whitespace) && !after.is_empty() => {
+                (true, after)
+            }
+            _ => (false, rest),
+        };
+        let (term, next) = match after.strip_prefix('"').and_then(|a| a.split_once('"')) {
+            Some((phrase, next)) => (phrase, next),
+            None => match after.split_once(char::is_whitespace) {
+                Some((word, next)) => (word, next),
+                None => (after, ""),
+            },
+        };
+        // FTS5 strings end at a NUL; control characters are no words anyway.
+        let term = term
+            .replace('"', "")
+            .replace(|c: char| c.is_control(), " ")
+            .trim()
+            .to_string();
+        if term.split_whitespace().next().is_some() && term.chars().any(char::is_alphanumeric) {
+            let quoted = format!("\"{term}\"");
+            if negated {
+                unwanted.push(quoted);
+            } else {
+                wanted.push(quoted);
+            }
+        }
+        rest = next.trim_start();
+    }
+    if wanted.is_empty() {
+        return None;
+    }
+    let mut expression = if wanted.len() == 1 {
+        wanted.join("")
+    } else {
+        format!("({})", wanted.join(" OR "))
+    };
+    for term in unwanted {
+        expression.push_str(" NOT ");
+        expression.push_str(&term);
+    }
+    Some(expression)
 }
 
+/// A search and its filters.
+#[derive(Debug, Clone, Default)]
+pub struct Request<'a> {
+    pub project: &'a str,
+    pub text: &'a str,
+    /// Only these sources (empty: all).
+    pub sources: &'a [String],
+    pub limit: usize,
+    /// Only hits of this session (harness, session id).
+    pub session: Option<(&'a str, &'a str)>,
+    /// Only hits of sessions of this harness.
+    pub harness: Option<&'a str>,
+    /// Only what was written (or happened) in `[since, until)` (ms).
+    pub since_ms: Option<i64>,
+    pub until_ms: Option<i64>,
+    /// The session asking: what it already sees is left out.
+    pub asking: Option<(&'a str, &'a str)>,
+}
+
+/// What the asking session already sees.
+#[derive(Debug, Default)]
+struct Visible {
+    session: Option<i64>,
+    memory_ids: Vec<i64>,
+    /// Raw messages after this ordinal are on the wire (None: no compartment yet).
+    boundary: Option<i64>,
+}
+
+fn visible(conn: &Connection, asking: Option<(&str, &str)>) -> Result<Visible> {
+    let Some((harness, id)) = asking else {
+        return Ok(Visible::default());
+    };
+    let Some(row) = crate::domain::sessions::find_session(conn, harness, id)? else {
+        return Ok(Visible::default());
+    };
+    let memory_ids: Vec<i64> = conn
+        .prepare_cached("SELECT memory_ids FROM heads WHERE session = ?1")?
+        .query_row(params![row.id], |r| r.get::<_, String>(0))
+        .optional()?
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default();
+    let boundary: Option<i64> = conn
+        .prepare_cached("SELECT max(end_ordinal) FROM compartments WHERE session = ?1")?
+        .query_row(params![row.id], |r| r.get(0))?;
+    Ok(Visible {
+        session: Some(row.id),
+        memory_ids,
+        boundary,
+    })
+}
+
+/// About `max` characters of `content` around the first word of the query it
+/// contains (its start when none is found).
+pub fn snippet(content: &str, text: &str, max: usize) -> String {
+    let lower = content.to_lowercase();
+    let at = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.len() > 1)
+        .filter_map(|w| lower.find(&w.to_lowercase()))
+        .min()
+        .filter(|_| lower.len() == content.len())
+        .unwrap_or(0);
+    let start = crate::domain::content::floor_boundary(content, at.saturating_sub(max / 3));
+    let tail = content.get(start..).unwrap_or(content);
+    let shown = preview(tail, max);
+    if start > 0 {
+        format!("…{shown}")
+    } else {
+        shown
+    }
+}
+
+/// The project's hits for `text` (see [`search`] for filters).
 pub fn query(
     conn: &Connection,
     project: &str,
@@ -52,9 +176,25 @@ pub fn query(
     sources: &[String],
     limit: usize,
 ) -> Result<Vec<Hit>> {
-    let expression =
-        fts_expression(text).ok_or_else(|| Error::input("a query needs at least one word"))?;
-    for s in sources {
+    search(
+        conn,
+        &Request {
+            project,
+            text,
+            sources,
+            limit,
+            ..Request::default()
+        },
+    )
+}
+
+/// One ranked list over the sources the request names. Message hits come
+/// from what is indexed; run [`super::index::catch_up`] first to include the
+/// newest.
+pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
+    let expression = fts_expression(request.text)
+        .ok_or_else(|| Error::input("a query needs at least one word to look for"))?;
+    for s in request.sources {
         if !SOURCES.contains(&s.as_str()) {
             return Err(Error::input(format!(
                 "unknown source {s:?} (one of {})",
@@ -62,34 +202,53 @@ pub fn query(
             )));
         }
     }
-    let wants = |s: &str| sources.is_empty() || sources.iter().any(|x| x == s);
-    let limit = limit.clamp(1, 100);
-    let per_source = (limit * 3).max(10);
+    let wants = |s: &str| request.sources.is_empty() || request.sources.iter().any(|x| x == s);
+    let limit = request.limit.clamp(1, 100);
+    let per_source = (limit * 3).max(10) as i64;
+    let seen = visible(conn, request.asking)?;
+    let (harness, session_id) = match request.session {
+        Some((h, s)) => (Some(h), Some(s)),
+        None => (request.harness, None),
+    };
+    let since = request.since_ms.unwrap_or(i64::MIN);
+    let until = request.until_ms.unwrap_or(i64::MAX);
     let mut hits = Vec::new();
-    if wants("memory") {
+    // Memories belong to the project, not to a session: a session filter leaves them out.
+    if wants("memory") && session_id.is_none() && harness.is_none() {
         let mut stmt = conn.prepare_cached(
             "SELECT m.id, m.category, m.content FROM memories_fts f JOIN memories m ON m.id = f.rowid
              WHERE memories_fts MATCH ?1 AND m.project = ?2 AND m.status IN ('active', 'permanent')
-             ORDER BY bm25(memories_fts), m.id LIMIT ?3",
+               AND m.created_ms >= ?3 AND m.created_ms < ?4
+             ORDER BY bm25(memories_fts), m.id LIMIT ?5",
         )?;
-        let rows = stmt.query_map(params![expression, project, per_source as i64], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-            ))
-        })?;
-        for (rank, row) in rows.enumerate() {
+        let rows = stmt.query_map(
+            params![expression, request.project, since, until, per_source],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            },
+        )?;
+        let mut rank = 0;
+        for row in rows {
             let (id, category, content) = row?;
+            if seen.memory_ids.contains(&id) {
+                continue;
+            }
             hits.push(Hit {
                 source: "memory",
                 reference: format!("#{id}"),
                 id,
                 session_id: None,
                 category: Some(category),
+                ordinal: None,
+                tag: None,
                 score: score("memory", rank),
                 snippet: preview(&content, 220),
             });
+            rank += 1;
         }
     }
     if wants("note") {
@@ -97,15 +256,28 @@ pub fn query(
             "SELECT n.id, s.session_id, n.content FROM notes_fts f
                JOIN notes n ON n.id = f.rowid JOIN sessions s ON s.id = n.session
              WHERE notes_fts MATCH ?1 AND n.project = ?2
-             ORDER BY bm25(notes_fts), n.id LIMIT ?3",
+               AND (?3 IS NULL OR s.harness = ?3) AND (?4 IS NULL OR s.session_id = ?4)
+               AND n.created_ms >= ?5 AND n.created_ms < ?6
+             ORDER BY bm25(notes_fts), n.id LIMIT ?7",
         )?;
-        let rows = stmt.query_map(params![expression, project, per_source as i64], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-            ))
-        })?;
+        let rows = stmt.query_map(
+            params![
+                expression,
+                request.project,
+                harness,
+                session_id,
+                since,
+                until,
+                per_source
+            ],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            },
+        )?;
         for (rank, row) in rows.enumerate() {
             let (id, session_id, content) = row?;
             hits.push(Hit {
@@ -114,30 +286,46 @@ pub fn query(
                 id,
                 session_id: Some(session_id),
                 category: None,
+                ordinal: None,
+                tag: None,
                 score: score("note", rank),
-                snippet: preview(&content, 220),
+                snippet: snippet(&content, request.text, 220),
             });
         }
     }
     if wants("compartment") {
+        // Title counts double: it names the whole piece of work.
         let mut stmt = conn.prepare_cached(
             "SELECT f.sequence, s.session_id, f.title, c.p2, c.start_ordinal, c.end_ordinal
              FROM compartments_fts f
                JOIN sessions s ON s.id = f.session
                JOIN compartments c ON c.session = f.session AND c.sequence = f.sequence
              WHERE compartments_fts MATCH ?1 AND s.project_identity = ?2
-             ORDER BY bm25(compartments_fts), f.session, f.sequence LIMIT ?3",
+               AND (?3 IS NULL OR s.harness = ?3) AND (?4 IS NULL OR s.session_id = ?4)
+               AND coalesce(c.end_ms, c.created_ms) >= ?5 AND coalesce(c.start_ms, c.created_ms) < ?6
+             ORDER BY bm25(compartments_fts, 2.0, 1.0), f.session, f.sequence LIMIT ?7",
         )?;
-        let rows = stmt.query_map(params![expression, project, per_source as i64], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, i64>(4)?,
-                r.get::<_, i64>(5)?,
-            ))
-        })?;
+        let rows = stmt.query_map(
+            params![
+                expression,
+                request.project,
+                harness,
+                session_id,
+                since,
+                until,
+                per_source
+            ],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, i64>(5)?,
+                ))
+            },
+        )?;
         for (rank, row) in rows.enumerate() {
             let (sequence, session_id, title, body, start, end) = row?;
             hits.push(Hit {
@@ -146,9 +334,83 @@ pub fn query(
                 id: sequence,
                 session_id: Some(session_id),
                 category: None,
+                ordinal: None,
+                tag: None,
                 score: score("compartment", rank),
                 snippet: preview(&format!("{title}: {body}"), 220),
             });
+        }
+    }
+    if wants("message") {
+        // Newer first among equal scores: the latest word on a topic is
+        // usually the one that holds.
+        let mut stmt = conn.prepare_cached(
+            "SELECT r.id, r.session, s.session_id, r.ordinal, t.number, t.status, r.content, r.kind,
+                    r.tool_name
+             FROM messages_fts f
+               JOIN raw_parts r ON r.id = f.rowid
+               JOIN sessions s ON s.id = r.session
+               LEFT JOIN tags t ON t.session = r.session AND t.identity = r.identity
+               LEFT JOIN messages m ON m.session = r.session AND m.ordinal = r.ordinal
+             WHERE messages_fts MATCH ?1 AND s.project_identity = ?2
+               AND (?3 IS NULL OR s.harness = ?3) AND (?4 IS NULL OR s.session_id = ?4)
+               AND coalesce(m.created_ms, 0) >= ?5 AND coalesce(m.created_ms, 0) < ?6
+             ORDER BY bm25(messages_fts), r.session DESC, r.ordinal DESC LIMIT ?7",
+        )?;
+        let rows = stmt.query_map(
+            params![
+                expression,
+                request.project,
+                harness,
+                session_id,
+                since,
+                until,
+                per_source * 3
+            ],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, Option<i64>>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, String>(6)?,
+                    r.get::<_, String>(7)?,
+                    r.get::<_, Option<String>>(8)?,
+                ))
+            },
+        )?;
+        let mut rank = 0;
+        for row in rows {
+            let (id, session, session_id, ordinal, tag, status, content, kind, tool) = row?;
+            // Still on the wire for the asking session: it sees this already.
+            let on_wire = seen.session == Some(session)
+                && seen.boundary.is_some_and(|b| ordinal > b)
+                && status.as_deref() != Some("dropped");
+            if on_wire {
+                continue;
+            }
+            let what = match (kind.as_str(), tool) {
+                ("tool", Some(name)) => format!("tool {name}, "),
+                _ => String::new(),
+            };
+            let tag_text = tag.map(|t| format!(" §{t}§")).unwrap_or_default();
+            hits.push(Hit {
+                source: "message",
+                reference: format!("{what}message {ordinal}{tag_text}"),
+                id,
+                session_id: Some(session_id),
+                category: None,
+                ordinal: Some(ordinal),
+                tag,
+                score: score("message", rank),
+                snippet: snippet(&content, request.text, 220),
+            });
+            rank += 1;
+            if rank as i64 >= per_source {
+                break;
+            }
         }
     }
     // Highest score first; ties keep source order, then the lower id.
@@ -182,9 +444,16 @@ mod tests {
     #[test]
     fn any_text_becomes_a_valid_expression() {
         assert_eq!(fts_expression("  "), None);
+        assert_eq!(fts_expression("- -- \"\" * ( )"), None);
+        assert_eq!(fts_expression("retry"), Some("\"retry\"".into()));
         assert_eq!(
-            fts_expression("retry \"policy AND"),
-            Some("\"retry\" OR \"\"\"policy\" OR \"AND\"".into())
+            fts_expression("retry \"lease policy\" -flaky AND*"),
+            Some("(\"retry\" OR \"lease policy\" OR \"AND*\") NOT \"flaky\"".into())
+        );
+        assert_eq!(fts_expression("-only"), None, "nothing left to look for");
+        assert_eq!(
+            fts_expression("unclosed \"phrase here"),
+            Some("(\"unclosed\" OR \"phrase\" OR \"here\")".into())
         );
     }
 }

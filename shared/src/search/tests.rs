@@ -274,7 +274,7 @@ fn expand_gives_back_a_dropped_output_byte_for_byte() {
     assert!(!e.truncated);
     assert!(
         e.text
-            .starts_with("§2§ (tool read, message 2, dropped from the prompt):"),
+            .starts_with("Original of §2§ (tool read, message 2, dropped from the prompt):"),
         "{}",
         e.text
     );
@@ -564,4 +564,156 @@ fn notes_belong_to_their_session() {
         notes::dismiss(&mut f.store, &scope, n.id, T0).is_err(),
         "twice is an error"
     );
+}
+
+fn indexed(f: &mut Fixture) -> super::index::IndexReport {
+    super::index::catch_up(&mut f.store, None, &mut |_, _| {}).unwrap()
+}
+
+#[test]
+fn raw_messages_are_indexed_off_the_pass_once_and_found_by_words_and_identifiers() {
+    let mut f = Fixture::new(3);
+    f.messages.push(crate::transform::tests::answer(
+        "msg_100_z",
+        "The RetryPolicy lives in src/lease_manager.rs; error E0308 came from parse_json.",
+        T0 + 900_000,
+    ));
+    f.warm_or_first();
+    let p = f.project();
+    // The pass only queued the parts; nothing is searchable until a catch-up.
+    let waiting = super::index::pending(f.store.conn()).unwrap();
+    assert!(waiting > 0);
+    let none = query::query(f.store.conn(), &p, "RetryPolicy", &["message".into()], 10).unwrap();
+    assert!(none.is_empty());
+    let first = indexed(&mut f);
+    assert_eq!((first.indexed as i64, first.pending), (waiting, 0));
+    assert_eq!(indexed(&mut f).indexed, 0, "running it again does no work");
+    let find = |f: &Fixture, text: &str| {
+        query::query(f.store.conn(), &p, text, &["message".into()], 10)
+            .unwrap()
+            .into_iter()
+            .map(|h| (h.ordinal.unwrap(), h.snippet))
+            .collect::<Vec<_>>()
+    };
+    // Whole identifiers, their camel-case pieces, snake_case pieces, paths, error codes.
+    for text in [
+        "RetryPolicy",
+        "retry policy",
+        "lease manager",
+        "lease_manager.rs",
+        "E0308",
+        "parse_json",
+    ] {
+        let hits = find(&f, text);
+        assert_eq!(hits.first().map(|h| h.0), Some(13), "{text:?}: {hits:?}");
+        assert!(hits[0].1.contains("RetryPolicy"), "{text:?}: {hits:?}");
+    }
+    // A tool output and its input are found too; a phrase must match whole.
+    assert!(!find(&f, "\"fn example\"").is_empty());
+    assert!(find(&f, "\"example fn\"").is_empty());
+    // `-word` leaves out.
+    assert!(find(&f, "RetryPolicy -lease").is_empty());
+}
+
+#[test]
+fn search_leaves_out_what_the_asking_session_sees_and_finds_what_left_the_wire() {
+    let mut f = Fixture::new(8);
+    f.warm_or_first();
+    let p = f.project();
+    // Drop the first tool output, fold the first turn into a compartment.
+    let request = ReduceRequest {
+        harness: "opencode".into(),
+        session_id: SESSION.into(),
+        drop: vec![2],
+    };
+    reduce(&mut f.store, &request, &f.config, T0).unwrap();
+    f.hot();
+    let session = crate::domain::sessions::find_session(f.store.conn(), "opencode", SESSION)
+        .unwrap()
+        .unwrap()
+        .id;
+    let c = crate::history::store::NewCompartment {
+        start_ordinal: 1,
+        end_ordinal: 4,
+        start_message_id: "msg_000_u".into(),
+        end_message_id: "msg_000_z".into(),
+        start_ms: None,
+        end_ms: None,
+        title: "Step zero".into(),
+        tiers: ["a".into(), "b".into(), "c".into(), "d".into()],
+        importance: 50,
+        episode: None,
+    };
+    f.store
+        .write(|tx| crate::history::store::publish_compartments(tx, session, &[c], T0))
+        .unwrap();
+    indexed(&mut f);
+    let asking = query::Request {
+        project: &p,
+        text: "example",
+        sources: &["message".to_string()],
+        limit: 100,
+        asking: Some(("opencode", SESSION)),
+        ..query::Request::default()
+    };
+    let ordinals: Vec<i64> = query::search(f.store.conn(), &asking)
+        .unwrap()
+        .iter()
+        .map(|h| h.ordinal.unwrap())
+        .collect();
+    // Folded (ordinals 1-4) and dropped outputs are found; raw messages still
+    // on the wire (after the compartment, not dropped) are not.
+    assert!(
+        ordinals.contains(&2) && ordinals.contains(&3),
+        "{ordinals:?}"
+    );
+    assert!(ordinals.iter().all(|o| *o <= 4), "{ordinals:?}");
+    // Anyone else (the user on the command line) sees every hit.
+    let everyone = query::Request {
+        asking: None,
+        ..asking.clone()
+    };
+    assert!(query::search(f.store.conn(), &everyone).unwrap().len() > ordinals.len());
+    // A session filter and a harness filter.
+    let other = query::Request {
+        session: Some(("opencode", "ses_other")),
+        ..everyone.clone()
+    };
+    assert!(query::search(f.store.conn(), &other).unwrap().is_empty());
+    let pi = query::Request {
+        harness: Some("pi"),
+        ..everyone.clone()
+    };
+    assert!(query::search(f.store.conn(), &pi).unwrap().is_empty());
+}
+
+#[test]
+fn deleting_a_session_removes_its_index_rows() {
+    let mut f = Fixture::new(2);
+    f.warm_or_first();
+    indexed(&mut f);
+    let p = f.project();
+    assert!(
+        !query::query(f.store.conn(), &p, "example", &[], 10)
+            .unwrap()
+            .is_empty()
+    );
+    f.store
+        .write(|tx| {
+            tx.execute("DELETE FROM sessions WHERE session_id = ?1", [SESSION])?;
+            Ok(())
+        })
+        .unwrap();
+    let rows: i64 = f
+        .store
+        .conn()
+        .query_row(
+            "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'example'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(rows, 0);
+    let check = super::index::check(f.store.conn()).unwrap();
+    assert_eq!((check.parts, check.pending, check.healthy), (0, 0, true));
 }

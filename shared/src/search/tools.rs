@@ -14,7 +14,48 @@ use crate::transform::reduce::{self, ReduceRequest};
 use crate::domain::sessions;
 use crate::mcp::{self, Answer, ToolSpec};
 
-use super::{Scope, expand, memory, notes, query};
+use super::{Scope, expand, index, memory, notes, query};
+
+/// How many waiting parts one search indexes before it answers.
+const CATCH_UP_PER_QUERY: u64 = 2_000;
+
+/// A time as epoch milliseconds, or a `YYYY-MM-DD` day (UTC midnight).
+fn time_arg(args: &Value, key: &str) -> Result<Option<i64>> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n.as_i64().map(Some).ok_or_else(|| {
+            Error::input(format!(
+                "\"{key}\" must be epoch milliseconds or YYYY-MM-DD"
+            ))
+        }),
+        Some(Value::String(s)) => day_ms(s.trim()).map(Some).ok_or_else(|| {
+            Error::input(format!(
+                "\"{key}\" must be epoch milliseconds or YYYY-MM-DD, not {s:?}"
+            ))
+        }),
+        Some(_) => Err(Error::input(format!(
+            "\"{key}\" must be epoch milliseconds or YYYY-MM-DD"
+        ))),
+    }
+}
+
+/// Midnight UTC of a `YYYY-MM-DD` day, in epoch milliseconds.
+fn day_ms(text: &str) -> Option<i64> {
+    let mut parts = text.splitn(3, '-');
+    let y: i64 = parts.next()?.parse().ok()?;
+    let m: i64 = parts.next()?.parse().ok()?;
+    let d: i64 = parts.next()?.parse().ok()?;
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || !(1970..=9999).contains(&y) {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Some((era * 146_097 + doe - 719_468) * 86_400_000)
+}
 
 pub const TOOL_NAMES: [&str; 5] = [
     "ctx_search",
@@ -28,11 +69,13 @@ pub fn specs() -> Vec<ToolSpec> {
     vec![
         ToolSpec {
             name: "ctx_search",
-            description: "Search this project's long-term memory, your session notes and the \
-                summaries of earlier conversation (also from other sessions of this project). \
-                Use it before asking the user something the project may already have decided, \
-                or to find where a topic was discussed. Returns ranked hits with a reference; \
-                open a compartment hit with ctx_expand.",
+            description: "Search this project's long-term memory, your session notes, the \
+                summaries of earlier conversation and the raw messages and tool outputs of every \
+                session of this project (what you can still see is left out). Use it before \
+                asking the user something the project may already have decided, or to find \
+                where a topic, an error or a file was discussed. Words match any; \"an exact \
+                phrase\" in quotes; -word leaves out. Returns ranked hits with a reference; open \
+                a message or compartment hit with ctx_expand.",
             input_schema: json!({
                 "type": "object",
                 "properties": {
@@ -40,7 +83,11 @@ pub fn specs() -> Vec<ToolSpec> {
                     "sources": {"type": "array", "items": {"type": "string", "enum": query::SOURCES},
                                 "description": "Limit to these sources (default: all)."},
                     "limit": {"type": "integer", "minimum": 1, "maximum": 100,
-                              "description": "Most hits to return (default 10)."}
+                              "description": "Most hits to return (default 10)."},
+                    "session": {"type": "string",
+                                "description": "Only this session: \"current\" or a session id."},
+                    "since": {"type": "string", "description": "Only from this day on (YYYY-MM-DD)."},
+                    "until": {"type": "string", "description": "Only before this day (YYYY-MM-DD)."}
                 },
                 "required": ["query"]
             }),
@@ -262,11 +309,45 @@ fn search(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> 
         Some(_) => return Err(Error::input("\"sources\" must be a list of source names")),
     };
     let limit = limit_arg(args, 10)?;
-    let hits = query::query(store.conn(), &ctx.scope.project, text, &sources, limit)?;
-    let data = json!({"query": text, "hits": hits});
+    let since_ms = time_arg(args, "since")?;
+    let until_ms = time_arg(args, "until")?;
+    let harness = str_arg(args, "harness")?;
+    let this_session = match str_arg(args, "session")? {
+        None => None,
+        Some("current" | "this") => Some(ctx.scope.session_id("a search of this session")?),
+        Some(id) => Some(id),
+    };
+    // New raw content is indexed here, off the pass's path, in a bounded step.
+    let caught = index::catch_up(store, Some(CATCH_UP_PER_QUERY), &mut |_, _| {})?;
+    let hits = query::search(
+        store.conn(),
+        &query::Request {
+            project: &ctx.scope.project,
+            text,
+            sources: &sources,
+            limit,
+            session: this_session.map(|id| (harness.unwrap_or(&ctx.scope.harness), id)),
+            harness,
+            since_ms,
+            until_ms,
+            asking: ctx
+                .scope
+                .session_id
+                .as_deref()
+                .map(|id| (ctx.scope.harness.as_str(), id)),
+        },
+    )?;
+    let mut warnings = Vec::new();
+    if caught.pending > 0 {
+        warnings.push(format!(
+            "{} message parts are not indexed yet (run `mc-search index`); their hits are missing",
+            caught.pending
+        ));
+    }
+    let data = json!({"query": text, "hits": hits, "warnings": warnings});
     if hits.is_empty() {
         return ok(
-            format!("No results for {text:?} in memories, notes or compartments."),
+            format!("No results for {text:?} in memories, notes, compartments or messages."),
             data,
         );
     }
@@ -290,6 +371,17 @@ fn search(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> 
         lines.push(head);
         lines.push(format!("    {}", hit.snippet));
     }
+    if let Some(hit) = hits.iter().find(|h| h.source == "message") {
+        let target = match (hit.tag, hit.ordinal) {
+            (Some(tag), _) => format!("\"§{tag}§\""),
+            (None, Some(o)) => format!("\"{}-{}\"", (o - 2).max(1), o + 2),
+            _ => "a message range".into(),
+        };
+        lines.push(format!(
+            "Open a message hit of this session with ctx_expand (e.g. target {target})."
+        ));
+    }
+    lines.extend(warnings.iter().map(|w| format!("Note: {w}")));
     ok(lines.join("\n"), data)
 }
 
