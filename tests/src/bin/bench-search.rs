@@ -17,7 +17,7 @@ use mc_core::domain::tags::{self, NewTag};
 use mc_core::domain::{content, messages, sessions};
 use mc_core::history::store::{self as history_store, NewCompartment};
 use mc_core::identity::project_identity;
-use mc_core::search::memory;
+use mc_core::search::{index, memory, query};
 use mc_core::store::{Store, StoreOptions};
 use mc_tests::bin_path;
 use mc_tests::generate::{self, SessionSpec};
@@ -146,8 +146,7 @@ fn run(args: &Args, work: &Path) -> Result<()> {
     );
 
     let (kept, tags, compartments) = fill_session(&mut store, &identity, args.messages)?;
-    drop(store);
-    let size = std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0);
+    let size = db_size(&store, &db)?;
     println!(
         "session: {} messages, {:.1} MB of raw content, {tags} tags, {compartments} compartments; \
          database {:.1} MB",
@@ -155,6 +154,31 @@ fn run(args: &Args, work: &Path) -> Result<()> {
         kept as f64 / 1e6,
         size as f64 / 1e6
     );
+
+    // Index throughput: everything the passes queued, as `mc-search index` does it.
+    let parts = index::pending(store.conn()).map_err(err("counting the queue"))?;
+    let started = Instant::now();
+    index::catch_up(&mut store, None, &mut |_, _| {}).map_err(err("indexing"))?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let indexed_size = db_size(&store, &db)?;
+    println!(
+        "index: {parts} parts of {} messages in {elapsed:.2} s = {:.0} messages/s; database {:.1} MB \
+         ({:+.1} MB, {:.2} MB per 10k messages)",
+        args.messages,
+        args.messages as f64 / elapsed,
+        indexed_size as f64 / 1e6,
+        (indexed_size as f64 - size as f64) / 1e6,
+        (indexed_size as f64 - size as f64) / 1e6 / (args.messages as f64 / 10_000.0),
+    );
+    let words = [
+        "cache",
+        "lock timeout",
+        "database",
+        "test fixtures",
+        "retry",
+    ];
+    floor_and_process(args, &store, &db, &project, &words)?;
+    drop(store);
 
     let mut command = Command::new(bin_path("mc-search"));
     command
@@ -168,13 +192,6 @@ fn run(args: &Args, work: &Path) -> Result<()> {
     let mut mcp = McpClient::spawn(&mut command);
     mcp.initialize("2025-06-18");
 
-    let words = [
-        "cache",
-        "lock timeout",
-        "database",
-        "test fixtures",
-        "retry",
-    ];
     let messages = args.messages as i64;
     type Case<'a> = (&'a str, &'a str, Box<dyn Fn(usize) -> Value + 'a>);
     let cases: Vec<Case<'_>> = vec![
@@ -379,4 +396,108 @@ fn fill_session(store: &mut Store, identity: &str, count: usize) -> Result<(u64,
             Ok((kept as u64, number as usize, new.len()))
         })
         .map_err(err("filling the session"))
+}
+
+/// The database's size on disk with its WAL folded in.
+fn db_size(store: &Store, db: &Path) -> Result<u64> {
+    store
+        .conn()
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .map_err(err("checkpointing"))?;
+    Ok(std::fs::metadata(db).map(|m| m.len()).unwrap_or(0))
+}
+
+/// The bare FTS5 floor (`MATCH … ORDER BY rank LIMIT 10` on the message
+/// index, in process) against mc's whole query: in process, and as a whole
+/// `mc-search query` process.
+fn floor_and_process(
+    args: &Args,
+    store: &Store,
+    db: &Path,
+    project: &Path,
+    words: &[&str],
+) -> Result<()> {
+    let identity = project_identity(project);
+    let time = |f: &mut dyn FnMut(usize) -> Result<()>, runs: usize| -> Result<Vec<Duration>> {
+        let mut times = Vec::with_capacity(runs);
+        for i in 0..runs + args.warmup {
+            let started = Instant::now();
+            f(i)?;
+            if i >= args.warmup {
+                times.push(started.elapsed());
+            }
+        }
+        times.sort_unstable();
+        Ok(times)
+    };
+    let floor = time(
+        &mut |i| {
+            let expression = query::fts_expression(words[i % words.len()]).unwrap_or_default();
+            let mut stmt = store
+                .conn()
+                .prepare_cached("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?1 ORDER BY rank LIMIT 10")
+                .map_err(err("preparing the floor"))?;
+            let rows: Vec<i64> = stmt
+                .query_map([expression], |r| r.get(0))
+                .map_err(err("the floor query"))?
+                .collect::<std::result::Result<_, _>>()
+                .map_err(err("the floor rows"))?;
+            std::hint::black_box(rows);
+            Ok(())
+        },
+        args.calls,
+    )?;
+    let in_process = time(
+        &mut |i| {
+            let hits = query::query(store.conn(), &identity, words[i % words.len()], &[], 10)
+                .map_err(err("mc's query"))?;
+            std::hint::black_box(hits);
+            Ok(())
+        },
+        args.calls,
+    )?;
+    let runs = (args.calls / 5).max(10);
+    let process = time(
+        &mut |i| {
+            let out = Command::new(bin_path("mc-search"))
+                .arg("--db")
+                .arg(db)
+                .args(["query", words[i % words.len()]])
+                .current_dir(project)
+                .env("XDG_CONFIG_HOME", db.with_extension("config"))
+                .env_remove("MC_CONFIG")
+                .env_remove("MC_DB")
+                .output()
+                .map_err(err("running mc-search query"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "mc-search query: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            Ok(())
+        },
+        runs,
+    )?;
+    println!(
+        "\nquery latency ({} runs; whole processes: {runs}):",
+        args.calls
+    );
+    println!("{:<44} {:>10} {:>10}", "", "median ms", "p99 ms");
+    for (label, times) in [
+        ("bare FTS5 MATCH … ORDER BY rank LIMIT 10", &floor),
+        ("mc's query, in process (all sources)", &in_process),
+        ("`mc-search query`, whole process", &process),
+    ] {
+        println!(
+            "{label:<44} {:>10.3} {:>10.3}",
+            ms(percentile(times, 50)),
+            ms(percentile(times, 99))
+        );
+    }
+    println!(
+        "whole process / floor: {:.1}× (median)",
+        ms(percentile(&process, 50)) / ms(percentile(&floor, 50)).max(1e-6)
+    );
+    Ok(())
 }
