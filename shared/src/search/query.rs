@@ -215,22 +215,39 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
     let mut hits = Vec::new();
     // Memories belong to the project, not to a session: a session filter leaves them out.
     if wants("memory") && session_id.is_none() && harness.is_none() {
-        let mut stmt = conn.prepare_cached(
-            "SELECT m.id, m.category, m.content FROM memories_fts f JOIN memories m ON m.id = f.rowid
-             WHERE memories_fts MATCH ?1 AND m.project = ?2 AND m.status IN ('active', 'permanent')
-               AND m.created_ms >= ?3 AND m.created_ms < ?4
-             ORDER BY bm25(memories_fts), m.id LIMIT ?5",
-        )?;
-        let rows = stmt.query_map(
-            params![expression, request.project, since, until, per_source],
-            |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                ))
-            },
-        )?;
+        // FTS5 ranks its own top rows cheaply; candidates are read a page at
+        // a time and filtered, instead of joining every match before sorting.
+        let mut rows: Vec<rusqlite::Result<(i64, String, String)>> = Vec::new();
+        let mut offset = 0;
+        loop {
+            let page: Vec<i64> = conn
+                .prepare_cached(
+                    "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?1
+                     ORDER BY rank, rowid LIMIT ?2 OFFSET ?3",
+                )?
+                .query_map(params![expression, PAGE, offset], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            let full = page.len() as i64 == PAGE;
+            offset += PAGE;
+            for id in page {
+                let row = conn
+                    .prepare_cached(
+                        "SELECT id, category, content FROM memories WHERE id = ?1 AND project = ?2
+                           AND status IN ('active', 'permanent') AND created_ms >= ?3 AND created_ms < ?4",
+                    )?
+                    .query_row(params![id, request.project, since, until], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    })
+                    .optional()?;
+                if let Some(row) = row {
+                    rows.push(Ok(row));
+                }
+            }
+            if rows.len() as i64 >= per_source || !full {
+                break;
+            }
+        }
+        rows.truncate(per_source as usize);
         let mut rank = 0;
         for row in rows {
             let (id, category, content) = row?;
@@ -342,75 +359,36 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
         }
     }
     if wants("message") {
-        // Newer first among equal scores: the latest word on a topic is
-        // usually the one that holds.
-        let mut stmt = conn.prepare_cached(
-            "SELECT r.id, r.session, s.session_id, r.ordinal, t.number, t.status, r.content, r.kind,
-                    r.tool_name
-             FROM messages_fts f
-               JOIN raw_parts r ON r.id = f.rowid
-               JOIN sessions s ON s.id = r.session
-               LEFT JOIN tags t ON t.session = r.session AND t.identity = r.identity
-               LEFT JOIN messages m ON m.session = r.session AND m.ordinal = r.ordinal
-             WHERE messages_fts MATCH ?1 AND s.project_identity = ?2
-               AND (?3 IS NULL OR s.harness = ?3) AND (?4 IS NULL OR s.session_id = ?4)
-               AND coalesce(m.created_ms, 0) >= ?5 AND coalesce(m.created_ms, 0) < ?6
-             ORDER BY bm25(messages_fts), r.session DESC, r.ordinal DESC LIMIT ?7",
-        )?;
-        let rows = stmt.query_map(
-            params![
-                expression,
-                request.project,
-                harness,
-                session_id,
-                since,
-                until,
-                per_source * 3
-            ],
-            |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, i64>(3)?,
-                    r.get::<_, Option<i64>>(4)?,
-                    r.get::<_, Option<String>>(5)?,
-                    r.get::<_, String>(6)?,
-                    r.get::<_, String>(7)?,
-                    r.get::<_, Option<String>>(8)?,
-                ))
-            },
-        )?;
-        let mut rank = 0;
-        for row in rows {
-            let (id, session, session_id, ordinal, tag, status, content, kind, tool) = row?;
-            // Still on the wire for the asking session: it sees this already.
-            let on_wire = seen.session == Some(session)
-                && seen.boundary.is_some_and(|b| ordinal > b)
-                && status.as_deref() != Some("dropped");
-            if on_wire {
-                continue;
-            }
-            let what = match (kind.as_str(), tool) {
+        let filter = MessageFilter {
+            project: request.project,
+            harness,
+            session_id,
+            since,
+            until,
+        };
+        for (rank, m) in message_hits(conn, &expression, &filter, &seen, per_source as usize)?
+            .into_iter()
+            .enumerate()
+        {
+            let what = match (m.kind.as_str(), &m.tool_name) {
                 ("tool", Some(name)) => format!("tool {name}, "),
                 _ => String::new(),
             };
-            let tag_text = tag.map(|t| format!(" §{t}§")).unwrap_or_default();
+            let tag_text = m.tag.map(|t| format!(" §{t}§")).unwrap_or_default();
+            let content: String = conn
+                .prepare_cached("SELECT content FROM raw_parts WHERE id = ?1")?
+                .query_row(params![m.id], |r| r.get(0))?;
             hits.push(Hit {
                 source: "message",
-                reference: format!("{what}message {ordinal}{tag_text}"),
-                id,
-                session_id: Some(session_id),
+                reference: format!("{what}message {}{tag_text}", m.ordinal),
+                id: m.id,
+                session_id: Some(m.session_id),
                 category: None,
-                ordinal: Some(ordinal),
-                tag,
+                ordinal: Some(m.ordinal),
+                tag: m.tag,
                 score: score("message", rank),
                 snippet: snippet(&content, request.text, 220),
             });
-            rank += 1;
-            if rank as i64 >= per_source {
-                break;
-            }
         }
     }
     // Highest score first; ties keep source order, then the lower id.
@@ -422,6 +400,144 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
     });
     hits.truncate(limit);
     Ok(hits)
+}
+
+struct MessageFilter<'a> {
+    project: &'a str,
+    harness: Option<&'a str>,
+    session_id: Option<&'a str>,
+    since: i64,
+    until: i64,
+}
+
+/// A message hit before its content is read.
+struct MessageHit {
+    id: i64,
+    session_id: String,
+    ordinal: i64,
+    tag: Option<i64>,
+    kind: String,
+    tool_name: Option<String>,
+}
+
+/// The message index's FTS5 page size: it ranks its own top rows cheaply
+/// (`ORDER BY rank LIMIT`), so candidates are taken a page at a time and
+/// filtered, instead of joining every match before sorting.
+const PAGE: i64 = 200;
+
+/// The best `want` message hits that pass the filter, best first; among
+/// equal scores the newer message first (the latest word on a topic is
+/// usually the one that holds).
+fn message_hits(
+    conn: &Connection,
+    expression: &str,
+    filter: &MessageFilter<'_>,
+    seen: &Visible,
+    want: usize,
+) -> Result<Vec<MessageHit>> {
+    let mut sessions: std::collections::BTreeMap<i64, Option<(String, String, Option<String>)>> =
+        std::collections::BTreeMap::new();
+    let mut kept: Vec<(f64, i64, i64, MessageHit)> = Vec::new();
+    let mut offset = 0;
+    loop {
+        let page: Vec<(i64, f64)> = conn
+            .prepare_cached(
+                "SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?1
+                 ORDER BY rank LIMIT ?2 OFFSET ?3",
+            )?
+            .query_map(params![expression, PAGE, offset], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        let full = page.len() as i64 == PAGE;
+        offset += PAGE;
+        for (id, rank) in page {
+            let Some((session, ordinal, identity, kind, tool_name)) = conn
+                .prepare_cached(
+                    "SELECT session, ordinal, identity, kind, tool_name FROM raw_parts WHERE id = ?1",
+                )?
+                .query_row(params![id], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, Option<String>>(4)?,
+                    ))
+                })
+                .optional()?
+            else {
+                continue;
+            };
+            if !sessions.contains_key(&session) {
+                let row = conn
+                    .prepare_cached(
+                        "SELECT harness, session_id, project_identity FROM sessions WHERE id = ?1",
+                    )?
+                    .query_row(params![session], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .optional()?;
+                sessions.insert(session, row);
+            }
+            let Some(Some((harness, session_id, project))) = sessions.get(&session) else {
+                continue;
+            };
+            if project.as_deref() != Some(filter.project)
+                || filter.harness.is_some_and(|h| h != harness)
+                || filter.session_id.is_some_and(|s| s != session_id)
+            {
+                continue;
+            }
+            if filter.since != i64::MIN || filter.until != i64::MAX {
+                let at: Option<i64> = conn
+                    .prepare_cached(
+                        "SELECT created_ms FROM messages WHERE session = ?1 AND ordinal = ?2",
+                    )?
+                    .query_row(params![session, ordinal], |r| r.get(0))
+                    .optional()?
+                    .flatten();
+                let at = at.unwrap_or(0);
+                if at < filter.since || at >= filter.until {
+                    continue;
+                }
+            }
+            let (tag, status): (Option<i64>, Option<String>) = conn
+                .prepare_cached(
+                    "SELECT number, status FROM tags WHERE session = ?1 AND identity = ?2",
+                )?
+                .query_row(params![session, identity], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?
+                .map_or((None, None), |(n, s)| (Some(n), Some(s)));
+            // Still on the wire for the asking session: it sees this already.
+            if seen.session == Some(session)
+                && seen.boundary.is_some_and(|b| ordinal > b)
+                && status.as_deref() != Some("dropped")
+            {
+                continue;
+            }
+            kept.push((
+                rank,
+                session,
+                ordinal,
+                MessageHit {
+                    id,
+                    session_id: session_id.clone(),
+                    ordinal,
+                    tag,
+                    kind,
+                    tool_name,
+                },
+            ));
+        }
+        if kept.len() >= want || !full {
+            break;
+        }
+    }
+    kept.sort_by(|a, b| {
+        a.0.total_cmp(&b.0)
+            .then_with(|| b.1.cmp(&a.1))
+            .then_with(|| b.2.cmp(&a.2))
+    });
+    Ok(kept.into_iter().take(want).map(|(.., hit)| hit).collect())
 }
 
 fn source_rank(source: &str) -> usize {
