@@ -2,6 +2,7 @@
 //!
 //! It serves the v1 routes mc uses — `GET`/`PATCH`/`DELETE /session/:id`,
 //! `POST /session` (a new session, a child when it names a `parentID`),
+//! `GET /session/:id/children`,
 //! `GET /session/:id/message[?limit=N]`, `GET /session/:id/message/:mid`,
 //! `POST /session/:id/prompt_async`, `POST /session/:id/message` (the model's
 //! answer comes from [`FakeOpenCode::answer_prompts`]), `POST
@@ -408,6 +409,15 @@ fn route(
             None => not_found(&format!("session {id}")),
         },
         ("POST", ["session", _, "abort"]) => json_answer(200, &json!(true)),
+        ("GET", ["session", id, "children"]) => {
+            let children: Vec<Value> = state
+                .sessions
+                .values()
+                .filter(|s| s["parentID"] == *id)
+                .cloned()
+                .collect();
+            json_answer(200, &Value::Array(children))
+        }
         ("POST", ["session", id, "message"]) => {
             if !state.sessions.contains_key(*id) {
                 return not_found(&format!("session {id}"));

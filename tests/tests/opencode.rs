@@ -616,11 +616,10 @@ fn after_a_failed_historian_run_the_plugin_backs_off() {
         2,
         "the answer and one repair"
     );
-    assert!(
-        status(&oc, &session)["head"]["compartments"]
-            .as_i64()
-            .unwrap_or(0)
-            == 0
+    let run = &status(&oc, &session)["historian"]["last_run"];
+    assert_eq!(
+        (run["status"].as_str(), run["compartments"].as_i64()),
+        (Some("failed"), Some(0))
     );
     for turn in 4..6 {
         oc.prompt(&session, &format!("high usage, turn {turn}"));
@@ -938,12 +937,14 @@ fn with_no_mc_config_the_historian_folds_through_opencode_itself() {
 #[test]
 fn a_child_session_that_errs_fails_the_run_and_publishes_nothing() {
     // The plugin's own historian runs are no-ops here: only the test's run.
+    // No model is configured, only the answer's cap.
     let dir = tempfile::tempdir().unwrap();
     let oc = OpenCode::start(
         dir.path(),
         Options {
             db: Some(dir.path().join("ctx.db")),
             with_plugin: true,
+            mc_config: Some(r#"{"historian": {"max_output_tokens": 2000}}"#.into()),
             historian_bin: Some("true".into()),
             ..Options::default()
         },
@@ -990,4 +991,9 @@ fn a_child_session_that_errs_fails_the_run_and_publishes_nothing() {
     assert_eq!(report["model_source"], "harness_default");
     assert!(report["tokens"]["input"].as_u64().unwrap() > 0, "{report}");
     assert_eq!(oc.get(&format!("/session/{session}/children")), json!([]));
+    // The plugin held the answer to historian.max_output_tokens (the model
+    // would allow 10 000).
+    for request in oc.provider.historian_requests() {
+        assert_eq!(request.body["max_tokens"], 2000);
+    }
 }

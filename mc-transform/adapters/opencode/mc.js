@@ -149,6 +149,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
   //   passed          a messages pass has seen it: its system prompt is ours to render
   //   subagent        whether it has a parent session (undefined: not asked yet)
   //   historianChild  mc-historian's own hidden child session (its prompt goes out untouched)
+  //   historianMaxTokens  the answer's cap mc-historian set on that child
   //   model           the model its last pass named (for an overflow error)
   //   systemRenders   Map(input -> output). A render depends on its input and on
   //                   the frozen date, which only an execute pass moves, so the
@@ -213,6 +214,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
         if (!info?.id) return false // unknown for now: ask again next call
         state.subagent = Boolean(info.parentID)
         state.historianChild = Boolean(info.metadata?.mc?.historian)
+        state.historianMaxTokens = positive(String(info.metadata?.mc?.max_output_tokens ?? ""))
       } catch {
         return false
       }
@@ -392,6 +394,13 @@ export const McContext = async ({ client, serverUrl, directory }) => {
       } catch (error) {
         warnOnce(`mc-transform system printed no JSON: ${error}`)
       }
+    },
+
+    // mc-historian's child sessions answer within historian.max_output_tokens,
+    // as its other routes do (OpenCode would allow the model's whole limit).
+    "chat.params": async (input, output) => {
+      const cap = sessions.get(input?.sessionID)?.historianMaxTokens
+      if (cap && !(output.maxOutputTokens <= cap)) output.maxOutputTokens = cap
     },
 
     event: async ({ event }) => {

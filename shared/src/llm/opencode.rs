@@ -6,7 +6,8 @@
 //! 1. `POST /session` — a child of the folded session (`parentID`), so it
 //!    never shows in the user's list of sessions as work of theirs, with
 //!    every tool denied (`permission`) and marked `metadata.mc.historian`
-//!    so mc's plugin leaves its messages alone;
+//!    so mc's plugin leaves its messages alone (with `max_output_tokens`,
+//!    which mc's plugin applies to the answer as `max_tokens` is elsewhere);
 //! 2. `POST /session/{child}/message` — the prompt: OpenCode's hidden
 //!    `compaction` agent (its short summarising prompt instead of the coding
 //!    agent's, and no tools), the historian's system prompt as `system`, the
@@ -15,9 +16,13 @@
 //! 3. `DELETE /session/{child}` — always, whatever happened (after a
 //!    timeout, `POST /session/{child}/abort` first).
 //!
+//! Before the first, any historian child the folded session still has is
+//! deleted (`GET /session/{parent}/children`): one left by a run that was
+//! killed mid-call (the lease lets one run at a time on a session).
+//!
 //! The model part of `provider/model` is OpenCode's `providerID/modelID`
-//! (`opencode/anthropic/claude-haiku-4-5`). OpenCode picks the output limit
-//! (the model's own): `historian.max_output_tokens` does not reach it.
+//! (`opencode/anthropic/claude-haiku-4-5`). Without mc's plugin in that
+//! OpenCode, the answer's length is OpenCode's own limit for the model.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -79,7 +84,7 @@ fn server_model(model: &ModelRef) -> Option<Value> {
     (!provider.is_empty() && !id.is_empty()).then(|| json!({"providerID": provider, "modelID": id}))
 }
 
-fn create_body(harness: &HarnessSession) -> Value {
+fn create_body(harness: &HarnessSession, prompt: &Prompt) -> Value {
     let mut body = Map::new();
     if let Some(parent) = &harness.session_id {
         body.insert("parentID".into(), json!(parent));
@@ -89,7 +94,10 @@ fn create_body(harness: &HarnessSession) -> Value {
         "permission".into(),
         json!([{"permission": "*", "pattern": "*", "action": "deny"}]),
     );
-    body.insert("metadata".into(), json!({"mc": {"historian": true}}));
+    body.insert(
+        "metadata".into(),
+        json!({"mc": {"historian": true, "max_output_tokens": prompt.max_tokens}}),
+    );
     Value::Object(body)
 }
 
@@ -116,7 +124,7 @@ pub(super) fn describe(target: &Target, prompt: &Prompt, harness: &HarnessSessio
     json!({
         "kind": "opencode",
         "requests": [
-            {"method": "POST", "url": url(base, &["session"], directory), "body": create_body(harness)},
+            {"method": "POST", "url": url(base, &["session"], directory), "body": create_body(harness, prompt)},
             {"method": "POST", "url": url(base, &["session", child, "message"], directory),
              "body": prompt_body(target, prompt)},
             {"method": "DELETE", "url": url(base, &["session", child], directory)},
@@ -190,13 +198,16 @@ pub(super) fn call(
     };
     let directory = harness.directory.as_deref();
     let short = SHORT_TIMEOUT.min(options.timeout);
+    if let Some(parent) = &harness.session_id {
+        sweep(http, model, base, directory, parent, short, events);
+    }
     // 1. The child session.
     let created = http
         .send(
             model,
             Method::Post,
             &url(base, &["session"], directory),
-            Some(&create_body(harness)),
+            Some(&create_body(harness, prompt)),
             short,
         )
         .map_err(|e| with_server_hint(e, base))?;
@@ -289,6 +300,53 @@ pub(super) fn call(
         )
     })?;
     parse(model, &value)
+}
+
+/// Delete the historian children `parent` still has (a killed run's). A
+/// server that cannot list them is left for the create call to report.
+fn sweep(
+    http: &Http,
+    model: &ModelRef,
+    base: &str,
+    directory: Option<&str>,
+    parent: &str,
+    timeout: Duration,
+    events: &mut dyn FnMut(Event),
+) {
+    let listed = http.send(
+        model,
+        Method::Get,
+        &url(base, &["session", parent, "children"], directory),
+        None,
+        timeout,
+    );
+    let Ok(answer) = listed else { return };
+    let children: Vec<Value> = match serde_json::from_str(&answer.body) {
+        Ok(Value::Array(children)) if (200..300).contains(&answer.status) => children,
+        _ => return,
+    };
+    for child in &children {
+        let ours = child
+            .pointer("/metadata/mc/historian")
+            .and_then(Value::as_bool)
+            == Some(true);
+        let Some(id) = child.get("id").and_then(Value::as_str).filter(|_| ours) else {
+            continue;
+        };
+        let deleted = http.send(
+            model,
+            Method::Delete,
+            &url(base, &["session", id], directory),
+            None,
+            timeout,
+        );
+        if !deleted.is_ok_and(|a| (200..300).contains(&a.status)) {
+            events(Event::Note {
+                model: model.clone(),
+                message: format!("could not delete an earlier historian child session {id}"),
+            });
+        }
+    }
 }
 
 /// The assistant message OpenCode answered with: its text, or its error.
@@ -655,6 +713,10 @@ mod tests {
         );
         assert_eq!(requests[0]["body"]["parentID"], "ses_1");
         assert_eq!(requests[0]["body"]["permission"][0]["action"], "deny");
+        assert_eq!(
+            requests[0]["body"]["metadata"],
+            json!({"mc": {"historian": true, "max_output_tokens": 100}})
+        );
         let body = &requests[1]["body"];
         assert_eq!(body["agent"], AGENT);
         assert_eq!(body["tools"], json!({"*": false}));

@@ -1273,6 +1273,10 @@ fn with_no_model_an_opencode_session_folds_through_its_own_server() {
     let opencode = FakeOpenCode::start();
     opencode_session(&opencode, &env, "ses_oc");
     opencode_folding(&opencode);
+    // A child a killed run left behind, and a task subagent's child.
+    opencode.add_session(json!({"id": "ses_left", "parentID": "ses_oc",
+                                "metadata": {"mc": {"historian": true}}}));
+    opencode.add_session(json!({"id": "ses_task", "parentID": "ses_oc"}));
 
     // check says which model a run would use, and why.
     let (code, check, stderr) = opencode_run(&env, opencode.url(), "check");
@@ -1325,13 +1329,14 @@ fn with_no_model_an_opencode_session_folds_through_its_own_server() {
             .unwrap()
             .contains("<messages first=")
     );
-    // The child is deleted after its answer: only the user's session is left.
+    // The child is deleted after its answer, and so is the one a killed run
+    // left: the user's session and its task child are all that is left.
     assert!(
         requests
             .iter()
             .any(|r| r.method == "DELETE" && r.path == "/session/ses_child_0001")
     );
-    assert_eq!(opencode.session_ids(), ["ses_oc"]);
+    assert_eq!(opencode.session_ids(), ["ses_oc", "ses_task"]);
     let status = env.status("opencode", "ses_oc");
     assert_eq!(status["historian"]["last_run"]["model"], "opencode/p/m");
     assert_eq!(status["historian_model"]["model_source"], "harness_default");
