@@ -124,7 +124,7 @@ impl FakeProvider {
                     };
                     let historian = state.lock().unwrap().historian_model.clone();
                     if historian.is_some_and(|m| recorded.body["model"] == m.as_str()) {
-                        let answer = historian_answer(&recorded.body);
+                        let answer = historian_answer(&recorded.body, recorded.raw.len());
                         state.lock().unwrap().requests.push(recorded);
                         let header =
                             Header::from_bytes("Content-Type", "application/json").unwrap();
@@ -176,7 +176,9 @@ impl FakeProvider {
     }
 
     /// Play the historian for requests naming `model`: a non-streamed Messages
-    /// answer folding the whole chunk (`<messages first=… last=…>`) into one compartment.
+    /// answer folding the whole chunk (`<messages first=… last=…>`) into one
+    /// compartment. Its usage, as for the historian's prompts through
+    /// OpenCode, is measured: request and answer bytes / 4.
     pub fn play_historian(&self, model: &str) {
         self.state.lock().unwrap().historian_model = Some(model.to_string());
     }
@@ -239,17 +241,23 @@ fn respond(state: &Mutex<State>, recorded: Recorded) -> Result<String, (u16, Val
         };
     }
     let fold = historian.then(|| fold_text(&recorded.body));
+    let request_tokens = (recorded.raw.len() / 4) as u64;
     state.requests.push(recorded);
     let (reply, usage) = if let Some(fold) = fold {
         let reply = state
             .historian_script
             .pop_front()
             .unwrap_or(Reply::Text(fold));
+        // The historian's usage as measured: its request and its answer, bytes / 4.
+        let output = match &reply {
+            Reply::Text(text) => (text.len() / 4) as u64,
+            _ => 0,
+        };
         (
             reply,
             Usage {
-                input: 1000,
-                output: 200,
+                input: request_tokens,
+                output,
                 ..Usage::default()
             },
         )
@@ -349,11 +357,11 @@ fn prompt_text(body: &Value) -> String {
 
 /// A Messages API answer (not streamed) folding the chunk the historian's
 /// prompt names into one compartment.
-fn historian_answer(body: &Value) -> Value {
+fn historian_answer(body: &Value, request_bytes: usize) -> Value {
     let text = fold_text(body);
     json!({"id": "msg_fake_historian", "type": "message", "role": "assistant", "model": body["model"],
            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null,
-           "usage": {"input_tokens": 1000, "output_tokens": 200}})
+           "usage": {"input_tokens": request_bytes / 4, "output_tokens": text.len() / 4}})
 }
 
 /// A `<history>` document folding the chunk the prompt names (`<messages
