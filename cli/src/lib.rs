@@ -248,6 +248,51 @@ pub fn opencode(url: &str) -> mc_core::opencode_api::OpenCode {
     mc_core::opencode_api::OpenCode::new(url).with_proxies(&proxy_env())
 }
 
+/// What the historian's harness default may use, from this process: the
+/// OpenCode server (`opencode_url` as a flag gave it, else `OPENCODE_URL`)
+/// and the programs of `historian::choice::PROGRAMS` found on `PATH`.
+/// `opencode_plugin`: runs of OpenCode sessions come from mc's plugin, which
+/// passes its server (for a report that has none at hand).
+pub fn harness_env(
+    opencode_url: Option<&str>,
+    opencode_plugin: bool,
+) -> mc_core::historian::choice::HarnessEnv {
+    let opencode_url = opencode_url
+        .map(str::to_string)
+        .or_else(|| std::env::var("OPENCODE_URL").ok())
+        .filter(|url| !url.trim().is_empty());
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let programs = mc_core::historian::choice::PROGRAMS
+        .iter()
+        .filter_map(|(_, name)| Some(((*name).to_string(), find_program(name, &path)?)))
+        .collect();
+    mc_core::historian::choice::HarnessEnv {
+        opencode_url,
+        opencode_plugin,
+        programs,
+    }
+}
+
+/// The first executable file called `name` in the folders of `path` (a
+/// `PATH` value).
+pub fn find_program(name: &str, path: &std::ffi::OsStr) -> Option<PathBuf> {
+    std::env::split_paths(path)
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate))
+}
+
+#[cfg(unix)]
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(not(unix))]
+fn is_executable(path: &Path) -> bool {
+    path.is_file()
+}
+
 /// The environment values path resolution reads, from this process.
 pub fn env_paths() -> EnvPaths {
     EnvPaths::from_lookup(&|name| std::env::var_os(name), working_dir())
@@ -407,6 +452,29 @@ mod tests {
             Some(ErrorKind::Internal)
         );
         assert!(hints(&panic)[0].contains("bug in mc"));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn programs_are_found_as_executable_files_on_the_path() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (plain, bin) = (dir.path().join("plain"), dir.path().join("bin"));
+        std::fs::create_dir_all(&plain).unwrap();
+        std::fs::create_dir_all(bin.join("claude")).unwrap(); // a folder, not a program
+        std::fs::write(plain.join("claude"), "not executable").unwrap();
+        let exe = bin.join("pi");
+        std::fs::write(&exe, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::copy(&exe, plain.join("pi")).unwrap();
+        let path = std::env::join_paths([bin.as_path(), plain.as_path()]).unwrap();
+        assert_eq!(find_program("claude", &path), None);
+        assert_eq!(
+            find_program("pi", &path),
+            Some(exe),
+            "the first folder wins"
+        );
+        assert_eq!(find_program("codex", &path), None);
     }
 
     #[test]

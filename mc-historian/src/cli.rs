@@ -13,6 +13,7 @@ use serde_json::Value;
 use mc_cli::{Failure, GlobalArgs, Wait, write_json};
 use mc_core::codec::claude;
 use mc_core::config::Config;
+use mc_core::historian::choice::{self, ModelChoice, ModelSource};
 use mc_core::historian::{self, Input, RunParams, RunStatus, Settings};
 use mc_core::llm::{self, Client};
 use mc_core::store::Store;
@@ -30,7 +31,11 @@ curve instead of the raw messages. Facts become project memory.
 
 Input: the mc-transform envelope (JSON) on stdin, or --transcript FILE (a Claude Code
 session JSONL), or --opencode-url URL --session ID (a running OpenCode server).
-Models and providers come from the user config (historian.model, providers).";
+Models and providers come from the user config (historian.model, providers). Without
+one, the model the session's harness already uses: an OpenCode session's server
+(--opencode-url, else OPENCODE_URL) folds in a hidden child session; a Claude Code,
+Codex or Pi session runs claude -p, codex exec or pi -p when it is on PATH. `check`
+says which model a run would use and why.";
 
 #[derive(Parser, Debug)]
 #[command(name = "mc-historian", version, about = ABOUT)]
@@ -236,16 +241,57 @@ fn session_setup(args: &Args, loaded: &mut Loaded) -> anyhow::Result<(Config, St
     Ok((setup.config, store))
 }
 
+/// Timeouts, retries and proxies for model calls, from the config.
+fn llm_options(config: &Config) -> llm::Options {
+    llm::Options::from_config(
+        &config.historian,
+        mc_cli::proxy_env(),
+        llm::Sleeper::new(std::thread::sleep),
+    )
+}
+
+/// The model a run of the loaded session uses, and why: the configured
+/// chain, else the harness's own model (an OpenCode default first asks the
+/// server whether its small_model costs no more than the session's).
+fn choose(config: &Config, source: &Source, loaded: &Loaded, store: &Store) -> ModelChoice {
+    let env = mc_cli::harness_env(source.opencode_url.as_deref(), false);
+    let input = &loaded.input;
+    // An unreadable session row only costs the recorded model.
+    let model = choice::session_model(store.conn(), input).unwrap_or_default();
+    let mut choice = choice::choose(
+        &config.historian,
+        &config.providers,
+        &input.harness,
+        &model,
+        &env,
+    );
+    choice.ask_opencode(directory(input), &llm_options(config));
+    choice
+}
+
+/// The session's folder, as the OpenCode server is asked about it.
+fn directory(input: &Input) -> Option<&str> {
+    input.project_dir.as_deref().and_then(Path::to_str)
+}
+
 /// The model chain, with each provider's key read from the variable the user
-/// config names (an unset variable leaves that provider without a key).
-fn client(config: &Config) -> Result<Client, llm::LlmError> {
-    let chain = config.historian.chain();
+/// config names (an unset variable leaves that provider without a key), and
+/// the session an `opencode` provider makes its child session under.
+fn client(
+    config: &Config,
+    choice: &ModelChoice,
+    source: &Source,
+    input: &Input,
+) -> Result<Client, llm::LlmError> {
+    if choice.source == ModelSource::None {
+        return Err(choice.missing());
+    }
     let mut keys = BTreeMap::new();
-    for name in &chain {
+    for name in &choice.chain {
         let Some(model) = llm::ModelRef::parse(name) else {
             continue;
         };
-        let var = config
+        let var = choice
             .providers
             .get(&model.provider)
             .and_then(|p| p.api_key_env.as_deref());
@@ -256,19 +302,22 @@ fn client(config: &Config) -> Result<Client, llm::LlmError> {
             keys.insert(model.provider, key.trim().to_string());
         }
     }
-    let proxy = mc_cli::proxy_env();
-    let options = llm::Options::from_config(
-        &config.historian,
-        proxy,
-        llm::Sleeper::new(std::thread::sleep),
-    );
-    Client::new(&config.providers, &chain, &keys, options)
+    let harness = llm::HarnessSession {
+        opencode_url: mc_cli::harness_env(source.opencode_url.as_deref(), false).opencode_url,
+        directory: directory(input).map(str::to_string),
+        session_id: Some(input.session_id.clone()),
+    };
+    Ok(
+        Client::new(&choice.providers, &choice.chain, &keys, llm_options(config))?
+            .with_harness(harness),
+    )
 }
 
 fn check(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
     let mut loaded = load_input(args, source)?;
     let (config, store) = session_setup(args, &mut loaded)?;
-    let report = historian::check(store.conn(), &loaded.input, &config.transform)?;
+    let mut report = historian::check(store.conn(), &loaded.input, &config.transform)?;
+    report.model = Some(choose(&config, source, &loaded, &store).report());
     write_json(
         &serde_json::to_value(report).map_err(anyhow::Error::from)?,
         args.global.pretty,
@@ -279,7 +328,8 @@ fn check(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
 fn prompt(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
     let mut loaded = load_input(args, source)?;
     let (config, store) = session_setup(args, &mut loaded)?;
-    let client = match client(&config) {
+    let choice = choose(&config, source, &loaded, &store);
+    let client = match client(&config, &choice, source, &loaded.input) {
         Ok(client) => Some(client),
         Err(error) => {
             eprintln!("mc-historian: warning: {error}; showing the prompt without a request");
@@ -292,7 +342,10 @@ fn prompt(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
         transform: &config.transform,
     };
     let now = loaded.now_ms.unwrap_or_else(mc_cli::now_ms);
-    let report = historian::prompt(store.conn(), &loaded.input, &settings, client.as_ref(), now)?;
+    let mut report =
+        historian::prompt(store.conn(), &loaded.input, &settings, client.as_ref(), now)?;
+    report.model_source = Some(choice.source);
+    report.model_reason = Some(choice.reason);
     write_json(
         &serde_json::to_value(report).map_err(anyhow::Error::from)?,
         args.global.pretty,
@@ -301,14 +354,26 @@ fn prompt(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
 }
 
 fn run(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
-    // The model is user config only, so a missing one is known before a
-    // whole session is fetched over HTTP (the OpenCode plugin may ask often).
+    // Whether there is a model at all is known before a whole session is
+    // fetched over HTTP (the OpenCode plugin may ask often).
     if source.opencode_url.is_some() {
-        client(&load_config(args, source.project_dir.as_deref())).map_err(client_failure)?;
+        let config = load_config(args, source.project_dir.as_deref());
+        let env = mc_cli::harness_env(source.opencode_url.as_deref(), false);
+        let early = choice::choose(
+            &config.historian,
+            &config.providers,
+            "opencode",
+            &Default::default(),
+            &env,
+        );
+        if early.source == ModelSource::None {
+            return Err(client_failure(early.missing()));
+        }
     }
     let mut loaded = load_input(args, source)?;
     let (config, mut store) = session_setup(args, &mut loaded)?;
-    let client = client(&config).map_err(client_failure)?;
+    let choice = choose(&config, source, &loaded, &store);
+    let client = client(&config, &choice, source, &loaded.input).map_err(client_failure)?;
     let fixed = loaded.now_ms;
     let now = move || fixed.unwrap_or_else(mc_cli::now_ms);
     // The lease outlives the longest model call (with its retries and
@@ -333,7 +398,8 @@ fn run(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
         progress.show(&event)
     });
     progress.finish();
-    let report = report?;
+    let mut report = report?;
+    report.model_source = Some(choice.source);
     mc_cli::warn(NAME, &report.warnings);
     write_json(
         &serde_json::to_value(&report).map_err(anyhow::Error::from)?,

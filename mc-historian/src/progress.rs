@@ -54,6 +54,9 @@ impl Progress {
             Event::Llm(llm::Event::FallingBack { to, error, .. }) => {
                 bar.println(format!("  {error}; trying {to}"))
             }
+            Event::Llm(llm::Event::Note { model, message }) => {
+                bar.println(format!("  {model}: {message}"))
+            }
             Event::Answer {
                 model,
                 tokens_in,

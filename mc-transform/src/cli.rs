@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
 use mc_cli::{Failure, GlobalArgs, SessionSetup, Wait, now_ms, write_json};
+use mc_core::historian::choice;
 use mc_core::transform::{
     self, Envelope, OverflowRequest, PassReport, ReduceRequest, SystemRequest,
 };
@@ -257,7 +258,22 @@ fn run_status(args: &Args, session: &str, harness: &str) -> Result<(), Failure> 
     let store = setup.store?;
     let report = transform::status(&store, harness, session).map_err(anyhow::Error::from)?;
     let value = match report {
-        Some(report) => serde_json::to_value(report).map_err(anyhow::Error::from)?,
+        Some(mut report) => {
+            // The model a historian run would use: no server is at hand here,
+            // so an OpenCode session's is the one mc's plugin would pass.
+            let model = report
+                .model
+                .as_deref()
+                .map(choice::model_from_key)
+                .unwrap_or_default();
+            let config = &setup.config;
+            let env = mc_cli::harness_env(None, true);
+            report.historian_model = Some(
+                choice::choose(&config.historian, &config.providers, harness, &model, &env)
+                    .report(),
+            );
+            serde_json::to_value(report).map_err(anyhow::Error::from)?
+        }
         None => {
             return Err(Failure::runtime(anyhow!(
                 "no session {session:?} for harness {harness:?} in {} (no pass has seen it yet)",

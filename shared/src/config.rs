@@ -172,10 +172,13 @@ pub struct TranscriptConfig {
 /// `historian.*`: mc-historian's models, timeouts and budgets. User-only.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HistorianConfig {
-    /// `provider/model` asked first (default none: `run` refuses to start).
+    /// `provider/model` asked first (default none: the harness's own model,
+    /// else `run` refuses to start).
     pub model: Option<String>,
     /// Tried in order after retryable failures of the one before.
     pub fallback_models: Vec<String>,
+    /// With no model configured, fold with the harness's own (default true).
+    pub harness_model: bool,
     /// Connect timeout per call, milliseconds (100..=120000, default 10000).
     pub connect_timeout_ms: u64,
     /// Whole-call timeout, milliseconds (100..=3600000, default 300000).
@@ -232,6 +235,7 @@ impl Default for Config {
             historian: HistorianConfig {
                 model: None,
                 fallback_models: Vec::new(),
+                harness_model: false,
                 connect_timeout_ms: 0,
                 timeout_ms: 0,
                 retries: 0,

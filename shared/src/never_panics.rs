@@ -1162,6 +1162,40 @@ fn model_providers_over_arbitrary_answers() {
     );
 }
 
+#[test]
+fn opencode_answers_and_model_lists_over_arbitrary_documents() {
+    let answer = json!({
+        "info": {"role": "assistant", "providerID": "p", "modelID": "m", "finish": "stop",
+                 "error": {"name": "APIError", "data": {"message": "x", "statusCode": 529}},
+                 "tokens": {"input": 1, "output": 2, "reasoning": 3, "cache": {"read": 4, "write": 5}}},
+        "parts": [{"type": "text", "text": "<history></history>", "synthetic": false}],
+    });
+    let config = json!({"model": "p/m", "small_model": "p/s"});
+    let providers = json!({"providers": [{"id": "p", "models": {
+        "m": {"cost": {"input": 3.0, "output": 15.0}}, "s": {"cost": {"input": 1, "output": 5}}}}]});
+    let documents = [answer, config, providers];
+    property(
+        "opencode_answers_and_model_lists_over_arbitrary_documents",
+        256,
+        (
+            prop_oneof![
+                1 => bytes_text().prop_map(|t| serde_json::from_str::<Value>(&t).unwrap_or(Value::String(t))),
+                3 => (any::<Index>(), fuzz::mutations(4)).prop_map(move |(which, mutations)| {
+                    fuzz::mutate(documents[which.index(documents.len())].clone(), &mutations)
+                }),
+            ],
+            any::<bool>(),
+        ),
+        |(document, with_session)| {
+            let model = ModelRef::parse("opencode/p/m").expect("a model name");
+            let _ = llm::opencode::parse(&model, &document);
+            let server = llm::ServerModels::from_answers(&document, &document);
+            let _ = server.pick(with_session.then_some("p/m"));
+            Ok(())
+        },
+    );
+}
+
 // ---------------------------------------------------------------------------
 // mc-pin's stdin: events, hook inputs, requests
 

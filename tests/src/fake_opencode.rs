@@ -1,11 +1,16 @@
 //! A fake OpenCode server on 127.0.0.1 for tests.
 //!
-//! It serves the v1 routes mc uses — `GET`/`PATCH /session/:id`,
+//! It serves the v1 routes mc uses — `GET`/`PATCH`/`DELETE /session/:id`,
+//! `POST /session` (a new session, a child when it names a `parentID`),
+//! `GET /session/:id/children`,
 //! `GET /session/:id/message[?limit=N]`, `GET /session/:id/message/:mid`,
-//! `POST /session/:id/prompt_async` — from in-memory sessions and messages,
-//! records every request, and can be told to fail a route. `PATCH` replaces
-//! the metadata wholesale and `prompt_async` stores a user message, as
-//! OpenCode does. The server runs in a thread and stops when dropped.
+//! `POST /session/:id/prompt_async`, `POST /session/:id/message` (the model's
+//! answer comes from [`FakeOpenCode::answer_prompts`]), `POST
+//! /session/:id/abort`, `GET /config` and `GET /config/providers` — from
+//! in-memory sessions and messages, records every request, and can be told
+//! to fail a route. `PATCH` replaces the metadata wholesale and
+//! `prompt_async` stores a user message, as OpenCode does. The server runs in
+//! a thread and stops when dropped.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,6 +52,9 @@ struct Scripted {
     body: String,
 }
 
+/// Answers `POST /session/:id/message`: the request body → `{info, parts}`.
+type Answerer = Box<dyn Fn(&Value) -> Value + Send>;
+
 #[derive(Default)]
 struct State {
     sessions: BTreeMap<String, Value>,
@@ -54,6 +62,10 @@ struct State {
     requests: Vec<Recorded>,
     failures: Vec<Scripted>,
     prompt_counter: u64,
+    session_counter: u64,
+    answerer: Option<Answerer>,
+    config: Option<Value>,
+    providers: Option<Value>,
 }
 
 pub struct FakeOpenCode {
@@ -186,6 +198,27 @@ impl FakeOpenCode {
             content_type,
             body: body.to_string(),
         });
+    }
+
+    /// Answer `POST /session/:id/message` (a prompt that waits for the
+    /// model) with `answer(body)`: OpenCode's `{info, parts}` of the reply.
+    pub fn answer_prompts(&self, answer: impl Fn(&Value) -> Value + Send + 'static) {
+        self.lock().answerer = Some(Box::new(answer));
+    }
+
+    /// What `GET /config` answers (default `{}`).
+    pub fn set_config(&self, config: Value) {
+        self.lock().config = Some(config);
+    }
+
+    /// What `GET /config/providers` answers (default no providers).
+    pub fn set_providers(&self, providers: Value) {
+        self.lock().providers = Some(providers);
+    }
+
+    /// Every session now stored, by id.
+    pub fn session_ids(&self) -> Vec<String> {
+        self.lock().sessions.keys().cloned().collect()
     }
 
     /// Serve normally again.
@@ -353,6 +386,59 @@ fn route(
                 None => not_found(&format!("message {mid}")),
             }
         }
+        ("POST", ["session"]) => {
+            state.session_counter += 1;
+            let body = body.unwrap_or(Value::Null);
+            let id = format!("ses_child_{:04}", state.session_counter);
+            let mut session = json!({"id": id, "title": body.get("title").cloned().unwrap_or(json!("New session")),
+                                     "time": {"created": 1_900_000_000_000i64}});
+            for field in ["parentID", "metadata", "permission"] {
+                if let Some(value) = body.get(field) {
+                    session[field] = value.clone();
+                }
+            }
+            state.messages.insert(id.clone(), Vec::new());
+            state.sessions.insert(id, session.clone());
+            json_answer(200, &session)
+        }
+        ("DELETE", ["session", id]) => match state.sessions.remove(*id) {
+            Some(_) => {
+                state.messages.remove(*id);
+                json_answer(200, &json!(true))
+            }
+            None => not_found(&format!("session {id}")),
+        },
+        ("POST", ["session", _, "abort"]) => json_answer(200, &json!(true)),
+        ("GET", ["session", id, "children"]) => {
+            let children: Vec<Value> = state
+                .sessions
+                .values()
+                .filter(|s| s["parentID"] == *id)
+                .cloned()
+                .collect();
+            json_answer(200, &Value::Array(children))
+        }
+        ("POST", ["session", id, "message"]) => {
+            if !state.sessions.contains_key(*id) {
+                return not_found(&format!("session {id}"));
+            }
+            let body = body.unwrap_or(Value::Null);
+            match &state.answerer {
+                Some(answer) => json_answer(200, &answer(&body)),
+                None => json_answer(
+                    500,
+                    &json!({"name": "UnknownError", "data": {"message": "no model answers here"}}),
+                ),
+            }
+        }
+        ("GET", ["config"]) => json_answer(200, state.config.as_ref().unwrap_or(&json!({}))),
+        ("GET", ["config", "providers"]) => json_answer(
+            200,
+            state
+                .providers
+                .as_ref()
+                .unwrap_or(&json!({"providers": [], "default": {}})),
+        ),
         ("POST", ["session", id, "prompt_async"]) => {
             if !state.sessions.contains_key(*id) {
                 return not_found(&format!("session {id}"));

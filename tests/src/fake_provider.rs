@@ -9,7 +9,11 @@
 //! neither do token counts (`/v1/messages/count_tokens`, answered with the
 //! request's bytes / 4) nor anything but a POST (Claude Code's `GET /`
 //! reachability probe gets a 404). A request that asks for no stream
-//! (`"stream": false`) gets the same reply as one JSON message.
+//! (`"stream": false`) gets the same reply as one JSON message. The
+//! historian's prompt as OpenCode sends it for mc-historian (no tools, a
+//! `<messages first=…>` chunk) gets a streamed `<history>` answer folding the
+//! chunk, or the next reply of the historian script
+//! ([`FakeProvider::push_historian`]).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -128,6 +132,11 @@ impl Recorded {
         }
         out
     }
+
+    /// mc-historian's prompt as OpenCode sends it: no tools, a chunk of messages.
+    pub fn is_historian(&self) -> bool {
+        !self.is_agent() && prompt_text(&self.body).contains("<messages first=\"")
+    }
 }
 
 /// One `tool_result` block as the harness sent it back.
@@ -150,6 +159,9 @@ struct State {
     /// Requests for this model are the historian's: answered (not streamed)
     /// with one compartment over the chunk the prompt names.
     historian_model: Option<String>,
+    /// Replies to the historian's prompts that come through OpenCode, in
+    /// order; when empty, a fold of the chunk.
+    historian_script: VecDeque<Reply>,
 }
 
 pub struct FakeProvider {
@@ -202,7 +214,7 @@ impl FakeProvider {
                     }
                     let historian = state.lock().unwrap().historian_model.clone();
                     if historian.is_some_and(|m| recorded.body["model"] == m.as_str()) {
-                        let answer = historian_answer(&recorded.body);
+                        let answer = historian_answer(&recorded.body, recorded.raw.len());
                         state.lock().unwrap().requests.push(recorded);
                         let header =
                             Header::from_bytes("Content-Type", "application/json").unwrap();
@@ -261,13 +273,30 @@ impl FakeProvider {
     }
 
     /// Play the historian for requests naming `model`: a non-streamed Messages
-    /// answer folding the whole chunk (`<messages first=… last=…>`) into one compartment.
+    /// answer folding the whole chunk (`<messages first=… last=…>`) into one
+    /// compartment. Its usage, as for the historian's prompts through
+    /// OpenCode, is measured: request and answer bytes / 4.
     pub fn play_historian(&self, model: &str) {
         self.state.lock().unwrap().historian_model = Some(model.to_string());
     }
 
+    /// Queue a reply for the next historian prompt that comes through
+    /// OpenCode (text that is not the format, a rejection); once the queue
+    /// is empty, such prompts get a fold of their chunk again.
+    pub fn push_historian(&self, reply: Reply) {
+        self.state.lock().unwrap().historian_script.push_back(reply);
+    }
+
     pub fn requests(&self) -> Vec<Recorded> {
         self.state.lock().unwrap().requests.clone()
+    }
+
+    /// The historian's prompts that came through OpenCode (streamed, no tools).
+    pub fn historian_requests(&self) -> Vec<Recorded> {
+        self.requests()
+            .into_iter()
+            .filter(Recorded::is_historian)
+            .collect()
     }
 
     pub fn agent_requests(&self) -> Vec<Recorded> {
@@ -294,6 +323,7 @@ fn respond(state: &Mutex<State>, recorded: Recorded) -> Result<(Reply, Usage, u6
     state.calls += 1;
     let id = state.calls;
     let agent = recorded.is_agent();
+    let historian = recorded.is_historian();
     if agent && state.auto_usage {
         let shared = state
             .requests
@@ -308,8 +338,28 @@ fn respond(state: &Mutex<State>, recorded: Recorded) -> Result<(Reply, Usage, u6
             output: 50,
         };
     }
+    let fold = historian.then(|| fold_text(&recorded.body));
+    let request_tokens = (recorded.raw.len() / 4) as u64;
     state.requests.push(recorded);
-    let (reply, usage) = if agent {
+    let (reply, usage) = if let Some(fold) = fold {
+        let reply = state
+            .historian_script
+            .pop_front()
+            .unwrap_or(Reply::Text(fold));
+        // The historian's usage as measured: its request and its answer, bytes / 4.
+        let output = match &reply {
+            Reply::Text(text) => (text.len() / 4) as u64,
+            _ => 0,
+        };
+        (
+            reply,
+            Usage {
+                input: request_tokens,
+                output,
+                ..Usage::default()
+            },
+        )
+    } else if agent {
         let usage = state.usage;
         state
             .script
@@ -404,9 +454,8 @@ pub fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// A Messages API answer (not streamed) folding the chunk the historian's
-/// prompt names into one compartment.
-fn historian_answer(body: &Value) -> Value {
+/// The text of a request's messages, concatenated.
+fn prompt_text(body: &Value) -> String {
     let mut prompt = String::new();
     for message in body["messages"].as_array().into_iter().flatten() {
         match &message["content"] {
@@ -418,6 +467,22 @@ fn historian_answer(body: &Value) -> Value {
             _ => {}
         }
     }
+    prompt
+}
+
+/// A Messages API answer (not streamed) folding the chunk the historian's
+/// prompt names into one compartment.
+fn historian_answer(body: &Value, request_bytes: usize) -> Value {
+    let text = fold_text(body);
+    json!({"id": "msg_fake_historian", "type": "message", "role": "assistant", "model": body["model"],
+           "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null,
+           "usage": {"input_tokens": request_bytes / 4, "output_tokens": text.len() / 4}})
+}
+
+/// A `<history>` document folding the chunk the prompt names (`<messages
+/// first=… last=…>`) into one compartment.
+fn fold_text(body: &Value) -> String {
+    let prompt = prompt_text(body);
     let attr = |name: &str| -> Option<i64> {
         let rest = &prompt[prompt.find("<messages first=")?..];
         let key = format!("{name}=\"");
@@ -425,14 +490,11 @@ fn historian_answer(body: &Value) -> Value {
         rest[..rest.find('"')?].parse().ok()
     };
     let (first, last) = (attr("first").unwrap_or(1), attr("last").unwrap_or(1));
-    let text = format!(
+    format!(
         "<history>\n<compartment start=\"{first}\" end=\"{last}\" importance=\"60\" episode=\"feature\">\n\
          <title>Folded messages {first}-{last}</title>\n<p1>The user asked for reads of the library; \
          the agent read it.</p1>\n<p2>Reads of the library.</p2>\n<p3>Library reads.</p3>\n\
          <p4>Reads</p4>\n</compartment>\n<facts>\n</facts>\n<unprocessed_from>{}</unprocessed_from>\n</history>",
         last + 1
-    );
-    json!({"id": "msg_fake_historian", "type": "message", "role": "assistant", "model": body["model"],
-           "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": null,
-           "usage": {"input_tokens": 1000, "output_tokens": 200}})
+    )
 }

@@ -16,6 +16,7 @@ pub mod fake_provider;
 pub mod generate;
 pub mod mcp_client;
 pub mod opencode;
+pub mod relay;
 
 pub use env::TestEnv;
 

@@ -574,7 +574,8 @@ fn logging_wrapper(dir: &std::path::Path, bin: &str) -> (std::path::PathBuf, std
 
 #[test]
 fn after_a_failed_historian_run_the_plugin_backs_off() {
-    // No historian model: every run fails. A wrapper counts the starts.
+    // No historian model: runs fold through OpenCode, where the model answers
+    // in no known format, so every run fails. A wrapper counts the starts.
     let dir = tempfile::tempdir().unwrap();
     let (wrapper, starts) = logging_wrapper(dir.path(), "mc-historian");
     let oc = OpenCode::start(
@@ -592,12 +593,36 @@ fn after_a_failed_historian_run_the_plugin_backs_off() {
             env: Vec::new(),
         },
     );
+    for _ in 0..8 {
+        oc.provider
+            .push_historian(Reply::Text("Here is a summary of the work so far.".into()));
+    }
     let session = read_a_big_file_four_times(&oc, 600);
     // Every pass from here on says the historian is due; the first run fails.
     oc.provider.set_usage(usage_at(70));
     for turn in 0..4 {
         oc.prompt(&session, &format!("high usage, turn {turn}"));
         std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let failed = || status(&oc, &session)["historian"]["last_failure"]["error_class"].clone();
+    while failed().is_null() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // The answer and its repair were both rejected: nothing published.
+    assert_eq!(failed(), "answer_rejected", "{:#}", status(&oc, &session));
+    assert_eq!(
+        oc.provider.historian_requests().len(),
+        2,
+        "the answer and one repair"
+    );
+    let run = &status(&oc, &session)["historian"]["last_run"];
+    assert_eq!(
+        (run["status"].as_str(), run["compartments"].as_i64()),
+        (Some("failed"), Some(0))
+    );
+    for turn in 4..6 {
+        oc.prompt(&session, &format!("high usage, turn {turn}"));
     }
     let count = std::fs::read_to_string(&starts)
         .unwrap_or_default()
@@ -968,4 +993,143 @@ fn the_agent_writes_a_memory_and_expands_a_dropped_output_with_mc_search_tools()
         text.contains("<new-memories>") && text.contains(fact),
         "the memory reached m[1] on the busting pass"
     );
+}
+
+/// A session of twelve long user messages (~53k tokens, well past the live
+/// tail the historian protects) at 20 % usage.
+fn twelve_long_messages(oc: &OpenCode) -> String {
+    oc.provider.set_usage(usage_at(20));
+    let session = oc.new_session();
+    // Long user messages: the emergency drop takes tool outputs, never these.
+    let long = "Please keep this requirement in mind: ".to_string()
+        + &"the parser must stay streaming. ".repeat(700);
+    for turn in 0..12 {
+        oc.prompt(&session, &format!("part {turn}: {long}"));
+    }
+    session
+}
+
+#[test]
+fn with_no_mc_config_the_historian_folds_through_opencode_itself() {
+    // No mc config at all: no provider, no key, no historian model.
+    let (oc, _dir) = with_mc(None);
+    let session = twelve_long_messages(&oc);
+    // A blocking fold: the plugin runs mc-historian and waits for it; with no
+    // model configured, it folds through this very server.
+    oc.provider.set_usage(usage_at(96));
+    oc.prompt(&session, "turn that reports 96 %");
+    oc.provider.set_usage(usage_at(40));
+    oc.prompt(&session, "next turn");
+    let status = status(&oc, &session);
+    let run = &status["historian"]["last_run"];
+    assert_eq!(run["status"], "published", "{status:#}");
+    // On the session's own model, through OpenCode's login for it.
+    assert_eq!(run["model"], "opencode/mock/mock-sonnet", "{run}");
+    assert!(run["tokens_in"].as_u64().unwrap() > 0, "{run}");
+    assert_eq!(status["historian_model"]["model_source"], "harness_default");
+    let asked = oc.provider.historian_requests();
+    assert!(
+        !asked.is_empty(),
+        "the fake provider never saw the historian's prompt"
+    );
+    for request in &asked {
+        assert_eq!(request.body["model"], "mock-sonnet");
+        assert!(request.body["tools"].as_array().is_none_or(Vec::is_empty));
+        let system = request.body["system"].to_string();
+        assert!(
+            system.contains("<history>"),
+            "the historian's contract is the system prompt"
+        );
+        // mc's plugin left the child session's prompt alone: no tags, no head.
+        assert!(!all_text(request).contains('§'), "{}", all_text(request));
+        assert!(!system.contains("Context management (mc)"));
+    }
+    // The compartment is at the head of the request that went out.
+    let text = all_text(oc.provider.agent_requests().last().unwrap());
+    assert!(
+        text.contains("Folded messages"),
+        "the fold landed before the request"
+    );
+    assert!(
+        !text.contains("part 0: Please keep"),
+        "the covered raw message left the wire"
+    );
+    // The child session is gone: not among the session's children, not in the list.
+    assert_eq!(oc.get(&format!("/session/{session}/children")), json!([]));
+    let listed = oc.get("/session");
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        [session.as_str()],
+        "only the user's own session: {listed}"
+    );
+}
+
+#[test]
+fn a_child_session_that_errs_fails_the_run_and_publishes_nothing() {
+    // The plugin's own historian runs are no-ops here: only the test's run.
+    // No model is configured, only the answer's cap.
+    let dir = tempfile::tempdir().unwrap();
+    let oc = OpenCode::start(
+        dir.path(),
+        Options {
+            db: Some(dir.path().join("ctx.db")),
+            with_plugin: true,
+            mc_config: Some(r#"{"historian": {"max_output_tokens": 2000}}"#.into()),
+            historian_bin: Some("true".into()),
+            ..Options::default()
+        },
+    );
+    let session = twelve_long_messages(&oc);
+    let run = || {
+        let out = oc.mc(
+            "mc-historian",
+            &["run", "--session", &session, "--opencode-url", &oc.url],
+            b"",
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        (
+            out.status.code(),
+            report,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // The provider rejects the historian's request: OpenCode's child session
+    // ends with an APIError, which is the run's reason.
+    oc.provider.push_historian(Reply::Error {
+        status: 400,
+        body: json!({"type": "error", "error": {"type": "invalid_request_error",
+                     "message": "this model does not take that request"}}),
+    });
+    let (code, report, stderr) = run();
+    assert_eq!(code, Some(1), "{report} {stderr}");
+    assert_eq!(report["status"], "failed");
+    assert_eq!(report["error_class"], "provider_status", "{report}");
+    assert!(
+        report["error"]
+            .as_str()
+            .unwrap()
+            .contains("this model does not take that request"),
+        "{report}"
+    );
+    assert_eq!(report["compartments"], json!([]));
+    assert_eq!(oc.get(&format!("/session/{session}/children")), json!([]));
+    // The next run folds.
+    let (code, report, stderr) = run();
+    assert_eq!(code, Some(0), "{report} {stderr}");
+    assert_eq!(report["status"], "published");
+    assert_eq!(report["model"], "opencode/mock/mock-sonnet");
+    assert_eq!(report["model_source"], "harness_default");
+    assert!(report["tokens"]["input"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(oc.get(&format!("/session/{session}/children")), json!([]));
+    // The plugin held the answer to historian.max_output_tokens (the model
+    // would allow 10 000).
+    for request in oc.provider.historian_requests() {
+        assert_eq!(request.body["max_tokens"], 2000);
+    }
 }

@@ -17,7 +17,7 @@ import { tool } from "@opencode-ai/plugin"
 
 const TRANSFORM_TIMEOUT_MS = 30_000
 const HISTORIAN_TIMEOUT_MS = 300_000
-// After a failed historian run (no model configured, provider down), wait
+// After a failed historian run (no model to use, provider down), wait
 // this long before the next, doubling up to the cap: every pass above the
 // trigger says "due", and each run fetches the whole session.
 const HISTORIAN_RETRY_MS = 30_000
@@ -218,6 +218,8 @@ export const McContext = async ({ client, serverUrl, directory }) => {
   // sessionID -> what the plugin knows of the session, least recently used first:
   //   passed          a messages pass has seen it: its system prompt is ours to render
   //   subagent        whether it has a parent session (undefined: not asked yet)
+  //   historianChild  mc-historian's own hidden child session (its prompt goes out untouched)
+  //   historianMaxTokens  the answer's cap mc-historian set on that child
   //   model           the model its last pass named (for an overflow error)
   //   systemRenders   Map(input -> output). A render depends on its input and on
   //                   the frozen date, which only an execute pass moves, so the
@@ -231,7 +233,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
   function session(sessionID) {
     let state = sessions.get(sessionID)
     if (state) sessions.delete(sessionID)
-    else state = { passed: false, subagent: undefined, model: undefined, systemRenders: new Map(), historianFailure: undefined }
+    else state = { passed: false, subagent: undefined, historianChild: false, model: undefined, systemRenders: new Map(), historianFailure: undefined }
     sessions.set(sessionID, state)
     while (sessions.size > SESSION_CAP) sessions.delete(sessions.keys().next().value)
     return state
@@ -281,6 +283,8 @@ export const McContext = async ({ client, serverUrl, directory }) => {
         const info = res?.data ?? res
         if (!info?.id) return false // unknown for now: ask again next call
         state.subagent = Boolean(info.parentID)
+        state.historianChild = Boolean(info.metadata?.mc?.historian)
+        state.historianMaxTokens = positive(String(info.metadata?.mc?.max_output_tokens ?? ""))
       } catch {
         return false
       }
@@ -339,7 +343,10 @@ export const McContext = async ({ client, serverUrl, directory }) => {
     if (!historians.has(sessionID)) {
       const failed = sessions.get(sessionID)?.historianFailure
       if (failed && Date.now() < failed.retryAt) return null
+      // With no historian model in mc's config, mc-historian folds through
+      // this very server, on the session's model and the user's login here.
       const args = ["run", "--session", sessionID, "--opencode-url", server]
+      if (directory) args.push("--project-dir", directory)
       const running = run(bin("mc-historian", "MC_HISTORIAN_BIN"), args, "", HISTORIAN_TIMEOUT_MS)
         .then((result) => {
           // A session deleted or forgotten meanwhile stays forgotten.
@@ -369,6 +376,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
   async function overflow(properties) {
     const { sessionID, error } = properties ?? {}
     if (!sessionID || !OVERFLOW_CANDIDATES.has(error?.name)) return
+    if (sessions.get(sessionID)?.historianChild) return // mc-historian reports its own failures
     const model = sessions.get(sessionID)?.model
     const result = await run(
       bin("mc-transform", "MC_TRANSFORM_BIN"),
@@ -396,6 +404,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
       const found = envelope(messages)
       if (!found.sessionID) return
       const state = session(found.sessionID)
+      if ((await isSubagent(found.sessionID, state)) && state.historianChild) return
       let pass = await transform(messages, found, state, historianAvailable(found.sessionID, state))
       if (!pass) return
       if (pass.output.pass?.decision === "wait") {
@@ -455,6 +464,13 @@ export const McContext = async ({ client, serverUrl, directory }) => {
       } catch (error) {
         warnOnce(`mc-transform system printed no JSON: ${error}`)
       }
+    },
+
+    // mc-historian's child sessions answer within historian.max_output_tokens,
+    // as its other routes do (OpenCode would allow the model's whole limit).
+    "chat.params": async (input, output) => {
+      const cap = sessions.get(input?.sessionID)?.historianMaxTokens
+      if (cap && !(output.maxOutputTokens <= cap)) output.maxOutputTokens = cap
     },
 
     event: async ({ event }) => {

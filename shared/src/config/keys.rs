@@ -546,7 +546,8 @@ pub(super) const KEYS: &[KeyDef] = &[
         description: "The model the historian asks first, as \"provider/model\" where \
                       provider is a name in \"providers\" (e.g. \"anthropic/claude-haiku-4-5\"). \
                       Split at the first slash, so the model id may contain slashes. \
-                      Unset: mc-historian run refuses to start.",
+                      Unset: the harness's own model (historian.harness_model), else \
+                      mc-historian run refuses to start.",
         get: |c| Val::Model(c.historian.model.clone()),
         set: |c, v| {
             if let Some(m) = v.model() {
@@ -566,6 +567,24 @@ pub(super) const KEYS: &[KeyDef] = &[
         set: |c, v| {
             if let Some(l) = v.model_list() {
                 c.historian.fallback_models = l;
+            }
+        },
+    },
+    KeyDef {
+        path: "historian.harness_model",
+        kind: Kind::Bool,
+        default: Val::Bool(true),
+        trust: Trust::UserOnly,
+        description: "When no historian model is configured, fold with the model the harness \
+                      already uses, through the user's own login: an OpenCode session asks \
+                      the running OpenCode server (a hidden child session on the session's \
+                      model, or OpenCode's small_model when it costs no more); a Claude Code, \
+                      Codex or Pi session runs claude -p, codex exec or pi -p when that \
+                      program is on PATH. false: no historian without historian.model.",
+        get: |c| Val::Bool(c.historian.harness_model),
+        set: |c, v| {
+            if let Some(b) = v.bool() {
+                c.historian.harness_model = b;
             }
         },
     },

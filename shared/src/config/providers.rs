@@ -21,13 +21,19 @@ pub enum ProviderKind {
     Openai,
     /// A program that reads the prompt on stdin and prints the answer.
     Command,
+    /// A running OpenCode server (`opencode serve`): the prompt goes to a
+    /// hidden child session on the model the server names, with the user's
+    /// own provider login; no key passes through mc. Without a `base_url`,
+    /// the server the run was given (`--opencode-url`, `OPENCODE_URL`).
+    Opencode,
 }
 
 impl ProviderKind {
-    pub const ALL: [ProviderKind; 3] = [
+    pub const ALL: [ProviderKind; 4] = [
         ProviderKind::Anthropic,
         ProviderKind::Openai,
         ProviderKind::Command,
+        ProviderKind::Opencode,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -35,6 +41,7 @@ impl ProviderKind {
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Openai => "openai",
             ProviderKind::Command => "command",
+            ProviderKind::Opencode => "opencode",
         }
     }
 
@@ -43,7 +50,7 @@ impl ProviderKind {
         match self {
             ProviderKind::Anthropic => Some("https://api.anthropic.com"),
             ProviderKind::Openai => Some("https://api.openai.com/v1"),
-            ProviderKind::Command => None,
+            ProviderKind::Command | ProviderKind::Opencode => None,
         }
     }
 }
@@ -52,7 +59,8 @@ impl ProviderKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProviderConfig {
     pub kind: ProviderKind,
-    /// HTTP kinds: where the API lives (the kind's default when not written).
+    /// HTTP kinds: where the API lives (the kind's default when not written);
+    /// `opencode`: the server's URL (else the server the run was given).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
     /// HTTP kinds: the environment variable holding the API key. Without it no
@@ -109,8 +117,13 @@ pub(super) fn parse(name: &str, value: &Value) -> Result<(ProviderConfig, Vec<St
         Some(k) => ProviderKind::ALL
             .into_iter()
             .find(|kind| kind.as_str() == k)
-            .ok_or_else(|| format!("kind {} is not anthropic, openai or command", show(k)))?,
-        None => return Err("has no \"kind\" (anthropic, openai or command)".into()),
+            .ok_or_else(|| {
+                format!(
+                    "kind {} is not anthropic, openai, command or opencode",
+                    show(k)
+                )
+            })?,
+        None => return Err("has no \"kind\" (anthropic, openai, command or opencode)".into()),
     };
     let mut warnings = Vec::new();
     for field in map.keys().filter(|f| !FIELDS.contains(&f.as_str())) {
@@ -156,6 +169,12 @@ pub(super) fn parse(name: &str, value: &Value) -> Result<(ProviderConfig, Vec<St
                         .into(),
                 );
                 None
+            } else if kind == ProviderKind::Opencode {
+                warnings.push(
+                    "api_key_env is ignored for an opencode provider (OpenCode uses its own login)"
+                        .into(),
+                );
+                None
             } else {
                 Some(var.clone())
             }
@@ -191,7 +210,13 @@ pub(super) fn parse(name: &str, value: &Value) -> Result<(ProviderConfig, Vec<St
         }
         (_, None | Some(Value::Null)) => None,
         (_, Some(_)) => {
-            warnings.push("command is ignored for an HTTP provider".into());
+            warnings.push(format!(
+                "command is ignored for an {} provider",
+                match kind {
+                    ProviderKind::Opencode => "opencode",
+                    _ => "HTTP",
+                }
+            ));
             None
         }
     };
@@ -224,7 +249,9 @@ pub(super) fn schema() -> Value {
         "One provider. anthropic: Anthropic's Messages API (POST <base_url>/v1/messages). \
          openai: an OpenAI-compatible chat-completions API (POST <base_url>/chat/completions): \
          OpenAI, OpenRouter, Ollama, llama.cpp, LM Studio, vLLM. command: a program that reads \
-         the prompt on stdin and prints the answer on stdout (e.g. [\"claude\", \"-p\"])."
+         the prompt on stdin and prints the answer on stdout (e.g. [\"claude\", \"-p\"]). \
+         opencode: a running OpenCode server (a hidden child session on the model written \
+         \"providerID/modelID\" after the provider's name, with OpenCode's own login)."
             .into(),
     );
     entry.insert("type".into(), "object".into());
@@ -237,7 +264,9 @@ pub(super) fn schema() -> Value {
             },
             "base_url": {
                 "description": "HTTP kinds: the API's base URL. Defaults: anthropic \
-                                https://api.anthropic.com, openai https://api.openai.com/v1.",
+                                https://api.anthropic.com, openai https://api.openai.com/v1. \
+                                opencode: the server's URL (default: the server the run was \
+                                given, --opencode-url or OPENCODE_URL).",
                 "type": "string",
                 "pattern": "^https?://[^/]",
             },

@@ -943,6 +943,26 @@ fn providers_and_historian_models_from_the_user_tier() {
         loaded.config.providers["o"].effective_base_url(),
         Some("http://h:1/v1")
     );
+    // An opencode provider: no default URL (the run's server), no key.
+    let loaded = user(
+        r#"{"providers": {"oc": {"kind": "opencode", "api_key_env": "X"}},
+            "historian": {"harness_model": false}}"#,
+    );
+    let oc = &loaded.config.providers["oc"];
+    assert_eq!(
+        (oc.kind, oc.effective_base_url()),
+        (ProviderKind::Opencode, None)
+    );
+    assert_eq!(oc.api_key_env, None);
+    assert_eq!(
+        loaded.warnings,
+        [
+            "config: user.jsonc: providers.oc: api_key_env is ignored for an opencode provider (OpenCode \
+          uses its own login)"
+        ]
+    );
+    assert!(!loaded.config.historian.harness_model);
+    assert!(Config::default().historian.harness_model, "on by default");
 }
 
 #[test]
@@ -1112,7 +1132,7 @@ fn schema_describes_providers() {
     let entry = &providers["additionalProperties"];
     assert_eq!(
         entry["properties"]["kind"]["enum"],
-        serde_json::json!(["anthropic", "openai", "command"])
+        serde_json::json!(["anthropic", "openai", "command", "opencode"])
     );
     assert_eq!(entry["additionalProperties"], false);
     let model = &schema["properties"]["historian"]["properties"]["model"];

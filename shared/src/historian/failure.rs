@@ -53,7 +53,9 @@ impl RunFailure {
 
     /// What kind of failure, as `error_class` says it: `provider_timeout`,
     /// `provider_status`, `provider_unreachable`, `provider_unavailable`,
-    /// `provider_command`, `provider_protocol`, `provider_config` (the model
+    /// `provider_command`, `provider_harness` (the harness that ran the
+    /// call reported a failure of its own), `provider_protocol`,
+    /// `provider_config` (the model
     /// chain), `answer_rejected`, `lease_lost`, `compartments_moved`,
     /// `store_unavailable`, `store_corrupt`, `store_internal`.
     pub fn class(&self) -> &'static str {
@@ -108,6 +110,7 @@ fn provider_class(error: &LlmError) -> &'static str {
         llm::ErrorKind::Transport => "provider_unreachable",
         llm::ErrorKind::Timeout => "provider_timeout",
         llm::ErrorKind::Command => "provider_command",
+        llm::ErrorKind::Harness => "provider_harness",
         llm::ErrorKind::Protocol => "provider_protocol",
     }
 }

@@ -14,6 +14,7 @@
 //!   ([`publish`]). Up to `historian.max_chunks` chunks per run, each
 //!   published on its own; every run is recorded, failures with their cause.
 
+pub mod choice;
 pub mod failure;
 pub mod parse;
 pub mod prompt;
@@ -137,6 +138,10 @@ pub struct CheckReport {
     pub subagent: bool,
     /// Whether any mc tool has seen the session before.
     pub known_session: bool,
+    /// The model a run would use and why (`model`, `model_source`,
+    /// `model_reason`), when the caller chose one ([`choice`]).
+    #[serde(flatten)]
+    pub model: Option<choice::ModelReport>,
 }
 
 /// The model as the input describes it; without a context limit (a
@@ -202,6 +207,7 @@ pub fn check(conn: &Connection, input: &Input, transform: &TransformConfig) -> R
         covered_through: covered,
         subagent,
         known_session: session.is_some(),
+        model: None,
     })
 }
 
@@ -357,9 +363,14 @@ pub struct PromptReport {
     pub session_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chunk: Option<ChunkInfo>,
-    /// The primary model (`provider/model`), when one is configured.
+    /// The primary model (`provider/model`), when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Where the model comes from, and why ([`choice`]; set by the caller).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_source: Option<choice::ModelSource>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_reason: Option<String>,
     /// The exact request (API keys replaced by `<$VARIABLE>`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request: Option<Value>,
@@ -387,6 +398,8 @@ pub fn prompt(
         session_id: input.session_id.clone(),
         chunk: None,
         model: client.and_then(|c| c.chain().first().map(ToString::to_string)),
+        model_source: None,
+        model_reason: None,
         request: None,
         system: None,
         user: None,
@@ -481,6 +494,9 @@ pub struct RunReport {
     /// The model that answered last.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Where the run's models come from ([`choice`]; set by the caller).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_source: Option<choice::ModelSource>,
     pub compartments: Vec<WrittenCompartment>,
     /// Facts newly added to the project's memory.
     pub facts_promoted: usize,
@@ -550,6 +566,7 @@ pub fn run(
         session_id: input.session_id.clone(),
         run_id: None,
         model: None,
+        model_source: None,
         compartments: Vec::new(),
         facts_promoted: 0,
         facts: Vec::new(),
@@ -810,8 +827,12 @@ impl Runner<'_, '_> {
         let mut warnings = Vec::new();
         let progress = &mut *self.progress;
         let result = self.model.complete(request, &mut |event| {
-            if let llm::Event::FallingBack { error, to, .. } = &event {
-                warnings.push(format!("{error}; trying {to}"));
+            match &event {
+                llm::Event::FallingBack { error, to, .. } => {
+                    warnings.push(format!("{error}; trying {to}"));
+                }
+                llm::Event::Note { model, message } => warnings.push(format!("{model}: {message}")),
+                _ => {}
             }
             progress(Progress::Llm(event));
         });

@@ -77,9 +77,6 @@ impl Http {
         request: &Request,
         secret: Option<&str>,
     ) -> Result<Answer, LlmError> {
-        let agent = self
-            .agent_for(&request.url)
-            .map_err(|e| LlmError::new(Some(model), ErrorKind::Config, e))?;
         let body = serde_json::to_vec(&request.body).map_err(|e| {
             LlmError::new(
                 Some(model),
@@ -87,13 +84,74 @@ impl Http {
                 format!("cannot encode the request: {e}"),
             )
         })?;
+        let agent = self
+            .agent_for(&request.url)
+            .map_err(|e| LlmError::new(Some(model), ErrorKind::Config, e))?;
         let mut builder = agent.post(&request.url);
         for (name, value) in &request.headers {
             builder = builder.header(*name, value);
         }
-        let mut response = builder
-            .send(&body[..])
-            .map_err(|e| transport_error(model, &request.url, e, &self.options))?;
+        let response = builder.send(&body[..]);
+        self.answer(model, &request.url, response, secret, self.options.timeout)
+    }
+
+    /// One JSON request with a whole-call timeout of its own (a harness's
+    /// server: short calls around the long one); any HTTP status comes back
+    /// as an [`Answer`].
+    pub(super) fn send(
+        &self,
+        model: &ModelRef,
+        method: Method,
+        url: &str,
+        body: Option<&Value>,
+        timeout: Duration,
+    ) -> Result<Answer, LlmError> {
+        let agent = self
+            .agent_for(url)
+            .map_err(|e| LlmError::new(Some(model), ErrorKind::Config, e))?;
+        let response = match method {
+            Method::Get => agent
+                .get(url)
+                .config()
+                .timeout_global(Some(timeout))
+                .build()
+                .call(),
+            Method::Delete => agent
+                .delete(url)
+                .config()
+                .timeout_global(Some(timeout))
+                .build()
+                .call(),
+            Method::Post => {
+                let bytes = serde_json::to_vec(body.unwrap_or(&Value::Null)).map_err(|e| {
+                    LlmError::new(
+                        Some(model),
+                        ErrorKind::Protocol,
+                        format!("cannot encode the request: {e}"),
+                    )
+                })?;
+                agent
+                    .post(url)
+                    .header("content-type", "application/json")
+                    .config()
+                    .timeout_global(Some(timeout))
+                    .build()
+                    .send(&bytes[..])
+            }
+        };
+        self.answer(model, url, response, None, timeout)
+    }
+
+    fn answer(
+        &self,
+        model: &ModelRef,
+        url: &str,
+        response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+        secret: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Answer, LlmError> {
+        let mut response =
+            response.map_err(|e| transport_error(model, url, e, &self.options, timeout))?;
         let status = response.status().as_u16();
         let retry_after = response
             .headers()
@@ -107,13 +165,21 @@ impl Http {
             .with_config()
             .limit(MAX_BODY_BYTES)
             .read_to_string()
-            .map_err(|e| transport_error(model, &request.url, e, &self.options))?;
+            .map_err(|e| transport_error(model, url, e, &self.options, timeout))?;
         Ok(Answer {
             status,
             retry_after,
             body: redact(&body, secret),
         })
     }
+}
+
+/// The methods a harness's server is called with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Method {
+    Get,
+    Post,
+    Delete,
 }
 
 fn agent(options: &Options, proxy: Option<ureq::Proxy>) -> ureq::Agent {
@@ -128,7 +194,13 @@ fn agent(options: &Options, proxy: Option<ureq::Proxy>) -> ureq::Agent {
         .into()
 }
 
-fn transport_error(model: &ModelRef, url: &str, error: ureq::Error, options: &Options) -> LlmError {
+fn transport_error(
+    model: &ModelRef,
+    url: &str,
+    error: ureq::Error,
+    options: &Options,
+    timeout: Duration,
+) -> LlmError {
     let timeout_hint = "raise historian.timeout_ms in the user config \
                         (historian.connect_timeout_ms for connecting)";
     match error {
@@ -139,7 +211,7 @@ fn transport_error(model: &ModelRef, url: &str, error: ureq::Error, options: &Op
                 "no answer from {url} within {} ms (timeout: {what})",
                 match what {
                     ureq::Timeout::Connect => options.connect_timeout.as_millis(),
-                    _ => options.timeout.as_millis(),
+                    _ => timeout.as_millis(),
                 }
             ),
         )

@@ -1,8 +1,10 @@
 //! The LLM client: providers configured by the user, called over HTTP or as a command.
 //!
-//! Three provider kinds (`config::ProviderKind`): Anthropic's Messages API,
-//! any OpenAI-compatible chat-completions endpoint, and a `command` that reads
-//! the prompt on stdin and prints the answer. Models are named
+//! Four provider kinds (`config::ProviderKind`): Anthropic's Messages API,
+//! any OpenAI-compatible chat-completions endpoint, a `command` that reads
+//! the prompt on stdin and prints the answer, and a running OpenCode server
+//! (`opencode`: a hidden child session of the folded session, on a model and
+//! login the user already set up there). Models are named
 //! `provider/model` ([`ModelRef`]); a [`Client`] holds a chain of them and
 //! answers one [`Prompt`] with the first model that succeeds:
 //!
@@ -26,6 +28,9 @@ mod anthropic;
 mod command;
 pub(crate) mod http;
 mod openai;
+pub(crate) mod opencode;
+
+pub use opencode::{ModelPrice, ServerModels, opencode_models};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -98,6 +103,10 @@ pub enum ErrorKind {
     Timeout,
     /// A command provider failed (non-zero exit).
     Command,
+    /// The harness ran the call and reported a failure of its own (OpenCode:
+    /// a provider login missing, the prompt over the model's window, the
+    /// child session aborted). Not retried; the next model is tried.
+    Harness,
     /// An answer that is not the provider's format.
     Protocol,
 }
@@ -152,7 +161,11 @@ impl LlmError {
 
     /// Worth trying the next model of the chain.
     fn falls_back(&self) -> bool {
-        self.is_retryable() || matches!(self.kind, ErrorKind::Timeout | ErrorKind::Unavailable)
+        self.is_retryable()
+            || matches!(
+                self.kind,
+                ErrorKind::Timeout | ErrorKind::Unavailable | ErrorKind::Harness
+            )
     }
 }
 
@@ -272,6 +285,22 @@ pub enum Event {
         to: ModelRef,
         error: LlmError,
     },
+    /// Something worth a warning that did not fail the call (an OpenCode
+    /// child session that could not be deleted).
+    Note { model: ModelRef, message: String },
+}
+
+/// The session a run folds, for a provider that runs inside its harness
+/// (`opencode`): where the server is, and whose child the call's session is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HarnessSession {
+    /// The OpenCode server the session lives on (an `opencode` provider
+    /// without a `base_url` calls this one).
+    pub opencode_url: Option<String>,
+    /// The project folder the server serves the session from (`?directory=`).
+    pub directory: Option<String>,
+    /// The folded session's id: the parent of the call's hidden child session.
+    pub session_id: Option<String>,
 }
 
 /// Something that answers prompts. [`Client`] is the real one; tests may
@@ -298,6 +327,7 @@ pub struct Client {
     targets: Vec<Target>,
     options: Options,
     http: http::Http,
+    harness: HarnessSession,
 }
 
 impl Client {
@@ -358,7 +388,14 @@ impl Client {
             http: http::Http::new(&options),
             targets,
             options,
+            harness: HarnessSession::default(),
         })
+    }
+
+    /// The session the calls fold, for an `opencode` provider.
+    pub fn with_harness(mut self, harness: HarnessSession) -> Client {
+        self.harness = harness;
+        self
     }
 
     pub fn chain(&self) -> Vec<ModelRef> {
@@ -373,9 +410,9 @@ impl Client {
     /// the name of their variable (`"<$ANTHROPIC_API_KEY>"`).
     pub fn describe(&self, prompt: &Prompt) -> Value {
         // `new` refuses an empty chain, so there is a primary model.
-        self.targets
-            .first()
-            .map_or(Value::Null, |target| describe(target, prompt))
+        self.targets.first().map_or(Value::Null, |target| {
+            describe(target, prompt, &self.harness)
+        })
     }
 
     /// One model, with its retries.
@@ -392,7 +429,7 @@ impl Client {
                 model: target.model.clone(),
                 attempt,
             });
-            match self.call(target, prompt) {
+            match self.call(target, prompt, events) {
                 Ok(completion) => return Ok(completion),
                 Err(error) if error.is_retryable() && attempt <= self.options.retries => {
                     let delay = backoff_delay(
@@ -414,11 +451,19 @@ impl Client {
         }
     }
 
-    fn call(&self, target: &Target, prompt: &Prompt) -> Result<Completion, LlmError> {
+    fn call(
+        &self,
+        target: &Target,
+        prompt: &Prompt,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<Completion, LlmError> {
         let model = &target.model;
         if let Some(var) = &target.provider.api_key_env
             && target.key.is_none()
-            && target.provider.kind != ProviderKind::Command
+            && matches!(
+                target.provider.kind,
+                ProviderKind::Anthropic | ProviderKind::Openai
+            )
         {
             return Err(LlmError::new(
                 Some(model),
@@ -438,6 +483,14 @@ impl Client {
             ProviderKind::Anthropic => anthropic::call(&self.http, target, prompt),
             ProviderKind::Openai => openai::call(&self.http, target, prompt),
             ProviderKind::Command => command::call(target, prompt, self.options.timeout),
+            ProviderKind::Opencode => opencode::call(
+                &self.http,
+                &self.options,
+                target,
+                prompt,
+                &self.harness,
+                events,
+            ),
         }
     }
 }
@@ -491,7 +544,7 @@ impl Model for Client {
     }
 }
 
-fn describe(target: &Target, prompt: &Prompt) -> Value {
+fn describe(target: &Target, prompt: &Prompt, harness: &HarnessSession) -> Value {
     let key_ref = target
         .provider
         .api_key_env
@@ -505,6 +558,7 @@ fn describe(target: &Target, prompt: &Prompt) -> Value {
             openai::request(target, prompt, key_ref.as_deref(), false).describe("openai")
         }
         ProviderKind::Command => command::describe(target, prompt),
+        ProviderKind::Opencode => opencode::describe(target, prompt, harness),
     }
 }
 

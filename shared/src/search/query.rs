@@ -469,14 +469,14 @@ fn message_hits(
             else {
                 continue;
             };
-            if !sessions.contains_key(&session) {
+            if let std::collections::btree_map::Entry::Vacant(slot) = sessions.entry(session) {
                 let row = conn
                     .prepare_cached(
                         "SELECT harness, session_id, project_identity FROM sessions WHERE id = ?1",
                     )?
                     .query_row(params![session], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                     .optional()?;
-                sessions.insert(session, row);
+                slot.insert(row);
             }
             let Some(Some((harness, session_id, project))) = sessions.get(&session) else {
                 continue;

@@ -92,6 +92,13 @@ pub struct StatusReport {
     /// A provider rejected the session's last request as too long and no
     /// pass has recovered yet: the next pass is an emergency.
     pub overflow_pending: bool,
+    /// The model the session's last pass named (`provider/model`).
+    pub model: Option<String>,
+    /// The model a historian run would use and why (`model`,
+    /// `model_source`, `model_reason`), when the caller chose one
+    /// (`historian::choice`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub historian_model: Option<crate::historian::choice::ModelReport>,
 }
 
 pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<StatusReport>> {
@@ -219,5 +226,7 @@ pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<S
             None => None,
         },
         overflow_pending: super::overflow::pending(conn, harness, session_id)?.is_some(),
+        model: session.last_model_key.clone(),
+        historian_model: None,
     }))
 }

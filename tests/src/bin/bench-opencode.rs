@@ -1,7 +1,10 @@
 //! bench-opencode: how much of each request a provider prefix cache would serve
 //! with mc and without it, on the same scripted tool-heavy session driven
-//! through the real OpenCode; plus the time OpenCode spends in mc's hook and
-//! the bytes mc adds to a request.
+//! through the real OpenCode; plus the time OpenCode spends in mc's hook, the
+//! bytes mc adds to a request, and what the historian did (runs, the model
+//! they used, the tokens each fold spent). With no `--mc-config` and no
+//! `--historian`, mc runs with no config at all: the historian folds through
+//! OpenCode itself, on the session's model (the fake provider plays it).
 //!
 //! Needs the workspace built (`cargo build --release --workspace`) and the
 //! pinned OpenCode installed (`npm install --prefix tests/e2e`).
@@ -26,7 +29,8 @@ use serde_json::json;
 const USAGE: &str = "usage: bench-opencode [--turns N (default 60)] [--file-kb N (default 10)] \
                      [--limit K (model context, thousands of tokens; default 200)] \
                      [--reduce-every N (with mc, the agent drops all but its newest reads every N turns)] \
-                     [--mc-config JSONC] [--historian (the fake provider also plays the historian)] \
+                     [--mc-config JSONC] [--historian (a configured historian model the fake provider plays; \
+                     default: no mc config, the historian folds through OpenCode itself)] \
                      [--detail (per request: size, share, first difference)]";
 
 struct Run {
@@ -36,6 +40,44 @@ struct Run {
     system_hook_ms: Vec<f64>,
     /// `mc-transform status` of the session at the end (with mc).
     status: Option<serde_json::Value>,
+    /// Every historian run, oldest first (with mc).
+    historian: Vec<HistorianRun>,
+    /// The historian's prompts the fake provider answered.
+    historian_prompts: usize,
+}
+
+/// One row of `historian_runs`.
+struct HistorianRun {
+    status: String,
+    model: Option<String>,
+    tokens_in: i64,
+    tokens_out: i64,
+    compartments: i64,
+}
+
+/// The historian runs mc recorded in `db`.
+fn historian_runs(db: &std::path::Path) -> Vec<HistorianRun> {
+    let Ok(store) = mc_core::store::Store::open(db, &mc_core::store::StoreOptions::default())
+    else {
+        return Vec::new();
+    };
+    let Ok(mut stmt) = store.conn().prepare(
+        "SELECT coalesce(status, 'unfinished'), model, tokens_in, tokens_out, compartments
+         FROM historian_runs ORDER BY id",
+    ) else {
+        return Vec::new();
+    };
+    stmt.query_map([], |r| {
+        Ok(HistorianRun {
+            status: r.get(0)?,
+            model: r.get(1)?,
+            tokens_in: r.get(2)?,
+            tokens_out: r.get(3)?,
+            compartments: r.get(4)?,
+        })
+    })
+    .map(|rows| rows.filter_map(Result::ok).collect())
+    .unwrap_or_default()
 }
 
 /// A scripted session: each turn reads two files and answers.
@@ -170,12 +212,65 @@ fn drive(with_mc: bool, script: Script, mc_config: Option<&str>) -> Run {
         );
         serde_json::from_slice(&out.stdout).unwrap_or_default()
     });
+    let historian = if with_mc {
+        historian_runs(&dir.path().join("ctx.db"))
+    } else {
+        Vec::new()
+    };
+    let historian_prompts = oc
+        .provider
+        .requests()
+        .iter()
+        .filter(|r| r.is_historian() || r.body["model"] == "mock-historian")
+        .count();
     Run {
         requests: oc.provider.agent_requests(),
         hook_ms,
         system_hook_ms,
         status,
+        historian,
+        historian_prompts,
     }
+}
+
+/// One line on what the historian did.
+fn historian_summary(run: &Run) -> String {
+    let runs = &run.historian;
+    if runs.is_empty() {
+        return "no run".into();
+    }
+    let count = |status: &str| runs.iter().filter(|r| r.status == status).count();
+    let published: Vec<&HistorianRun> = runs.iter().filter(|r| r.status == "published").collect();
+    let mut models: Vec<&str> = runs.iter().filter_map(|r| r.model.as_deref()).collect();
+    models.dedup();
+    let per_fold = if published.is_empty() {
+        String::new()
+    } else {
+        let n = published.len() as i64;
+        let (tin, tout): (i64, i64) = published
+            .iter()
+            .fold((0, 0), |(a, b), r| (a + r.tokens_in, b + r.tokens_out));
+        let max_in = published.iter().map(|r| r.tokens_in).max().unwrap_or(0);
+        format!(
+            "; per published run: {} compartments, tokens in {} (max {max_in}), out {}",
+            published.iter().map(|r| r.compartments).sum::<i64>() / n,
+            tin / n,
+            tout / n
+        )
+    };
+    format!(
+        "{} runs ({} published, {} failed, {} nothing to do), {} prompts answered, model {}{per_fold}",
+        runs.len(),
+        published.len(),
+        count("failed"),
+        count("nothing_to_do"),
+        run.historian_prompts,
+        if models.is_empty() {
+            "-".to_string()
+        } else {
+            models.join(", ")
+        }
+    )
 }
 
 /// Share of request bytes (as a cache keys them) that the previous request's prefix covers.
@@ -342,6 +437,7 @@ fn main() -> ExitCode {
             status["passes"], status["last_bust"]
         );
     }
+    println!("  historian          {}", historian_summary(&with));
     if let Some(dump) = std::env::var_os("MC_BENCH_DUMP") {
         for (i, r) in with.requests.iter().enumerate() {
             let _ = std::fs::write(

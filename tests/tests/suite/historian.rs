@@ -15,6 +15,7 @@ use mc_core::llm::{self, Client, ErrorKind, Model, Options, Prompt, ProxyEnv, Sl
 use mc_core::store::{Store, StoreOptions};
 use mc_tests::fake_llm::{ANY_MODEL, FakeLlm, Reply, user_text};
 use mc_tests::fake_opencode::FakeOpenCode;
+use mc_tests::relay::Relay;
 use mc_tests::{TestEnv, bin_path, pipe};
 
 const NOW: i64 = 1_796_000_000_000;
@@ -170,7 +171,12 @@ const FACT: &str =
 
 /// A valid answer folding the request's chunk in two compartments.
 fn fold(body: &Value, facts: &str) -> String {
-    let (first, last) = chunk_range(&user_text(body));
+    fold_user(&user_text(body), facts)
+}
+
+/// A valid answer folding the chunk of this user message in two compartments.
+fn fold_user(user: &str, facts: &str) -> String {
+    let (first, last) = chunk_range(user);
     let mid = (first + last) / 2;
     format!(
         "<history>\n{}{}<facts>\n{facts}\n</facts>\n<unprocessed_from>{}</unprocessed_from>\n</history>",
@@ -1159,10 +1165,13 @@ fn only_the_user_config_may_configure_the_historian() {
         stderr.contains("historian.model may not be set by a project config"),
         "{stderr}"
     );
-    // The error says what is missing; the hint line, what to write.
+    // The error says what is missing and why no default applies; the hint
+    // line, what to write.
     assert!(
-        stderr.contains("mc-historian: error: no historian model configured\n")
-            && stderr.contains("mc-historian: hint: set historian.model to \"provider/model\""),
+        stderr.contains(
+            "mc-historian: error: no historian.model configured, and no OpenCode server to \
+             fold through"
+        ) && stderr.contains("mc-historian: hint: set historian.model to \"provider/model\""),
         "{stderr}"
     );
     assert!(!env.root().join("PWNED").exists());
@@ -1178,7 +1187,8 @@ fn only_the_user_config_may_configure_the_historian() {
 #[test]
 fn without_a_model_a_run_fails_before_fetching_from_opencode() {
     let env = Env::new();
-    env.user_config(json!({}));
+    // No model, and the harness's own turned off.
+    env.user_config(json!({"historian": {"harness_model": false}}));
     // Nothing listens here: a fetch would fail with "cannot reach OpenCode".
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -1193,8 +1203,364 @@ fn without_a_model_a_run_fails_before_fetching_from_opencode() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("no historian model"), "{stderr}");
+    assert!(
+        stderr.contains("no historian.model configured, and historian.harness_model is false"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("cannot reach OpenCode"), "{stderr}");
+}
+
+// ---------------------------------------------------------------------------
+// The harness's own model (no historian model configured)
+
+/// The session's messages as an OpenCode server lists them: user messages
+/// name the model they were sent to (`p/m`).
+fn opencode_session(opencode: &FakeOpenCode, env: &Env, session: &str) {
+    opencode.add_session(json!({"id": session, "title": "t", "directory": env.project()}));
+    for mut message in messages(session, 30) {
+        if message["info"]["role"] == "user" {
+            message["info"]["model"] = json!({"providerID": "p", "modelID": "m"});
+        }
+        opencode.add_message(message);
+    }
+}
+
+/// OpenCode's answer to a prompt: the assistant message with `text`.
+fn opencode_answer(text: &str) -> Value {
+    json!({
+        "info": {"role": "assistant", "providerID": "p", "modelID": "m", "finish": "stop",
+                 "tokens": {"input": 1_200, "output": 300, "reasoning": 0, "cache": {"read": 300, "write": 0}}},
+        "parts": [{"type": "step-start"}, {"type": "text", "text": text}, {"type": "step-finish"}],
+    })
+}
+
+/// OpenCode folds every prompt's chunk (the prompt is its one text part).
+fn opencode_folding(opencode: &FakeOpenCode) {
+    opencode.answer_prompts(|body| {
+        opencode_answer(&fold_user(
+            body["parts"][0]["text"].as_str().unwrap_or(""),
+            "",
+        ))
+    });
+}
+
+/// No model configured, and quick to give up.
+fn no_model(env: &Env) {
+    env.user_config(json!({"historian": {"retries": 0, "timeout_ms": 10_000}}));
+}
+
+fn opencode_run(env: &Env, url: &str, command: &str) -> (i32, Value, String) {
+    env.historian(
+        &[
+            command,
+            "--opencode-url",
+            url,
+            "--session",
+            "ses_oc",
+            "--context-limit",
+            "20000",
+            "--project-dir",
+            env.project().to_str().unwrap(),
+        ],
+        "",
+    )
+}
+
+#[test]
+fn with_no_model_an_opencode_session_folds_through_its_own_server() {
+    let env = Env::new();
+    no_model(&env);
+    let opencode = FakeOpenCode::start();
+    opencode_session(&opencode, &env, "ses_oc");
+    opencode_folding(&opencode);
+    // A child a killed run left behind, and a task subagent's child.
+    opencode.add_session(json!({"id": "ses_left", "parentID": "ses_oc",
+                                "metadata": {"mc": {"historian": true}}}));
+    opencode.add_session(json!({"id": "ses_task", "parentID": "ses_oc"}));
+
+    // check says which model a run would use, and why.
+    let (code, check, stderr) = opencode_run(&env, opencode.url(), "check");
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(check["model"], "opencode/p/m");
+    assert_eq!(check["model_source"], "harness_default");
+    let reason = check["model_reason"].as_str().unwrap();
+    assert!(
+        reason.contains(opencode.url()) && reason.contains("the session's model p/m"),
+        "{reason}"
+    );
+
+    let (code, report, stderr) = opencode_run(&env, opencode.url(), "run");
+    assert_eq!(code, 0, "{report}\n{stderr}");
+    assert_eq!(report["status"], "published", "{report}");
+    assert_eq!(report["model"], "opencode/p/m");
+    assert_eq!(report["model_source"], "harness_default");
+    // OpenCode's counts, cache reads included.
+    assert_eq!(report["tokens"], json!({"input": 1_500, "output": 300}));
+    assert!(env.compartments() > 0);
+
+    let requests = opencode.requests();
+    let created = requests
+        .iter()
+        .find(|r| r.method == "POST" && r.path == "/session")
+        .expect("a child session");
+    let body = created.body.as_ref().unwrap();
+    assert_eq!(body["parentID"], "ses_oc", "a child of the folded session");
+    assert_eq!(
+        body["permission"],
+        json!([{"permission": "*", "pattern": "*", "action": "deny"}])
+    );
+    assert_eq!(body["metadata"]["mc"]["historian"], true);
+    assert_eq!(
+        created.query_param("directory").as_deref(),
+        env.project().to_str()
+    );
+    let prompt = requests
+        .iter()
+        .find(|r| r.method == "POST" && r.path == "/session/ses_child_0001/message")
+        .expect("the prompt");
+    let body = prompt.body.as_ref().unwrap();
+    assert_eq!(body["agent"], "compaction");
+    assert_eq!(body["tools"], json!({"*": false}));
+    assert_eq!(body["model"], json!({"providerID": "p", "modelID": "m"}));
+    assert!(body["system"].as_str().unwrap().contains("<history>"));
+    assert!(
+        body["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("<messages first=")
+    );
+    // The child is deleted after its answer, and so is the one a killed run
+    // left: the user's session and its task child are all that is left.
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.method == "DELETE" && r.path == "/session/ses_child_0001")
+    );
+    assert_eq!(opencode.session_ids(), ["ses_oc", "ses_task"]);
+    let status = env.status("opencode", "ses_oc");
+    assert_eq!(status["historian"]["last_run"]["model"], "opencode/p/m");
+    assert_eq!(status["historian_model"]["model_source"], "harness_default");
+
+    // prompt shows the requests a run would make.
+    let (code, prompt, _) = opencode_run(&env, opencode.url(), "prompt");
+    assert_eq!(code, 0);
+    assert_eq!(prompt["model_source"], "harness_default");
+    if prompt["status"] == "ready" {
+        assert_eq!(prompt["request"]["kind"], "opencode");
+        assert_eq!(
+            prompt["request"]["requests"][1]["body"]["agent"],
+            "compaction"
+        );
+    }
+}
+
+#[test]
+fn opencodes_small_model_is_used_only_when_it_costs_no_more() {
+    let env = Env::new();
+    no_model(&env);
+    let opencode = FakeOpenCode::start();
+    opencode_session(&opencode, &env, "ses_oc");
+    opencode_folding(&opencode);
+    opencode.set_providers(json!({"providers": [{"id": "p", "models": {
+        "m": {"cost": {"input": 3.0, "output": 15.0}},
+        "small": {"cost": {"input": 1.0, "output": 5.0}},
+        "dear": {"cost": {"input": 15.0, "output": 75.0}},
+    }}]}));
+    opencode.set_config(json!({"model": "p/dear", "small_model": "p/small"}));
+    let (_, check, stderr) = opencode_run(&env, opencode.url(), "check");
+    assert_eq!(check["model"], "opencode/p/small", "{check} {stderr}");
+    assert!(
+        check["model_reason"]
+            .as_str()
+            .unwrap()
+            .contains("small_model p/small, which costs no more than the session's model p/m"),
+        "{check}"
+    );
+    let (code, report, stderr) = opencode_run(&env, opencode.url(), "run");
+    assert_eq!(code, 0, "{report} {stderr}");
+    assert_eq!(report["model"], "opencode/p/small");
+    let prompt = opencode
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "POST" && r.path.ends_with("/message"))
+        .unwrap();
+    assert_eq!(
+        prompt.body.unwrap()["model"],
+        json!({"providerID": "p", "modelID": "small"})
+    );
+    // A small model dearer than the session's is never used.
+    opencode.set_config(json!({"small_model": "p/dear"}));
+    let (_, check, _) = opencode_run(&env, opencode.url(), "check");
+    assert_eq!(check["model"], "opencode/p/m", "{check}");
+    assert!(
+        check["model_reason"]
+            .as_str()
+            .unwrap()
+            .contains("costs more")
+    );
+    // A configured model always wins.
+    env.user_config(json!({
+        "providers": {"cloud": {"kind": "anthropic", "base_url": env.fake.url()}},
+        "historian": {"model": "cloud/big"},
+    }));
+    let (_, check, _) = opencode_run(&env, opencode.url(), "check");
+    assert_eq!(check["model"], "cloud/big");
+    assert_eq!(check["model_source"], "configured");
+}
+
+#[test]
+fn an_opencode_fold_that_fails_publishes_nothing_and_says_why() {
+    let env = Env::new();
+    no_model(&env);
+    let opencode = FakeOpenCode::start();
+    opencode_session(&opencode, &env, "ses_oc");
+
+    // The child session errs (OpenCode could not call the model).
+    opencode.answer_prompts(|_| {
+        let mut answer = opencode_answer("");
+        answer["info"]["error"] = json!({"name": "ProviderAuthError",
+            "data": {"providerID": "p", "message": "no credentials for p"}});
+        answer
+    });
+    let (code, report, stderr) = opencode_run(&env, opencode.url(), "run");
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(report["status"], "failed");
+    assert_eq!(report["error_class"], "provider_harness", "{report}");
+    assert!(
+        report["error"]
+            .as_str()
+            .unwrap()
+            .contains("no credentials for p")
+    );
+    assert!(stderr.contains("hint: log in to p in OpenCode"), "{stderr}");
+    assert_eq!(env.compartments(), 0);
+    assert_eq!(
+        opencode.session_ids(),
+        ["ses_oc"],
+        "the child is deleted anyway"
+    );
+
+    // An answer that is not the format, twice (the answer and its repair).
+    opencode.answer_prompts(|_| opencode_answer("Here is a summary of the session."));
+    let (code, report, _) = opencode_run(&env, opencode.url(), "run");
+    assert_eq!(code, 1);
+    assert_eq!(report["error_class"], "answer_rejected", "{report}");
+    assert_eq!(env.compartments(), 0);
+    assert_eq!(opencode.session_ids(), ["ses_oc"]);
+
+    // The server goes away while the model works on the prompt.
+    opencode_folding(&opencode);
+    let relay = Relay::start(opencode.url(), "POST", "/message");
+    let (code, report, stderr) = opencode_run(&env, relay.url(), "run");
+    assert!(relay.is_gone());
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(report["status"], "failed");
+    assert_eq!(report["error_class"], "provider_unreachable", "{report}");
+    assert!(
+        stderr.contains(&format!(
+            "hint: is OpenCode still running and serving {}",
+            relay.url()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        report["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("could not delete OpenCode's child session"),
+        "{report}"
+    );
+    assert_eq!(env.compartments(), 0);
+    // Every failure is recorded with its cause.
+    let status = env.status("opencode", "ses_oc");
+    assert_eq!(
+        status["historian"]["last_failure"]["error_class"],
+        "provider_unreachable"
+    );
+    assert_eq!(status["historian"]["failures_since_success"], 3);
+}
+
+/// A `claude` that records its arguments and folds the chunk of its stdin
+/// into one compartment.
+#[cfg(unix)]
+fn fake_claude(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    write_script(
+        &dir.join("claude"),
+        &format!(
+            "printf '%s\\n' \"$@\" > '{args}'\n\
+             input=$(cat)\n\
+             first=$(printf '%s' \"$input\" | sed -n 's/.*<messages first=\"\\([0-9]*\\)\".*/\\1/p' | head -n 1)\n\
+             last=$(printf '%s' \"$input\" | sed -n 's/.*<messages first=\"[0-9]*\" last=\"\\([0-9]*\\)\".*/\\1/p' | head -n 1)\n\
+             printf '<history>\\n<compartment start=\"%s\" end=\"%s\" importance=\"50\" episode=\"feature\">\\n\
+             <title>Steps</title>\\n<p1>Long.</p1>\\n<p2>Medium.</p2>\\n<p3>Short.</p3>\\n<p4>Steps</p4>\\n\
+             </compartment>\\n<facts>\\n</facts>\\n<unprocessed_from>%s</unprocessed_from>\\n</history>\\n' \
+             \"$first\" \"$last\" $((last + 1))\n",
+            args = dir.join("args").display()
+        ),
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn a_claude_code_session_folds_through_claude_on_path() {
+    let bin = tempfile::tempdir().unwrap();
+    fake_claude(bin.path());
+    let path = std::env::join_paths(std::iter::once(bin.path().to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .unwrap();
+    let env = Env {
+        env: TestEnv::new().with_var("PATH", &path),
+        fake: FakeLlm::start(),
+    };
+    std::fs::create_dir_all(env.project()).unwrap();
+    no_model(&env);
+    let t = cc_session(&env.project(), 12);
+    let file = env.path("session.jsonl");
+    std::fs::write(&file, t.text()).unwrap();
+    let file = file.display().to_string();
+    let args = ["--transcript", file.as_str(), "--context-limit", "6000"];
+
+    let (code, check, _) = env.historian(&[&["check"][..], &args].concat(), "");
+    assert_eq!(code, 0);
+    assert_eq!(check["model"], "claude/claude-sonnet-4-5", "{check}");
+    assert_eq!(check["model_source"], "harness_default");
+    let (code, report, stderr) = env.historian(&[&["run"][..], &args].concat(), "");
+    assert_eq!(code, 0, "{report}\n{stderr}");
+    assert_eq!(report["status"], "published", "{report}");
+    assert_eq!(report["model"], "claude/claude-sonnet-4-5");
+    // claude -p on the session's model, with no tools.
+    let argv = std::fs::read_to_string(bin.path().join("args")).unwrap();
+    assert_eq!(argv, "-p\n--model\nclaude-sonnet-4-5\n--tools\n\n");
+    assert!(
+        env.fake.requests().is_empty(),
+        "no configured provider was asked"
+    );
+
+    // Without claude on PATH there is no model, and check and run say why.
+    let empty = tempfile::tempdir().unwrap();
+    let env = Env {
+        env: TestEnv::new().with_var("PATH", empty.path()),
+        fake: FakeLlm::start(),
+    };
+    no_model(&env);
+    std::fs::write(env.path("session.jsonl"), t.text()).unwrap();
+    let file = env.path("session.jsonl").display().to_string();
+    let args = ["--transcript", file.as_str(), "--context-limit", "6000"];
+    let (_, check, _) = env.historian(&[&["check"][..], &args].concat(), "");
+    assert_eq!(check["model_source"], "none");
+    assert!(check["model"].is_null());
+    assert!(
+        check["model_reason"]
+            .as_str()
+            .unwrap()
+            .contains("claude is not on PATH"),
+        "{check}"
+    );
+    let out = env.run_db("mc-historian", &[&["run"][..], &args].concat(), "");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("claude is not on PATH"));
 }
 
 #[cfg(unix)]
