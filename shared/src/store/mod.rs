@@ -21,6 +21,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0006_restore_claims.sql"),
     include_str!("migrations/0007_learned_limits.sql"),
     include_str!("migrations/0008_memory_notes_and_raw_content.sql"),
+    include_str!("migrations/0012_dream.sql"),
 ];
 
 /// The newest schema version this build understands (the fence).
