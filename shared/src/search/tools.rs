@@ -263,6 +263,18 @@ fn search(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> 
     };
     let limit = limit_arg(args, 10)?;
     let hits = query::query(store.conn(), &ctx.scope.project, text, &sources, limit)?;
+    let matched: Vec<i64> = hits
+        .iter()
+        .filter(|h| h.source == "memory")
+        .map(|h| h.id)
+        .collect();
+    if !matched.is_empty() {
+        // Best effort: a busy database must not fail the search. What it
+        // records (when a memory was last matched) only steers archive-stale.
+        let _ = store.write(|tx| {
+            crate::history::store::mark_memories_used(tx, &ctx.scope.project, &matched, ctx.now_ms)
+        });
+    }
     let data = json!({"query": text, "hits": hits});
     if hits.is_empty() {
         return ok(
