@@ -357,7 +357,16 @@ impl Run<'_, '_> {
         });
         self.warnings.extend(warnings);
         let completion: Completion = answer.map_err(|e| {
-            let hints = e.hints.clone();
+            // The client's hints name the historian's keys; the dreamer has
+            // its own timeout (and a fixed connect timeout).
+            let hints = e
+                .hints
+                .iter()
+                .map(|h| {
+                    h.replace(" (historian.connect_timeout_ms for connecting)", "")
+                        .replace("historian.", "dream.")
+                })
+                .collect();
             TaskFailure {
                 message: e.to_string(),
                 class: "model",
