@@ -612,6 +612,25 @@ fn export_then_edit_in_git_then_import_then_export_is_stable() {
     );
     env.dream(&["export", "--project", dir]);
     assert_eq!(env.git(&repo, &["status", "--porcelain"]), "", "stable");
+
+    // The sync task (cron) does both: nothing to do now; after a pull that
+    // adds an entry, it imports it and leaves the reviewed file as it is.
+    let (code, synced, _) = env.dream(&["run", "sync", "--project", dir]);
+    assert_eq!(code, 0);
+    assert_eq!(synced["tasks"][0]["outcome"], "nothing", "{synced}");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str("\n## wal\n\nThe database runs in WAL mode.\n");
+    std::fs::write(&path, &text).unwrap();
+    env.git(&repo, &["commit", "-q", "-am", "One more"]);
+    let (code, synced, _) = env.dream(&["run", "sync", "--project", dir]);
+    assert_eq!(code, 0);
+    assert_eq!(synced["tasks"][0]["outcome"], "ok", "{synced}");
+    assert_eq!(synced["tasks"][0]["detail"]["imported"]["created"], 1);
+    assert!(
+        env.live()
+            .contains(&"The database runs in WAL mode.".to_string())
+    );
+    assert_eq!(env.git(&repo, &["status", "--porcelain"]), "");
 }
 
 #[cfg(unix)]
