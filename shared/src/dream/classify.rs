@@ -30,6 +30,9 @@ pub struct Verdict {
     pub scope: String,
 }
 
+/// The most tokens the answer about one memory takes.
+const ANSWER_TOKENS: u64 = 20;
+
 pub fn prompt(memories: &[&LiveMemory]) -> String {
     let mut out = String::from(
         "Task: classify. For each memory below give\n\
@@ -122,7 +125,7 @@ pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {
             json!({"memories": memories.len(), "candidates": 0}),
         ));
     }
-    let sent = run.fill(&candidates, line, prompt);
+    let sent = run.fill(&candidates, line, |_| ANSWER_TOKENS, prompt);
     if sent.is_empty() {
         return Err(
             TaskFailure::new("budget", "not one memory fits dream.task_token_budget")

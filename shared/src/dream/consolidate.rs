@@ -169,14 +169,25 @@ pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {
             })
             .collect()
     };
-    // As many groups as the budget allows, closest first.
+    // As many groups as the budget allows, closest first; each merge's
+    // answer is about as long as the group's longest memory.
+    let answer_room = u64::from(run.settings.dream.max_output_tokens) * 3 / 4;
+    let mut answers = 0u64;
     let mut sent: Vec<Vec<i64>> = Vec::new();
     for group in &all_groups {
         let mut trial: Vec<Vec<(i64, String, String)>> = sent.iter().map(|g| rows(g)).collect();
-        trial.push(rows(group));
-        if !run.fits(&prompt(&trial)) {
+        let members = rows(group);
+        let said = members
+            .iter()
+            .map(|(_, _, c)| u64::from(crate::tokens::estimate(c)))
+            .max()
+            .unwrap_or(0)
+            + 20;
+        trial.push(members);
+        if !run.fits(&prompt(&trial)) || (!sent.is_empty() && answers + said > answer_room) {
             break;
         }
+        answers += said;
         sent.push(group.clone());
     }
     if sent.is_empty() {

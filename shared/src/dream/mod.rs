@@ -293,24 +293,31 @@ impl Run<'_, '_> {
         self.cost(user) <= self.budget.saturating_sub(self.spent.total())
     }
 
-    /// The longest prefix of `items` whose prompt fits the budget: `part`
-    /// is an item's share of the prompt, `whole` the prompt of a selection.
-    /// Counted item by item, then checked on the whole prompt.
+    /// The longest prefix of `items` whose prompt fits the budget and whose
+    /// answer fits three quarters of the answer's limit: `part` is an item's
+    /// share of the prompt, `answer` the most tokens its answer may take,
+    /// `whole` the prompt of a selection. Counted item by item, then checked
+    /// on the whole prompt.
     pub fn fill<'x, T>(
         &self,
         items: &[&'x T],
         part: impl Fn(&T) -> String,
+        answer: impl Fn(&T) -> u64,
         whole: impl Fn(&[&'x T]) -> String,
     ) -> Vec<&'x T> {
         let left = self.budget.saturating_sub(self.spent.total());
+        let answer_room = u64::from(self.settings.dream.max_output_tokens) * 3 / 4;
         let mut total = self.cost(&whole(&[]));
+        let mut answers = 0u64;
         let mut chosen: Vec<&'x T> = Vec::new();
         for item in items {
             let more = u64::from(crate::tokens::estimate(&part(item))) + 2;
-            if total + more > left {
+            let said = answer(item);
+            if total + more > left || (!chosen.is_empty() && answers + said > answer_room) {
                 break;
             }
             total += more;
+            answers += said;
             chosen.push(item);
         }
         while !chosen.is_empty() && !self.fits(&whole(&chosen)) {

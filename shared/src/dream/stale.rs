@@ -142,7 +142,12 @@ pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {
     let mut verdicts = BTreeMap::new();
     let mut sent_count = 0;
     if !candidates.is_empty() {
-        let sent = run.fill(&candidates, line, |chosen| prompt(chosen, stale_days));
+        let sent = run.fill(
+            &candidates,
+            line,
+            |_| 40,
+            |chosen| prompt(chosen, stale_days),
+        );
         if sent.is_empty() {
             return Err(
                 TaskFailure::new("budget", "not one memory fits dream.task_token_budget")

@@ -277,10 +277,13 @@ fn consolidate_asks_no_model_when_nothing_is_close_or_was_judged_distinct() {
     assert_eq!((report.outcome, model.asked()), ("nothing", 0));
 
     // A close pair the model declines to merge is not asked about again…
-    let x = w.write("CONFIG_VALUES", "The busy timeout is 5000 ms by default.");
+    let x = w.write(
+        "PROJECT_RULES",
+        "Run the linter before pushing to the main branch.",
+    );
     let y = w.write(
-        "CONFIG_VALUES",
-        "The hook busy timeout is 1000 ms by default.",
+        "PROJECT_RULES",
+        "Run the linter before pushing to a release branch.",
     );
     let model = Scripted::new().text("<consolidate></consolidate>");
     let report = w.run(&model, Task::Consolidate, NOW + MIN);
@@ -297,7 +300,7 @@ fn consolidate_asks_no_model_when_nothing_is_close_or_was_judged_distinct() {
         &mut w.store,
         &w.project,
         y,
-        "The hook busy timeout is 1500 ms by default.",
+        "Run the linter before pushing to any release branch.",
         NOW,
     )
     .unwrap();

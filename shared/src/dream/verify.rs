@@ -448,7 +448,13 @@ pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {
         });
     }
     let all: Vec<&Check<'_>> = checks.iter().collect();
-    let sent = run.fill(&all, block, prompt);
+    // An update rewrites the memory: its answer may be as long as the memory.
+    let sent = run.fill(
+        &all,
+        block,
+        |c| u64::from(crate::tokens::estimate(&c.memory.content)) + 20,
+        prompt,
+    );
     if sent.is_empty() {
         return Err(TaskFailure::new(
             "budget",
