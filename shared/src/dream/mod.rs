@@ -854,6 +854,11 @@ fn attempt(
     if outcome.is_err() {
         report.retry_after_ms = Some(retry_after);
     }
+    // HEAD as of this success: the commit gate of the task's next run.
+    let head = match &outcome {
+        Ok(done) => done.head.clone().or_else(|| place.head()),
+        Err(_) => None,
+    };
     store.write(|tx| {
         let (status, detail) = match &outcome {
             Ok(done) => {
@@ -865,7 +870,7 @@ fn attempt(
                     &Ended::Succeeded {
                         result: done.result,
                         detail: &done.detail,
-                        head: done.head.as_deref(),
+                        head: head.as_deref(),
                     },
                 )?;
                 (done.result, done.detail.to_string())

@@ -295,6 +295,21 @@ fn a_tick_does_what_is_due_once_and_status_shows_it() {
     assert_eq!(idle["projects"], json!([]), "{idle:#}");
     assert_eq!(env.asked().len(), 3);
 
+    // At 03:00 the next night consolidate is due again; nothing happened in
+    // the project since (no session, memory or commit): skipped, no model call.
+    let night = TestEnv::NOW_MS - 100 * 60_000 + 24 * 3_600_000;
+    let out = env
+        .db_command("mc-dream", &["tick"])
+        .env("MC_NOW_MS", night.to_string())
+        .output()
+        .unwrap();
+    let (_, quiet, _) = parse(out);
+    assert!(
+        outcomes(&quiet).contains(&("consolidate".to_string(), "skipped".to_string())),
+        "{quiet:#}"
+    );
+    assert_eq!(env.asked().len(), 3);
+
     let (code, status, _) = env.dream(&["status", "--project", repo.to_str().unwrap()]);
     assert_eq!(code, 0);
     let project = &status["projects"][0];
@@ -312,18 +327,19 @@ fn a_tick_does_what_is_due_once_and_status_shows_it() {
     };
     let consolidate = task("consolidate");
     assert_eq!(consolidate["schedule"], "0 3 * * *");
-    assert_eq!(consolidate["last_result"], "ok");
+    assert_eq!(consolidate["last_result"], "skipped");
     assert_eq!(consolidate["last_run_ms"], TestEnv::NOW_MS);
-    // 04:40 UTC now: next 03:00 UTC is tomorrow.
-    assert_eq!(
-        consolidate["next_due_ms"],
-        TestEnv::NOW_MS - 100 * 60_000 + 24 * 3_600_000
-    );
+    assert_eq!(consolidate["last_attempt_ms"], night);
+    // The next 03:00 UTC after that skip is a day later.
+    assert_eq!(consolidate["next_due_ms"], night + 24 * 3_600_000);
     assert_eq!(consolidate["due"], false);
     assert_eq!(
-        consolidate["last_detail"]["merged"][0]["from"],
-        json!([1, 2])
+        consolidate["last_detail"],
+        "nothing new since the last run (no session, memory or commit)"
     );
+    let classify = task("classify");
+    assert_eq!(classify["last_result"], "ok");
+    assert_eq!(classify["last_detail"]["classified"], 2);
     assert_eq!(task("git-index")["schedule"], "*/15 * * * *");
 }
 
