@@ -18,6 +18,7 @@
 
 mod keys;
 mod providers;
+mod schedule;
 mod schema;
 mod ttl;
 
@@ -34,6 +35,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 pub use providers::{ProviderConfig, ProviderKind};
+pub use schedule::parse_cron;
 pub use schema::json_schema;
 pub use ttl::CacheTtl;
 
@@ -115,6 +117,7 @@ pub struct Config {
     pub sqlite: SqliteConfig,
     pub historian: HistorianConfig,
     pub transcript: TranscriptConfig,
+    pub dream: DreamConfig,
     /// `providers`: model providers by name. User-only.
     pub providers: BTreeMap<String, ProviderConfig>,
 }
@@ -208,6 +211,54 @@ impl HistorianConfig {
     }
 }
 
+/// `dream.*`: mc-dream's models, budgets and schedules. User-only.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DreamConfig {
+    /// `provider/model` asked first (default none: the model tasks do not run).
+    pub model: Option<String>,
+    /// Tried in order after retryable failures of the one before.
+    pub fallback_models: Vec<String>,
+    /// Whole-call timeout, milliseconds (1000..=3600000, default 300000).
+    pub timeout_ms: u64,
+    /// Retries of one model on 429/5xx/network errors (0..=5, default 2).
+    pub retries: u32,
+    /// max_tokens of one answer (512..=64000, default 4000).
+    pub max_output_tokens: u32,
+    /// Model tokens (prompt + answer) one task run may spend (default 30000).
+    pub task_token_budget: u64,
+    /// Model tokens one `tick` may spend over every project (default 120000).
+    pub tick_token_budget: u64,
+    /// A memory nothing rendered or matched for this many days is a candidate
+    /// for archive-stale (7..=3650, default 90).
+    pub stale_days: u64,
+    pub schedule: DreamSchedule,
+}
+
+/// `dream.schedule.*`: a cron expression per task (5 fields, or `@daily`
+/// and friends), `None` when the task is off.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DreamSchedule {
+    pub consolidate: Option<String>,
+    pub verify: Option<String>,
+    pub classify: Option<String>,
+    pub archive_stale: Option<String>,
+    pub git_index: Option<String>,
+    pub sync: Option<String>,
+}
+
+impl DreamConfig {
+    /// The models to try, in order: `model`, then `fallback_models` (duplicates dropped).
+    pub fn chain(&self) -> Vec<String> {
+        let mut chain: Vec<String> = Vec::new();
+        for name in self.model.iter().chain(&self.fallback_models) {
+            if !chain.contains(name) {
+                chain.push(name.clone());
+            }
+        }
+        chain
+    }
+}
+
 impl Default for Config {
     /// The built-in defaults, taken from the key table.
     fn default() -> Config {
@@ -245,6 +296,24 @@ impl Default for Config {
                 max_chunks: 0,
             },
             transcript: TranscriptConfig { max_bytes: 0 },
+            dream: DreamConfig {
+                model: None,
+                fallback_models: Vec::new(),
+                timeout_ms: 0,
+                retries: 0,
+                max_output_tokens: 0,
+                task_token_budget: 0,
+                tick_token_budget: 0,
+                stale_days: 0,
+                schedule: DreamSchedule {
+                    consolidate: None,
+                    verify: None,
+                    classify: None,
+                    archive_stale: None,
+                    git_index: None,
+                    sync: None,
+                },
+            },
             providers: BTreeMap::new(),
         };
         for key in KEYS {
@@ -275,6 +344,12 @@ impl Default for TranscriptConfig {
 impl Default for HistorianConfig {
     fn default() -> HistorianConfig {
         Config::default().historian
+    }
+}
+
+impl Default for DreamConfig {
+    fn default() -> DreamConfig {
+        Config::default().dream
     }
 }
 

@@ -59,13 +59,20 @@ fn git_root_commit(dir: &Path) -> Option<String> {
 
 /// `git -C <dir> rev-list --max-parents=0 HEAD`, isolated from the caller's
 /// terminal and from variables that would redirect it (see `GIT_ENV_TO_CLEAR`).
-/// Replace refs are ignored (`GIT_NO_REPLACE_OBJECTS`) because they are local
-/// to a clone and can graft a different root onto the history.
 fn git_command(dir: &Path) -> Command {
+    let mut cmd = git(dir);
+    cmd.args(["rev-list", "--max-parents=0", "HEAD"]);
+    cmd
+}
+
+/// `git -C <dir>` with no stdin, stdout piped, stderr dropped, and none of
+/// the variables that would make it read another repository. Replace refs
+/// are ignored (`GIT_NO_REPLACE_OBJECTS`) because they are local to a clone
+/// and can graft a different history on.
+pub(crate) fn git(dir: &Path) -> Command {
     let mut cmd = Command::new("git");
     cmd.arg("-C")
         .arg(dir)
-        .args(["rev-list", "--max-parents=0", "HEAD"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
@@ -77,7 +84,7 @@ fn git_command(dir: &Path) -> Command {
 }
 
 /// A full SHA-1 or SHA-256 object name in lower-case hex.
-fn is_object_id(s: &str) -> bool {
+pub(crate) fn is_object_id(s: &str) -> bool {
     (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 

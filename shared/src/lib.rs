@@ -19,6 +19,7 @@
 pub mod codec;
 pub mod config;
 pub mod domain;
+pub mod dream;
 pub mod error;
 pub mod historian;
 pub mod history;

@@ -20,7 +20,11 @@
 //! - `mc-pin`'s stdin: OpenCode events (bare, `/global/event`, plugin
 //!   forms), Claude Code / Codex `SessionStart` hook inputs, pin requests,
 //!   session metadata;
-//! - Claude Code transcripts (`codec::claude`) and what pins read from them.
+//! - Claude Code transcripts (`codec::claude`) and what pins read from them;
+//! - the dreamer: each task's manifest (`consolidate`, `verify`, `classify`,
+//!   `archive-stale`), team memory files from a repository, `git log`
+//!   output, a crontab's text, and the secret, pointer and similarity rules
+//!   over any memory text.
 //!
 //! Codex and Pi transcripts have no parser in mc yet (only Codex's hook
 //! input, covered with Claude Code's), so there is nothing of theirs to feed.
@@ -1686,6 +1690,58 @@ fn search_queries_over_arbitrary_text_are_valid_fts5() {
                 hits.is_ok() || query::fts_expression(&text).is_none(),
                 "{text:?}: {hits:?}"
             );
+            Ok(())
+        },
+    );
+}
+
+/// A manifest each dreamer task might answer, for mutation.
+fn dream_answers() -> Vec<String> {
+    vec![
+        "<consolidate>\n<merge ids=\"1,2\">Never log API keys.</merge>\n</consolidate>".into(),
+        "<verify><memory id=\"1\" verdict=\"verified\"/><memory id='2' verdict=\"update\">x &amp; y</memory>\
+         <memory id=\"3\" verdict=\"archive\">gone</memory></verify>"
+            .into(),
+        "<classify><memory id=\"1\" importance=\"80\" scope=\"project\"/></classify>".into(),
+        "<archive_stale><memory id=\"2\" verdict=\"keep\"/><!-- c --></archive_stale>".into(),
+        crate::dream::team::render_file("CONSTRAINTS", &[("a1", "Never log API keys."), ("b", "two\n## x")]),
+        "\u{1e}502ce4f09d13391600ab556b15fc3474c3577dc8\u{1f}A <a@x>\u{1f}1700259200\u{1f}s\u{1f}b\u{1d}\n\nf\n"
+            .into(),
+        "MAILTO=x\n*/15 * * * * 'mc-dream' tick # mc-dream tick\n".into(),
+    ]
+}
+
+#[test]
+fn dream_parsers_over_text() {
+    use crate::dream::{
+        classify, consolidate, crontab, gitlog, secrets, similar, stale, team, verify,
+    };
+    let samples = dream_answers();
+    property(
+        "dream_parsers_over_text",
+        1024,
+        prop_oneof![
+            1 => any::<String>(),
+            1 => bytes_text(),
+            4 => (prop::sample::select(samples), fuzz::edits(6))
+                .prop_map(|(text, edits)| fuzz::edit(&text, &edits)),
+        ],
+        |text| {
+            let _ = consolidate::parse(&text, &[vec![1, 2], vec![3]]);
+            let _ = verify::parse(&text, &[1, 2, 3]);
+            let _ = classify::parse(&text, &[1]);
+            let _ = stale::parse(&text, &[2]);
+            let _ = team::parse_file(&text);
+            let _ = gitlog::parse_log(&text);
+            let _ = secrets::secret_reason(&text);
+            let _ = secrets::redact_lines(&text);
+            let _ = verify::path_words(&text);
+            let _ = verify::symbols(&text);
+            let _ = verify::withheld(&text);
+            let _ = similar::words(&text);
+            let _ = crontab::install(&text, "*/15 * * * * x tick # mc-dream tick");
+            let _ = crontab::uninstall(&text);
+            let _ = crate::config::parse_cron(&text);
             Ok(())
         },
     );

@@ -13,6 +13,7 @@
 //! `Trust::UserOnly`; thresholds that guard against runaway context get
 //! `Trust::RaiseOnly`.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde_json::Value;
@@ -45,6 +46,8 @@ pub(super) enum Kind {
     Model,
     /// A list of `provider/model` names.
     ModelList,
+    /// A cron expression (`config::parse_cron`), or `"off"` (or `null`) for none.
+    Cron,
 }
 
 /// A validated leaf value.
@@ -56,6 +59,8 @@ pub(super) enum Val {
     Ttl(CacheTtl),
     Model(Option<String>),
     ModelList(Vec<String>),
+    /// A cron expression (borrowed in the table's defaults), `None` when off.
+    Cron(Option<Cow<'static, str>>),
 }
 
 /// What a `provider/model` name may look like: a provider name (letters,
@@ -122,6 +127,13 @@ impl Val {
         }
     }
 
+    fn cron(self) -> Option<Option<String>> {
+        match self {
+            Val::Cron(c) => Some(c.map(Cow::into_owned)),
+            _ => None,
+        }
+    }
+
     /// Whether `self` is strictly below `other`; values without an order
     /// (booleans, durations) are never "lower".
     pub(super) fn is_lower_than(&self, other: &Val) -> bool {
@@ -141,6 +153,7 @@ impl Val {
             Val::Ttl(t) => Value::from(t.to_string()),
             Val::Model(m) => m.clone().map_or(Value::Null, Value::from),
             Val::ModelList(l) => Value::from(l.clone()),
+            Val::Cron(c) => Value::from(c.as_deref().unwrap_or("off")),
         }
     }
 }
@@ -153,7 +166,7 @@ impl fmt::Display for Val {
             Val::Int(n) => write!(f, "{n}"),
             Val::Bool(b) => write!(f, "{b}"),
             Val::Ttl(t) => write!(f, "\"{t}\""),
-            Val::Model(_) | Val::ModelList(_) => write!(f, "{}", self.to_json()),
+            Val::Model(_) | Val::ModelList(_) | Val::Cron(_) => write!(f, "{}", self.to_json()),
         }
     }
 }
@@ -245,6 +258,15 @@ impl Kind {
                     .collect::<Result<Vec<_>, _>>()
                     .map(Val::ModelList)
             }
+            Kind::Cron => match value {
+                Value::Null => Ok(Val::Cron(None)),
+                Value::String(s) if s.trim().eq_ignore_ascii_case("off") => Ok(Val::Cron(None)),
+                Value::String(s) => super::schedule::parse_cron(s)
+                    .map(|_| Val::Cron(Some(Cow::Owned(s.trim().to_string())))),
+                _ => Err(
+                    "is not a cron expression (a string such as \"0 3 * * *\", or \"off\")".into(),
+                ),
+            },
         }
     }
 
@@ -293,6 +315,20 @@ pub(super) const SECTIONS: &[Section] = &[
                       compartments, and how long and how often it may try. User-only: a \
                       project file may set none of it. Models name a provider of the \
                       top-level \"providers\" map.",
+    },
+    Section {
+        path: "dream",
+        description: "The dreamer (mc-dream, run from cron): which models maintain project \
+                      memory, how many tokens a task and a tick may spend, and when each task \
+                      runs. User-only: a project file may set none of it. Models name a \
+                      provider of the top-level \"providers\" map.",
+    },
+    Section {
+        path: "dream.schedule",
+        description: "When each mc-dream task is due: a cron expression in the local time \
+                      zone (5 fields: minute hour day-of-month month day-of-week; or @hourly, \
+                      @daily, @weekly, @monthly), or \"off\". `mc-dream tick` (from cron, \
+                      every 15 minutes) runs what is due.",
     },
     Section {
         path: "transcript",
@@ -718,6 +754,208 @@ pub(super) const KEYS: &[KeyDef] = &[
         set: |c, v| {
             if let Some(n) = v.int() {
                 c.transcript.max_bytes = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "dream.model",
+        kind: Kind::Model,
+        default: Val::Model(None),
+        trust: Trust::UserOnly,
+        description: "The model the dreamer's model tasks (consolidate, verify, classify, \
+                      archive-stale) ask first, as \"provider/model\". Unset: those tasks \
+                      are skipped and say why; git-index and sync still run.",
+        get: |c| Val::Model(c.dream.model.clone()),
+        set: |c, v| {
+            if let Some(m) = v.model() {
+                c.dream.model = m;
+            }
+        },
+    },
+    KeyDef {
+        path: "dream.fallback_models",
+        kind: Kind::ModelList,
+        default: Val::ModelList(Vec::new()),
+        trust: Trust::UserOnly,
+        description: "Models tried in order when the one before failed in a way worth \
+                      retrying elsewhere (429, 5xx, a network error, a timeout).",
+        get: |c| Val::ModelList(c.dream.fallback_models.clone()),
+        set: |c, v| {
+            if let Some(l) = v.model_list() {
+                c.dream.fallback_models = l;
+            }
+        },
+    },
+    KeyDef {
+        path: "dream.timeout_ms",
+        kind: Kind::Int {
+            min: 1_000,
+            max: 3_600_000,
+        },
+        default: Val::Int(300_000),
+        trust: Trust::UserOnly,
+        description: "How long, in milliseconds, one dreamer model call may take in all.",
+        get: |c| Val::Int(c.dream.timeout_ms),
+        set: |c, v| {
+            if let Some(n) = v.int() {
+                c.dream.timeout_ms = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "dream.retries",
+        kind: Kind::Int { min: 0, max: 5 },
+        default: Val::Int(2),
+        trust: Trust::UserOnly,
+        description: "Retries of one model after a 429, a 5xx or a network error, before \
+                      the next fallback model is tried.",
+        get: |c| Val::Int(u64::from(c.dream.retries)),
+        set: |c, v| {
+            if let Some(n) = v.int_u32() {
+                c.dream.retries = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "dream.max_output_tokens",
+        kind: Kind::Int {
+            min: 512,
+            max: 64_000,
+        },
+        default: Val::Int(4_000),
+        trust: Trust::UserOnly,
+        description: "The most tokens one dreamer answer may have (max_tokens of the request).",
+        get: |c| Val::Int(u64::from(c.dream.max_output_tokens)),
+        set: |c, v| {
+            if let Some(n) = v.int_u32() {
+                c.dream.max_output_tokens = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "dream.task_token_budget",
+        kind: Kind::Int {
+            min: 2_000,
+            max: 2_000_000,
+        },
+        default: Val::Int(30_000),
+        trust: Trust::UserOnly,
+        description: "Model tokens (prompt plus the answer's limit) one task run may spend. A \
+                      task sends only as many memories as fit; the rest wait for its next run.",
+        get: |c| Val::Int(c.dream.task_token_budget),
+        set: |c, v| {
+            if let Some(n) = v.int() {
+                c.dream.task_token_budget = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "dream.tick_token_budget",
+        kind: Kind::Int {
+            min: 2_000,
+            max: 10_000_000,
+        },
+        default: Val::Int(120_000),
+        trust: Trust::UserOnly,
+        description: "Model tokens one mc-dream tick may spend over every project and task. \
+                      A model task that no longer fits is left due for the next tick.",
+        get: |c| Val::Int(c.dream.tick_token_budget),
+        set: |c, v| {
+            if let Some(n) = v.int() {
+                c.dream.tick_token_budget = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "dream.stale_days",
+        kind: Kind::Int { min: 7, max: 3_650 },
+        default: Val::Int(90),
+        trust: Trust::UserOnly,
+        description: "archive-stale asks the model about memories that no head rendered and \
+                      no query matched for this many days (never-used ones: created this long \
+                      ago); expired memories are archived without asking.",
+        get: |c| Val::Int(c.dream.stale_days),
+        set: |c, v| {
+            if let Some(n) = v.int() {
+                c.dream.stale_days = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "dream.schedule.consolidate",
+        kind: Kind::Cron,
+        default: Val::Cron(Some(Cow::Borrowed("0 3 * * *"))),
+        trust: Trust::UserOnly,
+        description: "Merge duplicate and near-duplicate memories (lexical similarity first; the model is asked only when some are close).",
+        get: |c| Val::Cron(c.dream.schedule.consolidate.clone().map(Cow::Owned)),
+        set: |c, v| {
+            if let Some(x) = v.cron() {
+                c.dream.schedule.consolidate = x;
+            }
+        },
+    },
+    KeyDef {
+        path: "dream.schedule.verify",
+        kind: Kind::Cron,
+        default: Val::Cron(Some(Cow::Borrowed("30 3 * * *"))),
+        trust: Trust::UserOnly,
+        description: "Re-check memories that name files, symbols or config values against the project's current code (only those whose files changed since their last check).",
+        get: |c| Val::Cron(c.dream.schedule.verify.clone().map(Cow::Owned)),
+        set: |c, v| {
+            if let Some(x) = v.cron() {
+                c.dream.schedule.verify = x;
+            }
+        },
+    },
+    KeyDef {
+        path: "dream.schedule.classify",
+        kind: Kind::Cron,
+        default: Val::Cron(Some(Cow::Borrowed("0 4 * * *"))),
+        trust: Trust::UserOnly,
+        description: "Judge each new or changed memory's importance and whether it is true of this project only or of the user's work in general.",
+        get: |c| Val::Cron(c.dream.schedule.classify.clone().map(Cow::Owned)),
+        set: |c, v| {
+            if let Some(x) = v.cron() {
+                c.dream.schedule.classify = x;
+            }
+        },
+    },
+    KeyDef {
+        path: "dream.schedule.archive_stale",
+        kind: Kind::Cron,
+        default: Val::Cron(Some(Cow::Borrowed("30 4 * * 0"))),
+        trust: Trust::UserOnly,
+        description: "Archive expired memories, and those the model agrees are stale among the ones nothing used for dream.stale_days.",
+        get: |c| Val::Cron(c.dream.schedule.archive_stale.clone().map(Cow::Owned)),
+        set: |c, v| {
+            if let Some(x) = v.cron() {
+                c.dream.schedule.archive_stale = x;
+            }
+        },
+    },
+    KeyDef {
+        path: "dream.schedule.git_index",
+        kind: Kind::Cron,
+        default: Val::Cron(Some(Cow::Borrowed("*/15 * * * *"))),
+        trust: Trust::UserOnly,
+        description: "Index the commits of HEAD (no merges, the last year, the newest 2000) for search; nothing to do when HEAD did not move.",
+        get: |c| Val::Cron(c.dream.schedule.git_index.clone().map(Cow::Owned)),
+        set: |c, v| {
+            if let Some(x) = v.cron() {
+                c.dream.schedule.git_index = x;
+            }
+        },
+    },
+    KeyDef {
+        path: "dream.schedule.sync",
+        kind: Kind::Cron,
+        default: Val::Cron(Some(Cow::Borrowed("0 * * * *"))),
+        trust: Trust::UserOnly,
+        description: "Team memory: import <repo>/.mc/memory/*.md, then export the project's memories back there; only in repositories that have .mc/memory/.",
+        get: |c| Val::Cron(c.dream.schedule.sync.clone().map(Cow::Owned)),
+        set: |c, v| {
+            if let Some(x) = v.cron() {
+                c.dream.schedule.sync = x;
             }
         },
     },

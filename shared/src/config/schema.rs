@@ -112,6 +112,13 @@ fn leaf(key: &keys::KeyDef) -> Value {
                 json!({"type": "string", "pattern": keys::MODEL_PATTERN}),
             );
         }
+        Kind::Cron => {
+            schema.insert("type".into(), "string".into());
+            schema.insert(
+                "examples".into(),
+                json!(["*/15 * * * *", "0 3 * * *", "30 4 * * SUN", "@daily", "off"]),
+            );
+        }
         Kind::Ttl => {
             schema.insert(
                 "anyOf".into(),

@@ -38,6 +38,10 @@ fn other_value(kind: Kind, default: &Val) -> Val {
         } else {
             Vec::new()
         }),
+        (Kind::Cron, Val::Cron(c)) => Val::Cron(match c {
+            None => Some("*/5 * * * *".into()),
+            Some(_) => None,
+        }),
         _ => panic!("default {default:?} does not match kind {kind:?}"),
     }
 }
@@ -856,10 +860,13 @@ fn schema_describes_every_key() {
     let busy = &schema["properties"]["sqlite"]["properties"]["busy_timeout_ms"];
     assert!(busy["description"].as_str().unwrap().contains("User-only"));
     for key in KEYS {
-        let (section, name) = key.path.split_once('.').unwrap();
-        let section = &schema["properties"][section];
-        assert_eq!(section["additionalProperties"], false, "{}", key.path);
-        assert!(section["description"].is_string());
+        let (sections, name) = key.path.rsplit_once('.').unwrap();
+        let mut section = &schema;
+        for segment in sections.split('.') {
+            section = &section["properties"][segment];
+            assert_eq!(section["additionalProperties"], false, "{}", key.path);
+            assert!(section["description"].is_string());
+        }
         let leaf = &section["properties"][name];
         assert!(leaf["description"].is_string(), "{}", key.path);
         assert_eq!(
@@ -1137,4 +1144,54 @@ fn schema_describes_providers() {
     assert_eq!(entry["additionalProperties"], false);
     let model = &schema["properties"]["historian"]["properties"]["model"];
     assert!(model["description"].as_str().unwrap().contains("User-only"));
+}
+
+#[test]
+fn dream_schedules_are_validated_with_a_clear_warning_and_user_only() {
+    let c = Config::default();
+    assert_eq!(c.dream.model, None);
+    assert_eq!(c.dream.schedule.git_index.as_deref(), Some("*/15 * * * *"));
+    assert_eq!(c.dream.schedule.consolidate.as_deref(), Some("0 3 * * *"));
+    assert_eq!(c.dream.task_token_budget, 30_000);
+    assert_eq!(DreamConfig::default(), c.dream);
+
+    let loaded = user(
+        r#"{"dream": {"schedule": {"verify": "61 * * * *", "sync": "off", "classify": "@daily"}}}"#,
+    );
+    assert_eq!(loaded.config.dream.schedule.sync, None);
+    assert_eq!(
+        loaded.config.dream.schedule.classify.as_deref(),
+        Some("@daily")
+    );
+    assert_eq!(
+        loaded.config.dream.schedule.verify.as_deref(),
+        Some("30 3 * * *"),
+        "a bad expression keeps the default"
+    );
+    assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+    let warning = &loaded.warnings[0];
+    assert!(
+        warning.starts_with(
+            "config: user.jsonc: dream.schedule.verify = \"61 * * * *\" is not a cron expression ("
+        ) && warning.ends_with("; using \"30 3 * * *\""),
+        "{warning}"
+    );
+    assert_eq!(loaded.fallbacks, ["dream.schedule.verify"]);
+
+    let loaded = user(r#"{"dream": {"schedule": {"git_index": "* * *"}}}"#);
+    assert!(
+        loaded.warnings[0].contains("has 3 fields; a schedule has 5"),
+        "{:?}",
+        loaded.warnings
+    );
+
+    // A cloned repository may not spend the user's tokens or move their schedules.
+    let loaded = project(
+        r#"{"dream": {"model": "x/y", "tick_token_budget": 9000000, "schedule": {"consolidate": "* * * * *"}}}"#,
+    );
+    assert_eq!(loaded.config.dream, DreamConfig::default());
+    assert_eq!(loaded.warnings.len(), 3, "{:?}", loaded.warnings);
+    for key in KEYS.iter().filter(|k| k.path.starts_with("dream.")) {
+        assert_eq!(key.trust, Trust::UserOnly, "{}", key.path);
+    }
 }

@@ -388,6 +388,42 @@ pub fn set_memory_merge_info(
     Ok(())
 }
 
+/// Note that memories were used at `now_ms` (rendered in a head, matched by
+/// a query): mc-dream's archive-stale asks only about memories unused for
+/// long. Only moves the time forward; never a head change.
+pub fn mark_memories_used(
+    conn: &Connection,
+    project: &str,
+    ids: &[i64],
+    now_ms: i64,
+) -> Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE memories SET last_used_ms = ?3
+         WHERE id = ?1 AND project = ?2 AND (last_used_ms IS NULL OR last_used_ms < ?3)",
+    )?;
+    for id in ids {
+        stmt.execute(params![id, project, now_ms])?;
+    }
+    Ok(())
+}
+
+/// Record a memory's importance (0–100) and scope (`project` or `general`),
+/// judged on the content whose key is `content_key`. Not a content change:
+/// nothing is logged, and heads order by it only at their next HARD fold.
+pub fn set_memory_classification(
+    conn: &Connection,
+    id: i64,
+    importance: i64,
+    scope: &str,
+    content_key: &str,
+) -> Result<()> {
+    conn.execute(
+        "UPDATE memories SET importance = ?2, scope = ?3, classified_key = ?4 WHERE id = ?1",
+        params![id, importance.clamp(0, 100), scope, content_key],
+    )?;
+    Ok(())
+}
+
 /// An edit from outside any session (a dashboard, a migration): every cached
 /// head of the project rebuilds on its next pass.
 pub fn bump_memory_epoch(conn: &Connection, project: &str) -> Result<()> {

@@ -41,7 +41,8 @@ pub struct WriteOutcome {
     pub category: String,
 }
 
-/// Who writes: `agent` (ctx_memory), `user` (the CLI), `historian`, `dream`.
+/// Who writes: `agent` (ctx_memory), `user` (the CLI), `historian`, `dream`,
+/// `team` (imported from the repository).
 pub fn write(
     store: &mut Store,
     project: &str,
@@ -50,14 +51,24 @@ pub fn write(
     source: &str,
     now_ms: i64,
 ) -> Result<WriteOutcome> {
+    store.write(|tx| write_in(tx, project, category, content, source, now_ms))
+}
+
+/// [`write`] inside the caller's write transaction.
+pub fn write_in(
+    conn: &Connection,
+    project: &str,
+    category: &str,
+    content: &str,
+    source: &str,
+    now_ms: i64,
+) -> Result<WriteOutcome> {
     let category = canonical_category(category)?;
-    store.write(|tx| {
-        let w = store::write_memory(tx, project, category, content, None, source, now_ms)?;
-        Ok(WriteOutcome {
-            result: if w.created { "created" } else { "existing" },
-            id: w.id,
-            category: category.to_string(),
-        })
+    let w = store::write_memory(conn, project, category, content, None, source, now_ms)?;
+    Ok(WriteOutcome {
+        result: if w.created { "created" } else { "existing" },
+        id: w.id,
+        category: category.to_string(),
     })
 }
 
@@ -113,26 +124,35 @@ pub fn update(
     content: &str,
     now_ms: i64,
 ) -> Result<MemoryRecord> {
-    store.write(|tx| {
-        let record = owned(tx, project, id)?;
-        must_be_live(&record)?;
-        let content = store::check_memory_content(content)?;
-        if let Some(other) = store::live_duplicate(tx, project, &record.category, content)?
-            && other != id
-        {
-            return Err(Error::input(format!(
-                "memory #{other} already says this in {}",
-                record.category
-            ))
-            .with_hint(format!(
-                "merge the two (`memory merge --ids {id},{other}`) or archive #{id}"
-            )));
-        }
-        if record.content != content {
-            store::update_memory(tx, project, id, content, now_ms)?;
-        }
-        owned(tx, project, id)
-    })
+    store.write(|tx| update_in(tx, project, id, content, now_ms))
+}
+
+/// [`update`] inside the caller's write transaction.
+pub fn update_in(
+    conn: &Connection,
+    project: &str,
+    id: i64,
+    content: &str,
+    now_ms: i64,
+) -> Result<MemoryRecord> {
+    let record = owned(conn, project, id)?;
+    must_be_live(&record)?;
+    let content = store::check_memory_content(content)?;
+    if let Some(other) = store::live_duplicate(conn, project, &record.category, content)?
+        && other != id
+    {
+        return Err(Error::input(format!(
+            "memory #{other} already says this in {}",
+            record.category
+        ))
+        .with_hint(format!(
+            "merge the two (`memory merge --ids {id},{other}`) or archive #{id}"
+        )));
+    }
+    if record.content != content {
+        store::update_memory(conn, project, id, content, now_ms)?;
+    }
+    owned(conn, project, id)
 }
 
 pub fn archive(
@@ -142,13 +162,22 @@ pub fn archive(
     reason: Option<&str>,
     now_ms: i64,
 ) -> Result<MemoryRecord> {
+    store.write(|tx| archive_in(tx, project, id, reason, now_ms))
+}
+
+/// [`archive`] inside the caller's write transaction.
+pub fn archive_in(
+    conn: &Connection,
+    project: &str,
+    id: i64,
+    reason: Option<&str>,
+    now_ms: i64,
+) -> Result<MemoryRecord> {
     let reason = reason.map(str::trim).filter(|r| !r.is_empty());
-    store.write(|tx| {
-        let record = owned(tx, project, id)?;
-        must_be_live(&record)?;
-        store::archive_memory(tx, project, id, reason, now_ms)?;
-        owned(tx, project, id)
-    })
+    let record = owned(conn, project, id)?;
+    must_be_live(&record)?;
+    store::archive_memory(conn, project, id, reason, now_ms)?;
+    owned(conn, project, id)
 }
 
 /// Fold `ids` (two or more live memories of the project) into one memory
@@ -162,6 +191,18 @@ pub fn merge(
     category: Option<&str>,
     now_ms: i64,
 ) -> Result<MemoryRecord> {
+    store.write(|tx| merge_in(tx, project, ids, content, category, now_ms))
+}
+
+/// [`merge`] inside the caller's write transaction.
+pub fn merge_in(
+    conn: &Connection,
+    project: &str,
+    ids: &[i64],
+    content: &str,
+    category: Option<&str>,
+    now_ms: i64,
+) -> Result<MemoryRecord> {
     let unique: BTreeSet<i64> = ids.iter().copied().collect();
     if unique.len() < 2 {
         return Err(Error::input(
@@ -169,54 +210,49 @@ pub fn merge(
         ));
     }
     let explicit = category.map(canonical_category).transpose()?;
-    store.write(|tx| {
-        let mut sources = Vec::with_capacity(unique.len());
-        for &id in &unique {
-            let record = owned(tx, project, id)?;
-            must_be_live(&record)?;
-            sources.push(record);
-        }
-        let category = match explicit {
-            Some(c) => c.to_string(),
-            None => {
-                let categories: BTreeSet<&str> =
-                    sources.iter().map(|m| m.category.as_str()).collect();
-                match categories.into_iter().collect::<Vec<_>>().as_slice() {
-                    [one] => (*one).to_string(),
-                    several => {
-                        return Err(Error::input(format!(
-                            "the memories are in different categories ({}); say which one the merged memory goes in",
-                            several.join(", ")
-                        )));
-                    }
+    let mut sources = Vec::with_capacity(unique.len());
+    for &id in &unique {
+        let record = owned(conn, project, id)?;
+        must_be_live(&record)?;
+        sources.push(record);
+    }
+    let category = match explicit {
+        Some(c) => c.to_string(),
+        None => {
+            let categories: BTreeSet<&str> = sources.iter().map(|m| m.category.as_str()).collect();
+            match categories.into_iter().collect::<Vec<_>>().as_slice() {
+                [one] => (*one).to_string(),
+                several => {
+                    return Err(Error::input(format!(
+                        "the memories are in different categories ({}); say which one the merged memory goes in",
+                        several.join(", ")
+                    )));
                 }
             }
-        };
-        let content = store::check_memory_content(content)?;
-        let canonical = match store::live_duplicate(tx, project, &category, content)? {
-            Some(existing) if unique.contains(&existing) => existing,
-            Some(existing) => {
-                return Err(Error::input(format!(
-                    "memory #{existing} already says this; include it in the merge"
-                )));
-            }
-            None => {
-                store::write_memory(tx, project, &category, content, None, "merge", now_ms)?.id
-            }
-        };
-        let mut merged_from: BTreeSet<i64> = BTreeSet::new();
-        for source in &sources {
-            merged_from.extend(source.merged_from.iter().copied());
-            if source.id != canonical {
-                merged_from.insert(source.id);
-                store::supersede_memory(tx, project, source.id, canonical, now_ms)?;
-            }
         }
-        let permanent = sources.iter().any(|m| m.status == "permanent");
-        let merged_from: Vec<i64> = merged_from.into_iter().collect();
-        store::set_memory_merge_info(tx, canonical, permanent, &merged_from)?;
-        owned(tx, project, canonical)
-    })
+    };
+    let content = store::check_memory_content(content)?;
+    let canonical = match store::live_duplicate(conn, project, &category, content)? {
+        Some(existing) if unique.contains(&existing) => existing,
+        Some(existing) => {
+            return Err(Error::input(format!(
+                "memory #{existing} already says this; include it in the merge"
+            )));
+        }
+        None => store::write_memory(conn, project, &category, content, None, "merge", now_ms)?.id,
+    };
+    let mut merged_from: BTreeSet<i64> = BTreeSet::new();
+    for source in &sources {
+        merged_from.extend(source.merged_from.iter().copied());
+        if source.id != canonical {
+            merged_from.insert(source.id);
+            store::supersede_memory(conn, project, source.id, canonical, now_ms)?;
+        }
+    }
+    let permanent = sources.iter().any(|m| m.status == "permanent");
+    let merged_from: Vec<i64> = merged_from.into_iter().collect();
+    store::set_memory_merge_info(conn, canonical, permanent, &merged_from)?;
+    owned(conn, project, canonical)
 }
 
 /// What `list` shows.

@@ -330,10 +330,12 @@ fn search(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> 
             harness,
             since_ms,
             until_ms,
+            // The agent is spared what it sees; a user on the command line sees all.
             asking: ctx
                 .scope
                 .session_id
                 .as_deref()
+                .filter(|_| ctx.source == "agent")
                 .map(|id| (ctx.scope.harness.as_str(), id)),
         },
     )?;
@@ -343,6 +345,18 @@ fn search(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> 
             "{} message parts are not indexed yet (run `mc-search index`); their hits are missing",
             caught.pending
         ));
+    }
+    let matched: Vec<i64> = hits
+        .iter()
+        .filter(|h| h.source == "memory")
+        .map(|h| h.id)
+        .collect();
+    if !matched.is_empty() {
+        // Best effort: a busy database must not fail the search. What it
+        // records (when a memory was last matched) only steers archive-stale.
+        let _ = store.write(|tx| {
+            crate::history::store::mark_memories_used(tx, &ctx.scope.project, &matched, ctx.now_ms)
+        });
     }
     let data = json!({"query": text, "hits": hits, "warnings": warnings});
     if hits.is_empty() {

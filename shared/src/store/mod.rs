@@ -22,6 +22,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0007_learned_limits.sql"),
     include_str!("migrations/0008_memory_notes_and_raw_content.sql"),
     include_str!("migrations/0009_message_index.sql"),
+    include_str!("migrations/0010_dream.sql"),
 ];
 
 /// The newest schema version this build understands (the fence).

@@ -23,6 +23,7 @@ macro_rules! snapshot {
 mod cli;
 mod concurrency;
 mod defer_replay;
+mod dream;
 mod historian;
 mod mcp;
 mod pin;
