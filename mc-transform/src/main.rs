@@ -1,6 +1,7 @@
 //! mc-transform: the per-call transform. Thin: arguments, stdin, mc-core, stdout.
 
 mod cli;
+mod serve;
 
 use std::process::ExitCode;
 

@@ -14,6 +14,7 @@ pub mod fake_opencode;
 pub mod fake_provider;
 pub mod generate;
 pub mod opencode;
+pub mod serve;
 
 pub use env::TestEnv;
 

@@ -25,3 +25,4 @@ mod concurrency;
 mod defer_replay;
 mod historian;
 mod pin;
+mod serve;
