@@ -21,11 +21,20 @@ use crate::cli::{self, Ctx};
 /// Serve requests until stdin ends (exit 0) or the parent goes away.
 pub fn run(global: &GlobalArgs, max_request_bytes: usize, sessions: usize) -> Result<(), Failure> {
     mc_cli::serve::exit_with_parent();
+    // Freeing a session's worth of messages takes longer than the pass that
+    // made them: a thread of its own does it after the answer is out.
+    let (discard, garbage) = std::sync::mpsc::channel::<Vec<Value>>();
+    std::thread::Builder::new()
+        .name("discard".into())
+        .spawn(move || garbage.iter().for_each(drop))
+        .context("cannot start a thread")
+        .map_err(Failure::runtime)?;
     let mut server = Server {
         global,
         stores: Stores::default(),
         baselines: Baselines::new(sessions),
         max_request_bytes,
+        discard,
     };
     let stdin = std::io::stdin();
     let mut lines = Lines::new(stdin.lock(), max_request_bytes);
@@ -54,6 +63,7 @@ struct Server<'a> {
     stores: Stores,
     baselines: Baselines,
     max_request_bytes: usize,
+    discard: std::sync::mpsc::Sender<Vec<Value>>,
 }
 
 /// Compact JSON text of an answer.
@@ -69,6 +79,19 @@ fn text(value: &Value) -> String {
 }
 
 impl Server<'_> {
+    /// Free `values` off the answer's path (at once if that thread is gone).
+    fn discard(&self, values: Vec<Value>) {
+        if let Err(back) = self.discard.send(values) {
+            drop(back);
+        }
+    }
+
+    /// Drop a session's baseline.
+    fn forget(&mut self, harness: &str, session: &str) {
+        let released = self.baselines.forget(harness, session);
+        self.discard(released);
+    }
+
     fn refuse(&self, line: &Line) -> String {
         text(&match line {
             Line::TooLarge(length) => error_answer(
@@ -173,7 +196,11 @@ impl Server<'_> {
                         || cli::parse_json(line).unwrap_or(Value::Null),
                         started,
                     )
-                    .map(|answer| text(&answer)),
+                    .map(|answer| {
+                        let line = text(&answer);
+                        self.discard(vec![answer]);
+                        line
+                    }),
                     Some(delta) => self.incremental(map, delta, started),
                 };
             }
@@ -216,7 +243,7 @@ impl Server<'_> {
         let delta = match Delta::from_value(delta) {
             Ok(delta) => delta,
             Err(e) => {
-                self.baselines.forget(&harness, &session);
+                self.forget(&harness, &session);
                 return Err(Failure::input(e.into()));
             }
         };
@@ -253,12 +280,12 @@ impl Server<'_> {
         let answer = match cli::pass(&mut ctx, Value::Object(map), original, started) {
             Ok(answer) => answer,
             Err(failure) => {
-                self.baselines.forget(&harness, &session);
+                self.forget(&harness, &session);
                 return Err(failure);
             }
         };
         let Value::Object(mut doc) = answer else {
-            self.baselines.forget(&harness, &session);
+            self.forget(&harness, &session);
             return Err(Failure::runtime(anyhow!("the pass answered no object")));
         };
         let waits = doc
@@ -269,7 +296,7 @@ impl Server<'_> {
         if waits {
             // Nothing was kept, and the adapter keeps nothing either: the
             // pass after the fold is sent whole.
-            self.baselines.forget(&harness, &session);
+            self.forget(&harness, &session);
             if !whole {
                 doc.shift_remove("messages");
             }
@@ -281,13 +308,13 @@ impl Server<'_> {
             match doc.shift_remove("messages") {
                 Some(Value::Array(output)) => (line, output),
                 _ => {
-                    self.baselines.forget(&harness, &session);
+                    self.forget(&harness, &session);
                     return Ok(line);
                 }
             }
         } else {
             let Some(Value::Array(output)) = doc.shift_remove("messages") else {
-                self.baselines.forget(&harness, &session);
+                self.forget(&harness, &session);
                 return Err(Failure::runtime(anyhow!("the pass answered no messages")));
             };
             let previous = self.baselines.output(&harness, &session).unwrap_or(&[]);
@@ -296,8 +323,10 @@ impl Server<'_> {
             answer.extend(doc);
             (text_of(&answer), output)
         };
-        self.baselines
+        let released = self
+            .baselines
             .remember(&harness, &session, key, input, output);
+        self.discard(released);
         Ok(line)
     }
 }

@@ -174,8 +174,9 @@ impl Baselines {
     }
 
     /// The whole input of a delta request (`delta.messages` must be set):
-    /// each index replaced by that message of the base's input. Any doubt
-    /// drops the session's baseline and says why.
+    /// each index replaced by that message of the base's input, which is
+    /// moved out rather than copied (the caller makes the rebuilt input the
+    /// next baseline). Any doubt drops the session's baseline and says why.
     pub fn resolve(
         &mut self,
         harness: &str,
@@ -190,14 +191,14 @@ impl Baselines {
     }
 
     fn rebuild(
-        &self,
+        &mut self,
         harness: &str,
         session: &str,
         delta: Delta,
     ) -> std::result::Result<Vec<Value>, Resync> {
         let base = self
             .position(harness, session)
-            .and_then(|at| self.entries.get(at))
+            .and_then(|at| self.entries.get_mut(at))
             .ok_or(Resync::UnknownSession)?;
         if delta.base.as_deref() != Some(base.key.as_str()) {
             return Err(Resync::StaleBase);
@@ -206,19 +207,42 @@ impl Baselines {
             return Err(Resync::BaseLength);
         }
         let items = delta.messages.ok_or(Resync::BadReference)?;
-        items
+        // Each base message moves to its first place; a second reference
+        // to it copies from there.
+        let mut slots: Vec<Option<Value>> = std::mem::take(&mut base.input)
             .into_iter()
-            .map(|item| match item {
-                Value::Object(_) => Ok(item),
-                Value::Number(n) => n
-                    .as_u64()
-                    .and_then(|i| usize::try_from(i).ok())
-                    .and_then(|i| base.input.get(i))
-                    .cloned()
-                    .ok_or(Resync::BadReference),
-                _ => Err(Resync::BadReference),
-            })
-            .collect()
+            .map(Some)
+            .collect();
+        let mut placed: Vec<Option<usize>> = vec![None; slots.len()];
+        let mut rebuilt: Vec<Value> = Vec::with_capacity(items.len());
+        for item in items {
+            let message = match item {
+                Value::Object(_) => item,
+                Value::Number(n) => {
+                    let index = n
+                        .as_u64()
+                        .and_then(|i| usize::try_from(i).ok())
+                        .filter(|&i| i < slots.len())
+                        .ok_or(Resync::BadReference)?;
+                    match (
+                        slots.get_mut(index).and_then(Option::take),
+                        placed.get(index).copied().flatten(),
+                    ) {
+                        (Some(message), _) => {
+                            if let Some(at) = placed.get_mut(index) {
+                                *at = Some(rebuilt.len());
+                            }
+                            message
+                        }
+                        (None, Some(at)) => rebuilt.get(at).cloned().ok_or(Resync::BadReference)?,
+                        (None, None) => return Err(Resync::BadReference),
+                    }
+                }
+                _ => return Err(Resync::BadReference),
+            };
+            rebuilt.push(message);
+        }
+        Ok(rebuilt)
     }
 
     /// The output messages of the session's baseline, if it has one.
@@ -228,7 +252,8 @@ impl Baselines {
     }
 
     /// Make `(input, output)` the session's baseline under `key`, dropping
-    /// the least recently used session beyond the cap.
+    /// the least recently used session beyond the cap. Returns the messages
+    /// let go, for the caller to free when it has time.
     pub fn remember(
         &mut self,
         harness: &str,
@@ -236,8 +261,8 @@ impl Baselines {
         key: String,
         input: Vec<Value>,
         output: Vec<Value>,
-    ) {
-        self.forget(harness, session);
+    ) -> Vec<Value> {
+        let mut released = self.forget(harness, session);
         self.entries.push(Baseline {
             harness: harness.to_string(),
             session: session.to_string(),
@@ -246,8 +271,11 @@ impl Baselines {
             output,
         });
         while self.entries.len() > self.cap {
-            self.entries.remove(0);
+            let dropped = self.entries.remove(0);
+            released.extend(dropped.input);
+            released.extend(dropped.output);
         }
+        released
     }
 
     /// Keep the session's baseline and mark it most recently used.
@@ -258,9 +286,16 @@ impl Baselines {
         }
     }
 
-    pub fn forget(&mut self, harness: &str, session: &str) {
-        if let Some(at) = self.position(harness, session) {
-            self.entries.remove(at);
+    /// Drop the session's baseline; returns its messages (see [`Baselines::remember`]).
+    pub fn forget(&mut self, harness: &str, session: &str) -> Vec<Value> {
+        match self.position(harness, session) {
+            Some(at) => {
+                let dropped = self.entries.remove(at);
+                let mut released = dropped.input;
+                released.extend(dropped.output);
+                released
+            }
+            None => Vec::new(),
         }
     }
 }
@@ -362,6 +397,19 @@ mod tests {
             )
             .unwrap();
         assert_eq!(rebuilt, [input[0].clone(), input[1].clone(), new]);
+        // A message named twice is there twice (moved once, then copied).
+        baselines.remember("opencode", "s", "k2".into(), input.clone(), Vec::new());
+        let twice = baselines
+            .resolve(
+                "opencode",
+                "s",
+                delta(Some("k2"), "k3", Some(vec![json!(1), json!(0), json!(1)])),
+            )
+            .unwrap();
+        assert_eq!(
+            twice,
+            [input[1].clone(), input[0].clone(), input[1].clone()]
+        );
     }
 
     #[test]
