@@ -29,9 +29,22 @@ pub fn run(global: &GlobalArgs, max_request_bytes: usize, sessions: usize) -> Re
         .spawn(move || garbage.iter().for_each(drop))
         .context("cannot start a thread")
         .map_err(Failure::runtime)?;
+    // Open (and on a new database create and migrate) the store before the
+    // first request arrives: an adapter starts this process while it
+    // gathers its first call, so that work overlaps the caller's own.
+    let mut stores = Stores::default();
+    let warm = mc_cli::session_setup_in(
+        &mut stores,
+        cli::NAME,
+        global,
+        None,
+        None,
+        mc_cli::Wait::Hook,
+    );
+    stores.keep_result(warm.store);
     let mut server = Server {
         global,
-        stores: Stores::default(),
+        stores,
         baselines: Baselines::new(sessions),
         max_request_bytes,
         discard,

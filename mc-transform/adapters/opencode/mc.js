@@ -122,10 +122,13 @@ function runNode(command, args, input, timeoutMs) {
 // this plugin it loads. Started on the first call, restarted on a later one
 // after it died (waiting 1 s, doubling up to a minute, during which calls
 // run the one-shot command). It answers one request at a time: a call that
-// finds it busy runs the one-shot command too, so no call waits behind
-// another. It never keeps OpenCode alive (a call in flight holds a timer).
+// finds it busy waits its turn for at most SERVE_QUEUE_WAIT_MS (about what
+// starting a process of its own costs), then runs the one-shot command, so
+// no call waits longer behind another. It never keeps OpenCode alive (a
+// call in flight holds a timer).
 const SERVE_RETRY_MS = 1_000
 const SERVE_RETRY_MAX_MS = 60_000
+const SERVE_QUEUE_WAIT_MS = 50
 // serve's own cap on a request line: anything larger goes to the one-shot command.
 const SERVE_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 // Sessions whose last call the plugin keeps for the incremental envelope
@@ -139,17 +142,35 @@ class Resident {
     // Bumped at each start: a session's baseline belongs to one process.
     this.generation = 0
     this.pending = null
+    // Requests waiting for the one in flight: {line, resolve, timer, timeoutMs}.
+    this.queue = []
     this.failures = 0
     this.retryAt = 0
     this.chunks = []
     this.stderr = ""
   }
 
-  /** Whether `line` can go out now (on, idle, not backing off, under the cap). */
+  /** Whether `line` may go to the resident process (on, not backing off, under the cap). */
   usable(line) {
-    if (process.env.MC_TRANSFORM_SERVE === "0" || this.pending) return false
+    if (process.env.MC_TRANSFORM_SERVE === "0") return false
     if (!this.child && Date.now() < this.retryAt) return false
     return line.length * 3 <= SERVE_MAX_REQUEST_BYTES || Buffer.byteLength(line) <= SERVE_MAX_REQUEST_BYTES
+  }
+
+  /** Start the process if it is not running and may be (its start overlaps the caller's own awaits). */
+  warm() {
+    if (this.child || process.env.MC_TRANSFORM_SERVE === "0" || Date.now() < this.retryAt) return
+    try {
+      this.start()
+    } catch (error) {
+      this.failed()
+    }
+  }
+
+  failed() {
+    this.child = null
+    this.failures++
+    this.retryAt = Date.now() + Math.min(SERVE_RETRY_MAX_MS, SERVE_RETRY_MS * 2 ** (this.failures - 1))
   }
 
   start() {
@@ -184,6 +205,7 @@ class Resident {
         this.failures = 0
         pending.resolve({ answer: line })
       }
+      this.next()
       chunk = chunk.subarray(at + 1)
       at = chunk.indexOf(10)
     }
@@ -192,9 +214,7 @@ class Resident {
 
   gone(child, why) {
     if (child !== this.child) return
-    this.child = null
-    this.failures++
-    this.retryAt = Date.now() + Math.min(SERVE_RETRY_MAX_MS, SERVE_RETRY_MS * 2 ** (this.failures - 1))
+    this.failed()
     const pending = this.pending
     this.pending = null
     if (pending) {
@@ -202,25 +222,51 @@ class Resident {
       const said = failureText(this.stderr)
       pending.resolve({ died: `mc-transform serve ended while answering (${why})${said ? `: ${said}` : ""}` })
     }
+    // Not sent yet: they run the one-shot command.
+    for (const waiting of this.queue.splice(0)) {
+      clearTimeout(waiting.timer)
+      waiting.resolve({ unavailable: "the resident process ended" })
+    }
   }
 
-  /** Send one request line; resolves {answer} or {died}. Check usable() first. */
+  /** Send the next waiting request, if the process is idle. */
+  next() {
+    if (this.pending || !this.child) return
+    const waiting = this.queue.shift()
+    if (!waiting) return
+    clearTimeout(waiting.timer)
+    this.send(waiting.line, waiting.timeoutMs, waiting.resolve)
+  }
+
+  send(line, timeoutMs, resolve) {
+    const child = this.child
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs)
+    this.pending = { resolve, timer }
+    child.stdin.write(`${line}\n`)
+  }
+
+  /**
+   * Send one request line; resolves {answer}, {died} (it ended while
+   * answering: leave the call untouched) or {unavailable} (not sent: run
+   * the one-shot command). Check usable() first.
+   */
   request(line, timeoutMs) {
     if (!this.child) {
-      try {
-        this.start()
-      } catch (error) {
-        this.child = null
-        this.failures++
-        this.retryAt = Date.now() + Math.min(SERVE_RETRY_MAX_MS, SERVE_RETRY_MS * 2 ** (this.failures - 1))
-        return Promise.resolve({ unavailable: String(error) })
-      }
+      this.warm()
+      if (!this.child) return Promise.resolve({ unavailable: "cannot start mc-transform serve" })
     }
-    const child = this.child
     return new Promise((resolve) => {
-      const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs)
-      this.pending = { resolve, timer }
-      child.stdin.write(`${line}\n`)
+      if (!this.pending) {
+        this.send(line, timeoutMs, resolve)
+        return
+      }
+      const waiting = { line, resolve, timeoutMs, timer: undefined }
+      waiting.timer = setTimeout(() => {
+        const at = this.queue.indexOf(waiting)
+        if (at >= 0) this.queue.splice(at, 1)
+        resolve({ unavailable: "busy" })
+      }, SERVE_QUEUE_WAIT_MS)
+      this.queue.push(waiting)
     })
   }
 }
@@ -255,6 +301,7 @@ async function mcTransform(kind, request, args, input) {
     if (reply.died) return { code: -1, stdout: "", stderr: reply.died, died: true }
     if (reply.answer !== undefined) return asRun(reply.answer)
   }
+  // Not taken (off, backing off, busy past the wait, too large): a process of its own.
   return run(bin("mc-transform", "MC_TRANSFORM_BIN"), args, input, TRANSFORM_TIMEOUT_MS)
 }
 
@@ -383,8 +430,12 @@ export const McContext = async ({ client, serverUrl, directory }) => {
    */
   async function transform(messages, found, state, waitForFold) {
     const { sessionID, model, usage } = found
-    const limit = model.providerID ? await modelLimits(model.providerID, model.modelID) : {}
-    const subagent = await isSubagent(sessionID, state)
+    // The resident process starts while the server answers these.
+    resident.warm()
+    const [limit, subagent] = await Promise.all([
+      model.providerID ? modelLimits(model.providerID, model.modelID) : {},
+      isSubagent(sessionID, state),
+    ])
     state.model = { provider: model.providerID, id: model.modelID, context_limit: limit.context, output_limit: limit.output }
     const metadata = new Map()
     const texts = messages.map((message) => messageJson(message, metadata))
@@ -643,6 +694,14 @@ export const McContext = async ({ client, serverUrl, directory }) => {
         const sessionID = event.properties?.sessionID ?? event.properties?.info?.id
         sessions.delete(sessionID)
         incremental.delete(sessionID)
+        return
+      }
+      if (event?.type === "session.created" || event?.type === "session.updated") {
+        // Whether it has a parent, learned now rather than asked on its first call.
+        const info = event.properties?.info
+        if (info?.id && (event.type === "session.created" || sessions.has(info.id))) {
+          session(info.id).subagent = Boolean(info.parentID)
+        }
         return
       }
       if (event?.type === "session.error") return overflow(event.properties)
