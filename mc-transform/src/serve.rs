@@ -21,14 +21,6 @@ use crate::cli::{self, Ctx};
 /// Serve requests until stdin ends (exit 0) or the parent goes away.
 pub fn run(global: &GlobalArgs, max_request_bytes: usize, sessions: usize) -> Result<(), Failure> {
     mc_cli::serve::exit_with_parent();
-    // Freeing a session's worth of messages takes longer than the pass that
-    // made them: a thread of its own does it after the answer is out.
-    let (discard, garbage) = std::sync::mpsc::channel::<Vec<Value>>();
-    std::thread::Builder::new()
-        .name("discard".into())
-        .spawn(move || garbage.iter().for_each(drop))
-        .context("cannot start a thread")
-        .map_err(Failure::runtime)?;
     // Open (and on a new database create and migrate) the store before the
     // first request arrives: an adapter starts this process while it
     // gathers its first call, so that work overlaps the caller's own.
@@ -47,7 +39,7 @@ pub fn run(global: &GlobalArgs, max_request_bytes: usize, sessions: usize) -> Re
         stores,
         baselines: Baselines::new(sessions),
         max_request_bytes,
-        discard,
+        garbage: Vec::new(),
     };
     let stdin = std::io::stdin();
     let mut lines = Lines::new(stdin.lock(), max_request_bytes);
@@ -68,6 +60,11 @@ pub fn run(global: &GlobalArgs, max_request_bytes: usize, sessions: usize) -> Re
             .and_then(|()| out.flush())
             .context("cannot write stdout")
             .map_err(Failure::runtime)?;
+        // Freeing a session's worth of messages takes about as long as the
+        // pass that made them: it waits until the answer is out. (On this
+        // thread: its allocator reuses the memory for the next request
+        // instead of handing pages back and faulting them in again.)
+        server.garbage.clear();
     }
 }
 
@@ -76,7 +73,8 @@ struct Server<'a> {
     stores: Stores,
     baselines: Baselines,
     max_request_bytes: usize,
-    discard: std::sync::mpsc::Sender<Vec<Value>>,
+    /// Values let go while answering, freed once the answer is written.
+    garbage: Vec<Vec<Value>>,
 }
 
 /// Compact JSON text of an answer.
@@ -92,11 +90,9 @@ fn text(value: &Value) -> String {
 }
 
 impl Server<'_> {
-    /// Free `values` off the answer's path (at once if that thread is gone).
-    fn discard(&self, values: Vec<Value>) {
-        if let Err(back) = self.discard.send(values) {
-            drop(back);
-        }
+    /// Free `values` after the answer is out.
+    fn discard(&mut self, values: Vec<Value>) {
+        self.garbage.push(values);
     }
 
     /// Drop a session's baseline.
