@@ -20,6 +20,8 @@ use mc_core::error::ErrorKind;
 use mc_core::paths::{self, EnvPaths};
 use mc_core::store::{Store, StoreOptions};
 
+pub mod serve;
+
 /// The flags every mc binary takes, before and after its subcommand:
 /// `#[command(flatten)]` this into the binary's arguments.
 #[derive(clap::Args, Debug)]
@@ -353,12 +355,33 @@ pub fn session_setup(
     project_dir: Option<&Path>,
     wait: Wait,
 ) -> SessionSetup {
+    session_setup_in(
+        &mut Stores::default(),
+        name,
+        global,
+        session,
+        project_dir,
+        wait,
+    )
+}
+
+/// [`session_setup`], reusing the store `stores` kept from an earlier
+/// request of a resident process when it is still the same database file.
+/// Hand the store back with [`Stores::keep`] when done with it.
+pub fn session_setup_in(
+    stores: &mut Stores,
+    name: &str,
+    global: &GlobalArgs,
+    session: Option<(&str, &str)>,
+    project_dir: Option<&Path>,
+    wait: Wait,
+) -> SessionSetup {
     let env = env_paths();
     let flag = global.config.as_deref();
     let first_dir = project_dir.map(Path::to_path_buf).or(env.cwd.clone());
     let first = config::load(&paths::config_layers(flag, first_dir.as_deref(), &env));
     let store = db_path(global.db.as_deref())
-        .and_then(|path| Ok(open_store_at(&path, &first.config, wait)?));
+        .and_then(|path| Ok(stores.open(&path, &first.config, wait)?));
     let recorded = match (&store, session) {
         (Ok(store), Some((harness, id))) => {
             mc_core::domain::sessions::session_project_dir(store.conn(), harness, id)
@@ -382,6 +405,68 @@ pub fn session_setup(
         warnings: loaded.warnings,
         store,
         project_dir: dir,
+    }
+}
+
+/// The store a resident process keeps open between requests. A one-shot
+/// command starts with none and opens its store once.
+///
+/// A kept store is used again only for the same path, while that path is
+/// still the same file (a database deleted or replaced meanwhile is opened
+/// anew, as a new process would), and after the schema fence is checked
+/// again (a database a newer mc migrated since is refused, as an open would).
+#[derive(Default)]
+pub struct Stores {
+    kept: Option<Kept>,
+}
+
+struct Kept {
+    file: FileId,
+    store: Store,
+}
+
+/// What identifies a file beyond its path: (device, inode) on Unix.
+type FileId = Option<(u64, u64)>;
+
+fn file_id(path: &Path) -> FileId {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
+impl Stores {
+    /// The store at `path`, waiting as long as `wait` says for a sibling's
+    /// lock: the kept one when it still fits, else a fresh open.
+    pub fn open(&mut self, path: &Path, config: &Config, wait: Wait) -> mc_core::Result<Store> {
+        if let Some(Kept { file, mut store }) = self.kept.take() {
+            let same_file = file.is_some() && file == file_id(path);
+            if same_file && store.path() == path {
+                store.set_busy_timeout(wait.timeout(config))?;
+                store.check_schema()?;
+                return Ok(store);
+            }
+        }
+        open_store_at(path, config, wait)
+    }
+
+    /// Keep `store` for the next request.
+    pub fn keep(&mut self, store: Store) {
+        let file = file_id(store.path());
+        self.kept = Some(Kept { file, store });
+    }
+
+    /// Keep the store of a setup whose store opened; drop an error.
+    pub fn keep_result(&mut self, store: anyhow::Result<Store>) {
+        if let Ok(store) = store {
+            self.keep(store);
+        }
     }
 }
 

@@ -8,13 +8,13 @@ use anyhow::anyhow;
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
-use mc_cli::{Failure, GlobalArgs, SessionSetup, Wait, now_ms, write_json};
+use mc_cli::{Failure, GlobalArgs, SessionSetup, Stores, Wait, now_ms, write_json};
 use mc_core::historian::choice;
 use mc_core::transform::{
     self, Envelope, OverflowRequest, PassReport, ReduceRequest, SystemRequest,
 };
 
-const NAME: &str = "mc-transform";
+pub(crate) const NAME: &str = "mc-transform";
 
 const ABOUT: &str = "Per-call context transform for coding agents.
 
@@ -92,53 +92,118 @@ enum Command {
     /// later pass on it uses at most that) and makes the session's next pass an
     /// emergency. Answers {"recognised": false} for anything else, also exit 0.
     Overflow,
+    /// Stay resident: read one request per line on stdin, write one answer per
+    /// line on stdout, until stdin ends or the parent process goes away
+    ///
+    /// A request is what a command reads on stdin, as one JSON line, with
+    /// "kind": "pass" (the default), "system", "reduce", "status" (with
+    /// "session_id" and "harness"), "recount" or "overflow"; its answer is
+    /// exactly the line that command prints. A failure, or a line that is no
+    /// request, is answered {"error": {"code", "message", "exit"?, "hints"?}}
+    /// and the process stays up. A pass request may carry "incremental" (see
+    /// the README): then it is answered relative to the previous call.
+    Serve {
+        /// Longest request line read; a longer one is skipped and answered
+        /// with an error
+        #[arg(long, value_name = "BYTES", default_value_t = mc_cli::serve::DEFAULT_MAX_REQUEST_BYTES)]
+        max_request_bytes: usize,
+        /// Sessions whose incremental baselines are kept (least recently used dropped)
+        #[arg(long, value_name = "N", default_value_t = mc_core::transform::incremental::DEFAULT_SESSIONS)]
+        sessions: usize,
+    },
 }
 
 pub fn main() -> ExitCode {
     let args = Args::parse();
+    let mut stores = Stores::default();
+    let mut ctx = Ctx {
+        global: &args.global,
+        stores: &mut stores,
+    };
     let result = match &args.command {
-        None | Some(Command::Pass) => run_pass(&args),
+        None | Some(Command::Pass) => one_shot_pass(&mut ctx),
         Some(Command::Reduce {
             session,
             drop,
             harness,
-        }) => run_reduce(&args, session.as_deref(), drop.as_deref(), harness),
-        Some(Command::Status { session, harness }) => run_status(&args, session, harness),
-        Some(Command::Recount) => run_recount(&args),
-        Some(Command::System) => run_system(&args),
-        Some(Command::Overflow) => run_overflow(&args),
+        }) => reduce_request(session.as_deref(), drop.as_deref(), harness)
+            .and_then(|request| reduce(&mut ctx, &request)),
+        Some(Command::Status { session, harness }) => status(&mut ctx, harness, session),
+        Some(Command::Recount) => read_json().and_then(|value| recount(&mut ctx, value)),
+        Some(Command::System) => read_json().and_then(|value| system(&mut ctx, value)),
+        Some(Command::Overflow) => read_json().and_then(|value| overflow(&mut ctx, value)),
+        Some(Command::Serve {
+            max_request_bytes,
+            sessions,
+        }) => {
+            return mc_cli::finish(
+                NAME,
+                crate::serve::run(&args.global, *max_request_bytes, *sessions),
+            );
+        }
     };
-    mc_cli::finish(NAME, result)
+    let written = result.and_then(|value| Ok(write_json(&value, args.global.pretty)?));
+    mc_cli::finish(NAME, written)
+}
+
+/// What a command needs from its process: the global flags, and the store a
+/// resident process keeps between requests.
+pub(crate) struct Ctx<'a> {
+    pub global: &'a GlobalArgs,
+    pub stores: &'a mut Stores,
 }
 
 fn read_stdin() -> Result<String, Failure> {
     mc_cli::read_stdin("expected JSON on stdin (see mc-transform --help)")
 }
 
-fn parse_json(text: &str) -> Result<Value, Failure> {
+pub(crate) fn parse_json(text: &str) -> Result<Value, Failure> {
     mc_cli::parse_json(text, "input")
 }
 
+fn read_json() -> Result<Value, Failure> {
+    parse_json(&read_stdin()?)
+}
+
 fn session_setup(
-    args: &Args,
+    ctx: &mut Ctx<'_>,
     session: Option<(&str, &str)>,
     project_dir: Option<&Path>,
     wait: Wait,
 ) -> SessionSetup {
-    mc_cli::session_setup(NAME, &args.global, session, project_dir, wait)
+    mc_cli::session_setup_in(ctx.stores, NAME, ctx.global, session, project_dir, wait)
 }
 
-fn run_pass(args: &Args) -> Result<(), Failure> {
+/// The one-shot pass: the envelope on stdin.
+fn one_shot_pass(ctx: &mut Ctx<'_>) -> Result<Value, Failure> {
     let started = Instant::now();
     let text = read_stdin()?;
     let value = parse_json(&text)?;
+    pass(
+        ctx,
+        value,
+        || parse_json(&text).unwrap_or(Value::Null),
+        started,
+    )
+}
+
+/// One pass over the envelope `value`; `original` gives the input document
+/// again for a passthrough (its messages and system, unchanged). `started`
+/// is when the call began: a passthrough is recorded within what is left of
+/// the hook's wait since then.
+pub(crate) fn pass(
+    ctx: &mut Ctx<'_>,
+    value: Value,
+    original: impl FnOnce() -> Value,
+    started: Instant,
+) -> Result<Value, Failure> {
     let mut envelope =
         Envelope::from_value(value).map_err(|e| Failure::input(anyhow::Error::from(e)))?;
     let now = envelope.now_ms.unwrap_or_else(now_ms);
     let harness = envelope.harness.clone();
     let session_id = envelope.session_hint();
     let setup = session_setup(
-        args,
+        ctx,
         session_id.as_deref().map(|id| (harness.as_str(), id)),
         envelope.project_dir.as_deref(),
         Wait::Hook,
@@ -178,11 +243,11 @@ fn run_pass(args: &Args) -> Result<(), Failure> {
                     warnings.push(format!("passthrough not recorded in the database: {e}"));
                 }
             }
-            passthrough(&text, message, warnings)
+            passthrough(original(), message, warnings)
         }
     };
-    write_json(&output, args.global.pretty)?;
-    Ok(())
+    ctx.stores.keep_result(store);
+    Ok(output)
 }
 
 /// The hints for a command that failed open: the store's when it could not be
@@ -195,8 +260,7 @@ fn hints_of<T>(store: &anyhow::Result<T>, error: &anyhow::Error) -> Vec<String> 
 }
 
 /// The input's messages and system, unchanged, with a passthrough report.
-fn passthrough(input: &str, error: String, extra_warnings: Vec<String>) -> Value {
-    let mut original: Value = mc_cli::parse_json(input, "input").unwrap_or(Value::Null);
+fn passthrough(mut original: Value, error: String, extra_warnings: Vec<String>) -> Value {
     let mut report = PassReport::passthrough(error);
     report.warnings.extend(extra_warnings);
     let mut out = serde_json::Map::new();
@@ -215,49 +279,48 @@ fn passthrough(input: &str, error: String, extra_warnings: Vec<String>) -> Value
     Value::Object(out)
 }
 
-fn run_reduce(
-    args: &Args,
+/// The reduce request of the flags, else of stdin.
+fn reduce_request(
     session: Option<&str>,
     drop: Option<&str>,
     harness: &str,
-) -> Result<(), Failure> {
-    let request = match (session, drop) {
-        (Some(session), Some(drop)) => ReduceRequest {
+) -> Result<ReduceRequest, Failure> {
+    match (session, drop) {
+        (Some(session), Some(drop)) => Ok(ReduceRequest {
             harness: harness.to_string(),
             session_id: session.to_string(),
             drop: transform::reduce::parse_drop(drop).map_err(|e| Failure::input(e.into()))?,
-        },
+        }),
         (None, None) => {
-            let value = parse_json(&read_stdin()?)?;
-            ReduceRequest::from_value(value).map_err(|e| Failure::input(e.into()))?
+            ReduceRequest::from_value(read_json()?).map_err(|e| Failure::input(e.into()))
         }
-        _ => {
-            return Err(Failure::input(anyhow!(
-                "reduce needs both --session and --drop, or JSON on stdin"
-            )));
-        }
-    };
+        _ => Err(Failure::input(anyhow!(
+            "reduce needs both --session and --drop, or JSON on stdin"
+        ))),
+    }
+}
+
+pub(crate) fn reduce(ctx: &mut Ctx<'_>, request: &ReduceRequest) -> Result<Value, Failure> {
     let setup = session_setup(
-        args,
+        ctx,
         Some((&request.harness, &request.session_id)),
         None,
         Wait::Hook,
     );
     let mut store = setup.store?;
-    let result = transform::reduce(&mut store, &request, &setup.config.transform, now_ms())
-        .map_err(anyhow::Error::from)?;
-    write_json(
-        &serde_json::to_value(result).map_err(anyhow::Error::from)?,
-        args.global.pretty,
-    )?;
-    Ok(())
+    let result = transform::reduce(&mut store, request, &setup.config.transform, now_ms());
+    ctx.stores.keep(store);
+    let result = result.map_err(anyhow::Error::from)?;
+    Ok(serde_json::to_value(result).map_err(anyhow::Error::from)?)
 }
 
-fn run_status(args: &Args, session: &str, harness: &str) -> Result<(), Failure> {
-    let setup = session_setup(args, Some((harness, session)), None, Wait::Background);
+pub(crate) fn status(ctx: &mut Ctx<'_>, harness: &str, session: &str) -> Result<Value, Failure> {
+    let setup = session_setup(ctx, Some((harness, session)), None, Wait::Background);
     let store = setup.store?;
-    let report = transform::status(&store, harness, session).map_err(anyhow::Error::from)?;
-    let value = match report {
+    let report = transform::status(&store, harness, session);
+    let path = store.path().display().to_string();
+    ctx.stores.keep(store);
+    match report.map_err(anyhow::Error::from)? {
         Some(mut report) => {
             // The model a historian run would use: no server is at hand here,
             // so an OpenCode session's is the one mc's plugin would pass.
@@ -272,24 +335,18 @@ fn run_status(args: &Args, session: &str, harness: &str) -> Result<(), Failure> 
                 choice::choose(&config.historian, &config.providers, harness, &model, &env)
                     .report(),
             );
-            serde_json::to_value(report).map_err(anyhow::Error::from)?
+            Ok(serde_json::to_value(report).map_err(anyhow::Error::from)?)
         }
-        None => {
-            return Err(Failure::runtime(anyhow!(
-                "no session {session:?} for harness {harness:?} in {} (no pass has seen it yet)",
-                store.path().display()
-            )));
-        }
-    };
-    write_json(&value, args.global.pretty)?;
-    Ok(())
+        None => Err(Failure::runtime(anyhow!(
+            "no session {session:?} for harness {harness:?} in {path} (no pass has seen it yet)"
+        ))),
+    }
 }
 
-fn run_system(args: &Args) -> Result<(), Failure> {
-    let request = SystemRequest::from_value(parse_json(&read_stdin()?)?)
-        .map_err(|e| Failure::input(e.into()))?;
+pub(crate) fn system(ctx: &mut Ctx<'_>, value: Value) -> Result<Value, Failure> {
+    let request = SystemRequest::from_value(value).map_err(|e| Failure::input(e.into()))?;
     let setup = session_setup(
-        args,
+        ctx,
         Some((&request.harness, &request.session_id)),
         None,
         Wait::Hook,
@@ -312,17 +369,16 @@ fn run_system(args: &Args) -> Result<(), Failure> {
             json!({"system": request.system, "known_session": false, "guidance": false, "today": null})
         }
     };
+    ctx.stores.keep_result(store);
     output["warnings"] = json!(warnings);
-    write_json(&output, args.global.pretty)?;
-    Ok(())
+    Ok(output)
 }
 
-fn run_recount(args: &Args) -> Result<(), Failure> {
-    let value = parse_json(&read_stdin()?)?;
+pub(crate) fn recount(ctx: &mut Ctx<'_>, value: Value) -> Result<Value, Failure> {
     let envelope = Envelope::from_value(value).map_err(|e| Failure::input(e.into()))?;
     let session_id = envelope.session_hint();
     let setup = session_setup(
-        args,
+        ctx,
         session_id
             .as_deref()
             .map(|id| (envelope.harness.as_str(), id)),
@@ -330,25 +386,23 @@ fn run_recount(args: &Args) -> Result<(), Failure> {
         Wait::Background,
     );
     let mut store = setup.store?;
-    let result = transform::recount::recount(&mut store, envelope).map_err(anyhow::Error::from)?;
-    write_json(&json!(result), args.global.pretty)?;
-    Ok(())
+    let result = transform::recount::recount(&mut store, envelope);
+    ctx.stores.keep(store);
+    Ok(json!(result.map_err(anyhow::Error::from)?))
 }
 
-fn run_overflow(args: &Args) -> Result<(), Failure> {
-    let request = OverflowRequest::from_value(parse_json(&read_stdin()?)?)
-        .map_err(|e| Failure::input(e.into()))?;
+pub(crate) fn overflow(ctx: &mut Ctx<'_>, value: Value) -> Result<Value, Failure> {
+    let request = OverflowRequest::from_value(value).map_err(|e| Failure::input(e.into()))?;
     // Sent from an error event, not on the model call's path: the long wait.
     let session = request.session_id.as_deref();
     let setup = session_setup(
-        args,
+        ctx,
         session.map(|id| (request.harness.as_str(), id)),
         None,
         Wait::Background,
     );
     let mut store = setup.store?;
-    let answer =
-        transform::overflow::report(&mut store, &request, now_ms()).map_err(anyhow::Error::from)?;
-    write_json(&answer.into_value(), args.global.pretty)?;
-    Ok(())
+    let answer = transform::overflow::report(&mut store, &request, now_ms());
+    ctx.stores.keep(store);
+    Ok(answer.map_err(anyhow::Error::from)?.into_value())
 }

@@ -565,6 +565,42 @@ fn reduce_and_system_requests_over_arbitrary_input() {
 }
 
 #[test]
+fn incremental_deltas_over_arbitrary_input() {
+    use crate::transform::incremental::{Baselines, Delta, delta_of, same};
+    property(
+        "incremental_deltas_over_arbitrary_input",
+        512,
+        (
+            fuzz::json(),
+            prop::collection::vec(fuzz::json(), 0..6),
+            prop::collection::vec(
+                prop_oneof![fuzz::number(), fuzz::json(), Just(json!(0)), Just(json!(1))],
+                0..8,
+            ),
+            any::<Option<u64>>(),
+        ),
+        |(value, base, items, base_len)| {
+            let _ = Delta::from_value(value.clone());
+            let mut baselines = Baselines::new(2);
+            baselines.remember("opencode", "s", "k".into(), base.clone(), base.clone());
+            let delta = Delta {
+                base: Some("k".into()),
+                key: "k2".into(),
+                base_len: base_len.map(|n| n as usize),
+                messages: Some(items.clone()),
+            };
+            if let Ok(input) = baselines.resolve("opencode", "s", delta) {
+                prop_assert_eq!(input.len(), items.len());
+            }
+            let answer = delta_of(&base, &items);
+            prop_assert_eq!(answer.len(), items.len());
+            prop_assert!(same(&value, &value));
+            Ok(())
+        },
+    );
+}
+
+#[test]
 fn caveman_and_token_estimates_over_arbitrary_text() {
     use crate::transform::caveman::{Level, compress};
     // Prose the rules act on, with the regions they must shield.

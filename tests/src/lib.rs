@@ -17,6 +17,7 @@ pub mod generate;
 pub mod mcp_client;
 pub mod opencode;
 pub mod relay;
+pub mod serve;
 
 pub use env::TestEnv;
 

@@ -164,6 +164,11 @@ impl OpenCode {
         }
     }
 
+    /// The process id of `opencode serve`.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn post(&self, path: &str, body: Value) -> Value {
         let mut response = self
             .agent

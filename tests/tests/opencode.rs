@@ -545,24 +545,77 @@ fn a_subagent_session_gets_tags_but_no_head() {
 /// A script in `dir` that runs the built `bin` and logs each call as a line
 /// of the returned log file: its subcommand (`pass` when there is none), the
 /// `session_id` of its stdin and the `decision` of its answer, when present
-/// (e.g. `pass ses_… execute`, `system ses_…`, `run`).
+/// (e.g. `pass ses_… execute`, `system ses_…`, `run`). Resident
+/// (`mc-transform serve`), it logs each request the same way, with its
+/// `kind` as the subcommand, and `serve` once when it starts.
+///
+/// Beside it, [`modes_log`] says how each call came: `serve-start`,
+/// `resident KIND whole|delta` (a pass whole or as an incremental delta) or
+/// `oneshot KIND`. While the file [`die_flag`] exists, the resident process
+/// dies at the next pass request, before answering it (and removes the flag).
 fn logging_wrapper(dir: &std::path::Path, bin: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     let log = dir.join(format!("{bin}-calls.log"));
     let wrapper = dir.join(format!("{bin}-wrapper"));
+    let quoted =
+        |path: &std::path::Path| serde_json::to_string(&path.display().to_string()).unwrap();
     std::fs::write(
         &wrapper,
         format!(
-            "#!/bin/sh\n\
-             input=$(cat)\n\
-             out=$(printf '%s' \"$input\" | '{bin}' \"$@\")\n\
-             code=$?\n\
-             session=$(printf '%s' \"$input\" | grep -o '\"session_id\":\"[^\"]*\"' | head -n 1 | cut -d '\"' -f 4)\n\
-             decision=$(printf '%s' \"$out\" | grep -o '\"decision\":\"[a-z]*\"' | tail -n 1 | cut -d '\"' -f 4)\n\
-             echo \"${{1:-pass}} $session $decision\" | tr -s ' ' | sed 's/ $//' >> '{log}'\n\
-             printf '%s\\n' \"$out\"\n\
-             exit $code\n",
-            bin = mc_tests::bin_path(bin).display(),
-            log = log.display(),
+            r#"#!/usr/bin/env python3
+import json, os, subprocess, sys
+BIN, LOG, MODES, DIE = {bin}, {log}, {modes}, {die}
+args = sys.argv[1:]
+
+def field(text, *path):
+    try:
+        value = json.loads(text)
+        for name in path:
+            value = value.get(name) if isinstance(value, dict) else None
+        return value if isinstance(value, str) else ""
+    except ValueError:
+        return ""
+
+def append(path, line):
+    with open(path, "a") as f:
+        f.write(line + "\n")
+
+def note(kind, request, answer):
+    append(LOG, " ".join(w for w in [kind, field(request, "session_id"), field(answer, "pass", "decision")] if w))
+
+if args[:1] == ["serve"]:
+    append(LOG, "serve")
+    append(MODES, "serve-start")
+    child = subprocess.Popen([BIN] + args, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    for line in sys.stdin.buffer:
+        text = line.decode("utf-8", "replace")
+        kind = field(text, "kind") or "pass"
+        if kind == "pass" and os.path.exists(DIE):
+            os.remove(DIE)
+            append(MODES, "resident pass died")
+            child.kill()
+            sys.exit(1)
+        mode = "delta" if field(text, "incremental", "base") else "whole"
+        append(MODES, f"resident {{kind}} {{mode}}" if kind == "pass" else f"resident {{kind}}")
+        child.stdin.write(line)
+        child.stdin.flush()
+        answer = child.stdout.readline()
+        if not answer:
+            sys.exit(1)
+        note(kind, text, answer.decode("utf-8", "replace"))
+        sys.stdout.buffer.write(answer)
+        sys.stdout.flush()
+    sys.exit(0)
+append(MODES, "oneshot " + (args[0] if args else "pass"))
+data = sys.stdin.buffer.read()
+done = subprocess.run([BIN] + args, input=data, stdout=subprocess.PIPE)
+note(args[0] if args else "pass", data.decode("utf-8", "replace"), done.stdout.decode("utf-8", "replace"))
+sys.stdout.buffer.write(done.stdout)
+sys.exit(done.returncode)
+"#,
+            bin = quoted(&mc_tests::bin_path(bin)),
+            log = quoted(&log),
+            modes = quoted(&modes_log(dir, bin)),
+            die = quoted(&die_flag(dir, bin)),
         ),
     )
     .unwrap();
@@ -570,6 +623,16 @@ fn logging_wrapper(dir: &std::path::Path, bin: &str) -> (std::path::PathBuf, std
     std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
     std::fs::set_permissions(&wrapper, permissions).unwrap();
     (wrapper, log)
+}
+
+/// How each call of a [`logging_wrapper`] came (resident or one-shot).
+fn modes_log(dir: &std::path::Path, bin: &str) -> std::path::PathBuf {
+    dir.join(format!("{bin}-modes.log"))
+}
+
+/// While this file exists, the wrapped resident process dies at the next pass.
+fn die_flag(dir: &std::path::Path, bin: &str) -> std::path::PathBuf {
+    dir.join(format!("{bin}-die"))
 }
 
 #[test]
@@ -1132,4 +1195,182 @@ fn a_child_session_that_errs_fails_the_run_and_publishes_nothing() {
     for request in oc.provider.historian_requests() {
         assert_eq!(request.body["max_tokens"], 2000);
     }
+}
+
+/// Provider requests as a cache keys them, with what differs between two
+/// OpenCode servers made equal: their temp folder and the fake provider's
+/// tool call ids (numbered by arrival, title calls included).
+fn comparable(oc: &OpenCode) -> Vec<String> {
+    let dir = oc.dir.display().to_string();
+    oc.provider
+        .agent_requests()
+        .iter()
+        .map(|request| {
+            let key = cache_key(request).concat().replace(&dir, "<dir>");
+            let mut out = String::with_capacity(key.len());
+            let mut rest = key.as_str();
+            while let Some(at) = rest.find("toolu_fake_") {
+                out.push_str(&rest[..at]);
+                out.push_str("toolu_fake_#");
+                rest = rest[at + "toolu_fake_".len()..]
+                    .trim_start_matches(|c: char| c.is_ascii_digit());
+            }
+            out.push_str(rest);
+            out
+        })
+        .collect()
+}
+
+/// One scripted session through OpenCode with mc, resident (`serve`) or
+/// with every call a one-shot process (`MC_TRANSFORM_SERVE=0`): reads,
+/// a ctx_reduce, a turn at 70 % that applies it, turns that defer. Returns
+/// the comparable requests and the wrapper's modes log.
+fn scripted_session(resident: bool) -> (Vec<String>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (wrapper, _calls) = logging_wrapper(dir.path(), "mc-transform");
+    let env = if resident {
+        Vec::new()
+    } else {
+        vec![("MC_TRANSFORM_SERVE".to_string(), "0".to_string())]
+    };
+    let oc = OpenCode::start(
+        dir.path(),
+        Options {
+            db: Some(dir.path().join("ctx.db")),
+            with_plugin: true,
+            transform_bin: Some(wrapper),
+            // Few tags: let the reduce apply at the busting turn.
+            mc_config: Some(r#"{"transform": {"protected_tags": 2}}"#.into()),
+            env,
+            ..Options::default()
+        },
+    );
+    oc.provider.set_usage(usage_at(20));
+    let session = oc.new_session();
+    for turn in 0..6 {
+        if turn == 3 {
+            oc.provider.push(
+                Reply::Tool {
+                    name: "ctx_reduce".into(),
+                    input: json!({"drop": "2"}),
+                },
+                None,
+            );
+        }
+        if turn == 4 {
+            oc.provider.set_usage(usage_at(70));
+        }
+        if turn == 5 {
+            oc.provider.set_usage(usage_at(30));
+        }
+        oc.provider.push(
+            Reply::Tool {
+                name: "read".into(),
+                input: json!({"filePath": "src/lib.rs"}),
+            },
+            None,
+        );
+        oc.prompt(&session, &format!("turn {turn}: read the code again"));
+    }
+    let modes = std::fs::read_to_string(modes_log(dir.path(), "mc-transform")).unwrap();
+    (comparable(&oc), modes)
+}
+
+#[test]
+fn the_resident_process_takes_every_call_and_the_provider_sees_the_one_shot_bytes() {
+    let (resident, modes) = scripted_session(true);
+    let (one_shot, one_shot_modes) = scripted_session(false);
+    assert_eq!(resident.len(), one_shot.len());
+    for (i, (a, b)) in resident.iter().zip(&one_shot).enumerate() {
+        assert!(a == b, "request {i} differs between serve and one-shot");
+    }
+    // The tags and the applied drop are there: this is mc's output.
+    let last = resident.last().unwrap();
+    assert!(
+        last.contains("§1§ turn 0"),
+        "{}",
+        &last[..last.len().min(400)]
+    );
+    assert!(last.contains("[dropped §2§]"), "the reduce was applied");
+    // One resident process took every pass (whole once, then deltas), the
+    // reduce and system renders; without it, every call was a process.
+    let lines: Vec<&str> = modes.lines().collect();
+    let count = |line: &str| lines.iter().filter(|l| **l == line).count();
+    assert_eq!(count("serve-start"), 1, "{modes}");
+    assert_eq!(count("oneshot pass"), 0, "{modes}");
+    assert_eq!(count("resident pass whole"), 1, "{modes}");
+    assert_eq!(count("resident pass delta"), resident.len() - 1, "{modes}");
+    assert_eq!(count("resident reduce"), 1, "{modes}");
+    assert!(count("resident system") >= 1, "{modes}");
+    assert!(
+        one_shot_modes.lines().all(|l| l.starts_with("oneshot ")),
+        "{one_shot_modes}"
+    );
+    assert_eq!(
+        one_shot_modes
+            .lines()
+            .filter(|l| *l == "oneshot pass")
+            .count(),
+        one_shot.len()
+    );
+}
+
+#[test]
+fn a_resident_process_that_dies_mid_call_leaves_that_call_untouched_and_the_next_restarts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wrapper, _calls) = logging_wrapper(dir.path(), "mc-transform");
+    let oc = OpenCode::start(
+        dir.path(),
+        Options {
+            db: Some(dir.path().join("ctx.db")),
+            with_plugin: true,
+            transform_bin: Some(wrapper),
+            ..Options::default()
+        },
+    );
+    oc.provider.set_usage(usage_at(20));
+    let session = oc.new_session();
+    for turn in 0..3 {
+        oc.prompt(&session, &format!("turn {turn}"));
+    }
+    // The resident process dies at the next pass, before answering.
+    std::fs::write(die_flag(dir.path(), "mc-transform"), "").unwrap();
+    oc.prompt(&session, "turn 3: the process dies");
+    // Past the first back-off (1 s): the next call starts a new process.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    oc.prompt(&session, "turn 4: a new process");
+    oc.prompt(&session, "turn 5");
+    let requests = oc.provider.agent_requests();
+    let texts: Vec<String> = requests.iter().map(all_text).collect();
+    let n = texts.len();
+    assert_eq!(n, 6, "one request per turn");
+    // The call in flight went out as OpenCode built it: no head, no tags.
+    assert!(!texts[3].contains("<session-history>"), "{}", texts[3]);
+    assert!(!texts[3].contains('§'), "{}", texts[3]);
+    assert!(texts[3].contains("turn 3: the process dies"));
+    // Before and after, mc's output: the head and the tags.
+    for i in [2, 4, 5] {
+        assert!(texts[i].contains("<session-history>"), "request {i}");
+        assert!(texts[i].contains("§1§ turn 0"), "request {i}");
+    }
+    let modes = std::fs::read_to_string(modes_log(dir.path(), "mc-transform")).unwrap();
+    let lines: Vec<&str> = modes.lines().collect();
+    let count = |line: &str| lines.iter().filter(|l| **l == line).count();
+    assert_eq!(count("serve-start"), 2, "{modes}");
+    assert_eq!(count("resident pass died"), 1, "{modes}");
+    // The new process has no baseline: its first pass goes whole, then deltas.
+    let after: Vec<&&str> = lines
+        .iter()
+        .skip_while(|l| **l != "resident pass died")
+        .filter(|l| l.starts_with("resident pass"))
+        .collect();
+    assert_eq!(
+        after,
+        [
+            &"resident pass died",
+            &"resident pass whole",
+            &"resident pass delta"
+        ],
+        "{modes}"
+    );
 }

@@ -7,12 +7,21 @@
 // ctx_expand from mc-search (described by `mc-search tools`, run through
 // `mc-search call` with the calling session).
 //
+// mc-transform runs resident (`mc-transform serve`, one per OpenCode
+// process): each call sends only the messages that changed since the
+// session's last call and gets back only what changed. When it cannot take a
+// call (busy with another, backing off after it died, a request above its
+// cap) the call runs the one-shot command instead; a call it was answering
+// when it died goes out untouched.
+//
 // Install: copy this file into OpenCode's plugin folder
 // (~/.config/opencode/plugin/mc.js). The mc binaries are found on PATH, or
 // through MC_TRANSFORM_BIN, MC_PIN_BIN, MC_HISTORIAN_BIN and MC_SEARCH_BIN; the database
 // through MC_DB as usual. MC_OPENCODE_SESSIONS caps how many sessions the
-// plugin remembers (default 200).
+// plugin remembers (default 200); MC_TRANSFORM_SERVE=0 runs every call as a
+// one-shot process.
 import { spawn } from "node:child_process"
+import { createHash } from "node:crypto"
 import { tool } from "@opencode-ai/plugin"
 
 const TRANSFORM_TIMEOUT_MS = 30_000
@@ -111,26 +120,218 @@ function runNode(command, args, input, timeoutMs) {
   })
 }
 
+// mc-transform serve: one per OpenCode process, shared by every instance of
+// this plugin it loads. Started on the first call, restarted on a later one
+// after it died (waiting 1 s, doubling up to a minute, during which calls
+// run the one-shot command). It answers one request at a time: a call that
+// finds it busy waits its turn for at most SERVE_QUEUE_WAIT_MS (about what
+// starting a process of its own costs), then runs the one-shot command, so
+// no call waits longer behind another. It never keeps OpenCode alive (a
+// call in flight holds a timer).
+const SERVE_RETRY_MS = 1_000
+const SERVE_RETRY_MAX_MS = 60_000
+const SERVE_QUEUE_WAIT_MS = 50
+// serve's own cap on a request line: anything larger goes to the one-shot command.
+const SERVE_MAX_REQUEST_BYTES = 64 * 1024 * 1024
+// Sessions whose last call the plugin keeps for the incremental envelope
+// (serve keeps as many by default); beyond it the least recently used
+// session's next call is sent whole.
+const INCREMENTAL_SESSIONS = 16
+
+class Resident {
+  constructor() {
+    this.child = null
+    // Bumped at each start: a session's baseline belongs to one process.
+    this.generation = 0
+    this.pending = null
+    // Requests waiting for the one in flight: {line, resolve, timer, timeoutMs}.
+    this.queue = []
+    this.failures = 0
+    this.retryAt = 0
+    this.chunks = []
+    this.stderr = ""
+  }
+
+  /** Whether `line` may go to the resident process (on, not backing off, under the cap). */
+  usable(line) {
+    if (process.env.MC_TRANSFORM_SERVE === "0") return false
+    if (!this.child && Date.now() < this.retryAt) return false
+    return line.length * 3 <= SERVE_MAX_REQUEST_BYTES || Buffer.byteLength(line) <= SERVE_MAX_REQUEST_BYTES
+  }
+
+  /** Start the process if it is not running and may be (its start overlaps the caller's own awaits). */
+  warm() {
+    if (this.child || process.env.MC_TRANSFORM_SERVE === "0" || Date.now() < this.retryAt) return
+    try {
+      this.start()
+    } catch (error) {
+      this.failed()
+    }
+  }
+
+  failed() {
+    this.child = null
+    this.failures++
+    this.retryAt = Date.now() + Math.min(SERVE_RETRY_MAX_MS, SERVE_RETRY_MS * 2 ** (this.failures - 1))
+  }
+
+  start() {
+    const child = spawn(bin("mc-transform", "MC_TRANSFORM_BIN"), ["serve"], { stdio: ["pipe", "pipe", "pipe"] })
+    this.child = child
+    this.generation++
+    this.chunks = []
+    this.stderr = ""
+    child.stdout.on("data", (chunk) => this.data(child, chunk))
+    child.stderr.on("data", (chunk) => {
+      if (child === this.child) this.stderr = (this.stderr + chunk).slice(-4000)
+    })
+    child.stdin.on("error", () => {})
+    child.on("error", (error) => this.gone(child, String(error)))
+    child.on("close", (code, signal) => this.gone(child, signal ? `killed by ${signal}` : `exit ${code}`))
+    child.unref()
+    for (const stream of [child.stdin, child.stdout, child.stderr]) stream?.unref?.()
+  }
+
+  /** Split stdout into answer lines, without rescanning what came before. */
+  data(child, chunk) {
+    if (child !== this.child) return
+    let at = chunk.indexOf(10)
+    while (at >= 0) {
+      this.chunks.push(chunk.subarray(0, at))
+      const line = Buffer.concat(this.chunks).toString("utf8")
+      this.chunks = []
+      const pending = this.pending
+      this.pending = null
+      if (pending) {
+        clearTimeout(pending.timer)
+        this.failures = 0
+        pending.resolve({ answer: line })
+      }
+      this.next()
+      chunk = chunk.subarray(at + 1)
+      at = chunk.indexOf(10)
+    }
+    if (chunk.length) this.chunks.push(chunk)
+  }
+
+  gone(child, why) {
+    if (child !== this.child) return
+    this.failed()
+    const pending = this.pending
+    this.pending = null
+    if (pending) {
+      clearTimeout(pending.timer)
+      const said = failureText(this.stderr)
+      pending.resolve({ died: `mc-transform serve ended while answering (${why})${said ? `: ${said}` : ""}` })
+    }
+    // Not sent yet: they run the one-shot command.
+    for (const waiting of this.queue.splice(0)) {
+      clearTimeout(waiting.timer)
+      waiting.resolve({ unavailable: "the resident process ended" })
+    }
+  }
+
+  /** Send the next waiting request, if the process is idle. */
+  next() {
+    if (this.pending || !this.child) return
+    const waiting = this.queue.shift()
+    if (!waiting) return
+    clearTimeout(waiting.timer)
+    this.send(waiting.line, waiting.timeoutMs, waiting.resolve)
+  }
+
+  send(line, timeoutMs, resolve) {
+    const child = this.child
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs)
+    this.pending = { resolve, timer }
+    child.stdin.write(`${line}\n`)
+  }
+
+  /**
+   * Send one request line; resolves {answer}, {died} (it ended while
+   * answering: leave the call untouched) or {unavailable} (not sent: run
+   * the one-shot command). Check usable() first.
+   */
+  request(line, timeoutMs) {
+    if (!this.child) {
+      this.warm()
+      if (!this.child) return Promise.resolve({ unavailable: "cannot start mc-transform serve" })
+    }
+    return new Promise((resolve) => {
+      if (!this.pending) {
+        this.send(line, timeoutMs, resolve)
+        return
+      }
+      const waiting = { line, resolve, timeoutMs, timer: undefined }
+      waiting.timer = setTimeout(() => {
+        const at = this.queue.indexOf(waiting)
+        if (at >= 0) this.queue.splice(at, 1)
+        resolve({ unavailable: "busy" })
+      }, SERVE_QUEUE_WAIT_MS)
+      this.queue.push(waiting)
+    })
+  }
+}
+
+const resident = new Resident()
+
+/**
+ * A resident answer as run() gives a process's: an error line becomes the
+ * exit code the one-shot command would have had and its stderr lines.
+ */
+function asRun(answer) {
+  if (answer.startsWith('{"error":')) {
+    try {
+      const error = JSON.parse(answer).error
+      const lines = [`mc-transform: error: ${error.message}`, ...(error.hints ?? []).map((h) => `mc-transform: hint: ${h}`)]
+      return { code: error.exit ?? 1, stdout: "", stderr: lines.join("\n") }
+    } catch {}
+  }
+  return { code: 0, stdout: answer, stderr: "" }
+}
+
+/**
+ * One mc-transform command: `request` (JSON text of the command's input)
+ * through the resident process when it can take it, else the one-shot
+ * command with `args` and `input`. Resolves like run(), with `died: true`
+ * when the resident process died while answering: leave the call untouched.
+ */
+async function mcTransform(kind, request, args, input) {
+  const line = `{"kind":${JSON.stringify(kind)},${request.slice(1)}`
+  if (resident.usable(line)) {
+    const reply = await resident.request(line, TRANSFORM_TIMEOUT_MS)
+    if (reply.died) return { code: -1, stdout: "", stderr: reply.died, died: true }
+    if (reply.answer !== undefined) return asRun(reply.answer)
+  }
+  // Not taken (off, backing off, busy past the wait, too large): a process of its own.
+  return run(bin("mc-transform", "MC_TRANSFORM_BIN"), args, input, TRANSFORM_TIMEOUT_MS)
+}
+
 // A completed tool's state.metadata never reaches the provider (OpenCode
 // builds the tool result from state.output), yet it is often as large as the
 // output itself (the read tool keeps a preview of the file). It stays out of
 // mc's envelope and is put back on the parts mc returns.
-function withoutToolMetadata(stash) {
-  return function (key, value) {
-    if (
-      key === "state" &&
-      value?.status === "completed" &&
-      value.metadata !== undefined &&
-      this?.type === "tool" &&
-      typeof this.id === "string"
-    ) {
-      stash.set(this.id, value.metadata)
-      const { metadata, ...rest } = value
-      return rest
-    }
-    return value
-  }
+const carriesToolMetadata = (part) =>
+  part?.type === "tool" && typeof part.id === "string" && part.state?.status === "completed" && part.state.metadata !== undefined
+
+/** A message as JSON text, without completed tools' metadata (kept in `stash` by part id). */
+function messageJson(message, stash) {
+  const parts = message?.parts
+  if (!Array.isArray(parts) || !parts.some(carriesToolMetadata)) return JSON.stringify(message) ?? "null"
+  const stripped = parts.map((part) => {
+    if (!carriesToolMetadata(part)) return part
+    stash.set(part.id, part.state.metadata)
+    const { metadata, ...state } = part.state
+    return { ...part, state }
+  })
+  return JSON.stringify({ ...message, parts: stripped })
 }
+
+/** A message text's fingerprint: equal texts, equal fingerprints. */
+const fingerprint =
+  typeof Bun !== "undefined" && typeof Bun.hash === "function"
+    ? (text) => Bun.hash(text)
+    : (text) => createHash("sha1").update(text).digest("base64")
 
 function restoreToolMetadata(messages, stash) {
   if (stash.size === 0) return
@@ -226,14 +427,19 @@ export const McContext = async ({ client, serverUrl, directory }) => {
   //                   same input after defer passes gets the same bytes without
   //                   a process. (Side calls such as the title have inputs of their own.)
   //   historianFailure {count, retryAt} after failed historian runs
+  //   incremental      the last call's key, input fingerprints and output
+  //                    messages, for the incremental envelope
   const sessions = new Map()
+  // sessionID -> true for the sessions holding an incremental baseline, least recently used first
+  const incremental = new Map()
+  let requests = 0
   let warned = false
 
   /** The session's state, created if new, marked most recently used. */
   function session(sessionID) {
     let state = sessions.get(sessionID)
     if (state) sessions.delete(sessionID)
-    else state = { passed: false, subagent: undefined, historianChild: false, model: undefined, systemRenders: new Map(), historianFailure: undefined }
+    else state = { passed: false, subagent: undefined, historianChild: false, model: undefined, systemRenders: new Map(), historianFailure: undefined, incremental: undefined }
     sessions.set(sessionID, state)
     while (sessions.size > SESSION_CAP) sessions.delete(sessions.keys().next().value)
     return state
@@ -298,11 +504,16 @@ export const McContext = async ({ client, serverUrl, directory }) => {
    */
   async function transform(messages, found, state, waitForFold) {
     const { sessionID, model, usage } = found
-    const limit = model.providerID ? await modelLimits(model.providerID, model.modelID) : {}
-    const subagent = await isSubagent(sessionID, state)
+    // The resident process starts while the server answers these.
+    resident.warm()
+    const [limit, subagent] = await Promise.all([
+      model.providerID ? modelLimits(model.providerID, model.modelID) : {},
+      isSubagent(sessionID, state),
+    ])
     state.model = { provider: model.providerID, id: model.modelID, context_limit: limit.context, output_limit: limit.output }
     const metadata = new Map()
-    const input = JSON.stringify({
+    const texts = messages.map((message) => messageJson(message, metadata))
+    const head = JSON.stringify({
       harness: "opencode",
       session_id: sessionID,
       project_dir: directory,
@@ -310,20 +521,118 @@ export const McContext = async ({ client, serverUrl, directory }) => {
       usage,
       subagent,
       wait_for_fold: waitForFold || undefined,
-      messages,
-    }, withoutToolMetadata(metadata))
-    const result = await run(bin("mc-transform", "MC_TRANSFORM_BIN"), [], input, TRANSFORM_TIMEOUT_MS)
+    })
+    const output = await pass(sessionID, state, head, texts)
+    if (!output) return null
+    if (Array.isArray(output.messages)) restoreToolMetadata(output.messages, metadata)
+    return { sessionID, output }
+  }
+
+  /**
+   * The pass's answer, with whole messages: through the resident process,
+   * as a delta against the session's last call when both ends still hold
+   * it (any doubt: the whole envelope), else the one-shot command. Null
+   * when the messages must go out untouched.
+   */
+  async function pass(sessionID, state, head, texts) {
+    const fields = head.slice(1, -1)
+    const whole = () => `{${fields},"messages":[${texts.join(",")}]}`
+    const hashes = texts.map(fingerprint)
+    for (let attempt = 0; attempt < 2; attempt++) {
+      // A baseline belongs to the process that made it, while it runs.
+      const held = state.incremental
+      const base = resident.child && held?.generation === resident.generation ? held : undefined
+      const key = `${process.pid}.${++requests}`
+      let line
+      if (base) {
+        const refs = texts.map((text, i) => {
+          const at = base.index.get(hashes[i])
+          return at !== undefined && base.lengths[at] === text.length ? at : text
+        })
+        line = `{"kind":"pass",${fields},"incremental":{"key":"${key}","base":"${base.key}","base_len":${base.lengths.length},"messages":[${refs.join(",")}]}}`
+      } else {
+        line = `{"kind":"pass",${fields},"messages":[${texts.join(",")}],"incremental":{"key":"${key}"}}`
+      }
+      if (!resident.usable(line)) break
+      const reply = await resident.request(line, TRANSFORM_TIMEOUT_MS)
+      if (reply.unavailable) break
+      if (reply.died) {
+        state.incremental = undefined
+        warnOnce(reply.died)
+        return null
+      }
+      let answer
+      try {
+        answer = JSON.parse(reply.answer)
+      } catch (error) {
+        state.incremental = undefined
+        warnOnce(`mc-transform serve answered no JSON: ${error}`)
+        return null
+      }
+      if (answer.resync) {
+        state.incremental = undefined
+        continue
+      }
+      if (answer.error) {
+        state.incremental = undefined
+        const failed = asRun(reply.answer)
+        warnOnce(`mc-transform failed (exit ${failed.code}): ${failureText(failed.stderr)}`)
+        return null
+      }
+      if (answer.pass?.decision === "wait") {
+        state.incremental = undefined
+        return answer
+      }
+      if (!Array.isArray(answer.messages)) {
+        state.incremental = undefined
+        return answer
+      }
+      const previous = base?.output ?? []
+      const resolved = answer.messages.map((m) => (typeof m === "number" ? previous[m] : m))
+      if (resolved.some((m) => m === undefined)) {
+        // Not the output this end holds: start over whole.
+        state.incremental = undefined
+        continue
+      }
+      answer.messages = resolved
+      const index = new Map()
+      hashes.forEach((hash, i) => {
+        if (!index.has(hash)) index.set(hash, i)
+      })
+      state.incremental = {
+        generation: resident.generation,
+        key,
+        index,
+        lengths: texts.map((text) => text.length),
+        output: resolved,
+      }
+      holdIncremental(sessionID)
+      return answer
+    }
+    // The one-shot command (the resident process cannot take the call). The
+    // session's baseline stays valid: this call did not touch it.
+    const result = await run(bin("mc-transform", "MC_TRANSFORM_BIN"), [], whole(), TRANSFORM_TIMEOUT_MS)
     if (result.code !== 0) {
       warnOnce(`mc-transform failed (exit ${result.code}): ${failureText(result.stderr)}`)
       return null
     }
     try {
-      const output = JSON.parse(result.stdout)
-      if (Array.isArray(output.messages)) restoreToolMetadata(output.messages, metadata)
-      return { sessionID, output }
+      return JSON.parse(result.stdout)
     } catch (error) {
       warnOnce(`mc-transform printed no JSON: ${error}`)
       return null
+    }
+  }
+
+  /** Keep the last call of at most INCREMENTAL_SESSIONS sessions. */
+  function holdIncremental(sessionID) {
+    incremental.delete(sessionID)
+    incremental.set(sessionID, true)
+    while (incremental.size > INCREMENTAL_SESSIONS) {
+      const oldest = incremental.keys().next().value
+      incremental.delete(oldest)
+      const state = sessions.get(oldest)
+      if (state) state.incremental = undefined
     }
   }
 
@@ -378,12 +687,8 @@ export const McContext = async ({ client, serverUrl, directory }) => {
     if (!sessionID || !OVERFLOW_CANDIDATES.has(error?.name)) return
     if (sessions.get(sessionID)?.historianChild) return // mc-historian reports its own failures
     const model = sessions.get(sessionID)?.model
-    const result = await run(
-      bin("mc-transform", "MC_TRANSFORM_BIN"),
-      ["overflow"],
-      JSON.stringify({ harness: "opencode", session_id: sessionID, model, error }),
-      TRANSFORM_TIMEOUT_MS,
-    )
+    const request = JSON.stringify({ harness: "opencode", session_id: sessionID, model, error })
+    const result = await mcTransform("overflow", request, ["overflow"], request)
     if (result.code !== 0) {
       console.error(`mc: mc-transform overflow failed (exit ${result.code}): ${failureText(result.stderr)}`)
       return
@@ -438,12 +743,9 @@ export const McContext = async ({ client, serverUrl, directory }) => {
         system.splice(0, system.length, ...cached)
         return
       }
-      const result = await run(
-        bin("mc-transform", "MC_TRANSFORM_BIN"),
-        ["system"],
-        JSON.stringify({ harness: "opencode", session_id: sessionID, system }),
-        TRANSFORM_TIMEOUT_MS,
-      )
+      const request = JSON.stringify({ harness: "opencode", session_id: sessionID, system })
+      const result = await mcTransform("system", request, ["system"], request)
+      if (result.died) return
       if (result.code !== 0) {
         warnOnce(`mc-transform system failed (exit ${result.code}): ${failureText(result.stderr)}`)
         return
@@ -475,7 +777,19 @@ export const McContext = async ({ client, serverUrl, directory }) => {
 
     event: async ({ event }) => {
       if (event?.type === "session.deleted") {
-        sessions.delete(event.properties?.sessionID ?? event.properties?.info?.id)
+        const sessionID = event.properties?.sessionID ?? event.properties?.info?.id
+        sessions.delete(sessionID)
+        incremental.delete(sessionID)
+        return
+      }
+      if (event?.type === "session.created" || event?.type === "session.updated") {
+        // Whether it has a parent, learned now rather than asked on its first call.
+        const info = event.properties?.info
+        if (info?.id && (event.type === "session.created" || sessions.has(info.id))) {
+          const state = session(info.id)
+          state.subagent = Boolean(info.parentID)
+          state.historianChild = Boolean(info.metadata?.mc?.historian)
+        }
         return
       }
       if (event?.type === "session.error") return overflow(event.properties)
@@ -497,11 +811,12 @@ export const McContext = async ({ client, serverUrl, directory }) => {
           '(e.g. "3-5,12"). Drops are queued and applied on a later turn; the newest tags are protected.',
         args: { drop: tool.schema.string().describe("Tags or ranges to drop, e.g. 3-5,12") },
         async execute(args, context) {
-          const result = await run(
-            bin("mc-transform", "MC_TRANSFORM_BIN"),
+          const request = JSON.stringify({ harness: "opencode", session_id: context.sessionID, drop: String(args.drop) })
+          const result = await mcTransform(
+            "reduce",
+            request,
             ["reduce", "--harness", "opencode", "--session", context.sessionID, "--drop", String(args.drop)],
             "",
-            TRANSFORM_TIMEOUT_MS,
           )
           if (result.code !== 0) return `ctx_reduce failed: ${result.stderr.trim()}`
           let r

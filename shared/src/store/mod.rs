@@ -151,6 +151,13 @@ impl Store {
         Ok(())
     }
 
+    /// For a store kept open across requests (a resident process): the
+    /// schema fence again, as an open would check it. A database a newer mc
+    /// has migrated since is refused from now on; an older one is migrated.
+    pub fn check_schema(&mut self) -> Result<()> {
+        self.migrate()
+    }
+
     fn schema_version(&self) -> Result<i64> {
         Ok(self
             .conn

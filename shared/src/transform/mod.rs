@@ -4,6 +4,7 @@
 pub mod caveman;
 pub mod emergency;
 pub mod head;
+pub mod incremental;
 pub mod nudge;
 pub mod overflow;
 pub mod pass;

@@ -2,9 +2,12 @@
 //! with mc and without it, on the same scripted tool-heavy session driven
 //! through the real OpenCode; plus the time OpenCode spends in mc's hook, the
 //! bytes mc adds to a request, and what the historian did (runs, the model
-//! they used, the tokens each fold spent). With no `--mc-config` and no
-//! `--historian`, mc runs with no config at all: the historian folds through
-//! OpenCode itself, on the session's model (the fake provider plays it).
+//! they used, the tokens each fold spent). mc runs twice: resident (the
+//! plugin's default, one `mc-transform serve`) and with every call a one-shot
+//! process, so the hook times of both come from the same run. With no
+//! `--mc-config` and no `--historian`, mc runs with no config at all: the
+//! historian folds through OpenCode itself, on the session's model (the fake
+//! provider plays it).
 //!
 //! Needs the workspace built (`cargo build --release --workspace`) and the
 //! pinned OpenCode installed (`npm install --prefix tests/e2e`).
@@ -31,11 +34,40 @@ const USAGE: &str = "usage: bench-opencode [--turns N (default 60)] [--file-kb N
                      [--reduce-every N (with mc, the agent drops all but its newest reads every N turns)] \
                      [--mc-config JSONC] [--historian (a configured historian model the fake provider plays; \
                      default: no mc config, the historian folds through OpenCode itself)] \
-                     [--detail (per request: size, share, first difference)]";
+                     [--detail (per request: size, share, first difference)] \
+                     [--no-one-shot (skip the run with every mc call a process of its own)]";
+
+/// How the run uses mc.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Without,
+    /// Every call a process of its own (`MC_TRANSFORM_SERVE=0`).
+    OneShot,
+    /// One resident `mc-transform serve` (the plugin's default).
+    Resident,
+}
+
+impl Mode {
+    fn with_mc(self) -> bool {
+        self != Mode::Without
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Without => "without mc",
+            Mode::OneShot => "mc one-shot",
+            Mode::Resident => "mc resident",
+        }
+    }
+}
 
 struct Run {
     requests: Vec<Recorded>,
     hook_ms: Vec<f64>,
+    /// The OpenCode instance's folder (it appears in paths in the requests).
+    dir: String,
+    /// The resident process's resident set at the end, and its peak, in KiB.
+    serve_rss_kib: Option<(u64, u64)>,
     /// The system prompt hook (a second, small mc-transform call).
     system_hook_ms: Vec<f64>,
     /// `mc-transform status` of the session at the end (with mc).
@@ -116,7 +148,39 @@ fn spent_reads(requests: &[Recorded], keep: usize) -> Vec<u64> {
     tags[..tags.len().saturating_sub(keep)].to_vec()
 }
 
-fn drive(with_mc: bool, script: Script, mc_config: Option<&str>) -> Run {
+/// The resident set (now, peak) in KiB of the child of `parent` running
+/// `mc-transform serve`, if there is one (Linux).
+fn serve_rss(parent: u32) -> Option<(u64, u64)> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let serves = args.first().is_some_and(|a| a.ends_with(b"mc-transform"))
+            && args.iter().any(|a| *a == b"serve");
+        if ppid != Some(parent) || !serves {
+            continue;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let kib = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        };
+        return Some((kib("VmRSS:")?, kib("VmHWM:")?));
+    }
+    None
+}
+
+fn drive(mode: Mode, script: Script, mc_config: Option<&str>) -> Run {
+    let with_mc = mode.with_mc();
     let Script {
         turns,
         file_kb,
@@ -135,7 +199,11 @@ fn drive(with_mc: bool, script: Script, mc_config: Option<&str>) -> Run {
             transform_bin: std::env::var_os("MC_BENCH_TRANSFORM").map(std::path::PathBuf::from),
             context: Some(context),
             historian_bin: None,
-            env: Vec::new(),
+            env: if mode == Mode::OneShot {
+                vec![("MC_TRANSFORM_SERVE".into(), "0".into())]
+            } else {
+                Vec::new()
+            },
         },
     );
     let src = dir.path().join("project/src");
@@ -191,6 +259,9 @@ fn drive(with_mc: bool, script: Script, mc_config: Option<&str>) -> Run {
             .collect()
     };
     let (hook_ms, system_hook_ms) = (hook("messages"), hook("system"));
+    let serve_rss_kib = (mode == Mode::Resident)
+        .then(|| serve_rss(oc.pid()))
+        .flatten();
     if let (true, Some(keep)) = (with_mc, std::env::var_os("MC_BENCH_KEEP_DB")) {
         let _ = std::fs::copy(dir.path().join("ctx.db"), &keep);
         let mut wal = keep.clone();
@@ -226,6 +297,8 @@ fn drive(with_mc: bool, script: Script, mc_config: Option<&str>) -> Run {
     Run {
         requests: oc.provider.agent_requests(),
         hook_ms,
+        dir: dir.path().display().to_string(),
+        serve_rss_kib,
         system_hook_ms,
         status,
         historian,
@@ -335,9 +408,33 @@ fn max_tokens(requests: &[Recorded]) -> u64 {
         .unwrap_or(0)
 }
 
-fn median(values: &mut [f64]) -> f64 {
+/// (median, p90) of `values` (sorted in place; the first value is read before).
+fn percentiles(values: &mut [f64]) -> (f64, f64) {
     values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+    let at = |q: f64| {
+        let n = values.len();
+        if n == 0 {
+            return f64::NAN;
+        }
+        let i = ((n as f64 * q).ceil() as usize).clamp(1, n) - 1;
+        values[i]
+    };
+    (at(0.5), at(0.9))
+}
+
+/// A request key with what differs between two OpenCode servers made equal:
+/// their temp folder and the fake provider's tool call ids.
+fn comparable(key: &str, dir: &str) -> String {
+    let key = key.replace(dir, "<dir>");
+    let mut out = String::with_capacity(key.len());
+    let mut rest = key.as_str();
+    while let Some(at) = rest.find("toolu_fake_") {
+        out.push_str(&rest[..at]);
+        out.push_str("toolu_fake_#");
+        rest = rest[at + "toolu_fake_".len()..].trim_start_matches(|c: char| c.is_ascii_digit());
+    }
+    out.push_str(rest);
+    out
 }
 
 fn main() -> ExitCode {
@@ -347,6 +444,7 @@ fn main() -> ExitCode {
     let mut reduce_every = None;
     let mut mc_config = None;
     let mut show_detail = false;
+    let mut compare_one_shot = true;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let ok = match flag.as_str() {
@@ -360,6 +458,10 @@ fn main() -> ExitCode {
             }
             "--detail" => {
                 show_detail = true;
+                true
+            }
+            "--no-one-shot" => {
+                compare_one_shot = false;
                 true
             }
             "--turns" => args
@@ -396,8 +498,9 @@ fn main() -> ExitCode {
         context,
         reduce_every,
     };
-    let without = drive(false, script, None);
-    let mut with = drive(true, script, mc_config.as_deref());
+    let without = drive(Mode::Without, script, None);
+    let mut one_shot = compare_one_shot.then(|| drive(Mode::OneShot, script, mc_config.as_deref()));
+    let mut with = drive(Mode::Resident, script, mc_config.as_deref());
     // Each request as a prefix cache keys it, computed once.
     let keys =
         |run: &Run| -> Vec<String> { run.requests.iter().map(|r| cache_key(r).concat()).collect() };
@@ -450,17 +553,50 @@ fn main() -> ExitCode {
         detail("without", &keys_without);
         detail("with", &keys_with);
     }
-    let first = with.hook_ms.first().copied().unwrap_or(f64::NAN);
+    if let Some(one_shot) = &one_shot {
+        let same = keys(one_shot)
+            .iter()
+            .zip(&keys_with)
+            .filter(|(a, b)| comparable(a, &one_shot.dir) == comparable(b, &with.dir))
+            .count();
+        println!(
+            "  resident = one-shot {same} of {} requests byte-identical (folders and tool ids aside; {} one-shot requests)",
+            keys_with.len(),
+            one_shot.requests.len()
+        );
+    }
     println!(
-        "  mc hook time       messages: first {first:.1} ms, median {:.1} ms over {} calls",
-        median(&mut with.hook_ms),
-        with.hook_ms.len()
+        "  mc hook time (ms)  {:<22} {:>8} {:>8} {:>8} {:>7}",
+        "", "first", "median", "p90", "calls"
     );
-    println!(
-        "                     system: median {:.1} ms over {} calls",
-        median(&mut with.system_hook_ms),
-        with.system_hook_ms.len()
-    );
+    for (run, mode) in [
+        (Some(&mut with), Mode::Resident),
+        (one_shot.as_mut(), Mode::OneShot),
+    ] {
+        let Some(run) = run else { continue };
+        for (hook, samples) in [
+            ("messages", &mut run.hook_ms),
+            ("system", &mut run.system_hook_ms),
+        ] {
+            let first = samples.first().copied().unwrap_or(f64::NAN);
+            let (median, p90) = percentiles(samples);
+            println!(
+                "                     {:<22} {first:>8.1} {median:>8.1} {p90:>8.1} {:>7}",
+                format!("{hook}, {}", mode.label()),
+                samples.len()
+            );
+        }
+    }
+    match with.serve_rss_kib {
+        Some((now, peak)) => println!(
+            "  serve memory       RSS {:.1} MiB at the end of the run, peak {:.1} MiB",
+            now as f64 / 1024.0,
+            peak as f64 / 1024.0
+        ),
+        None => {
+            println!("  serve memory       no resident mc-transform found at the end of the run")
+        }
+    }
     let (a, b) = (&without.requests[0], &with.requests[0]);
     println!(
         "  bytes mc adds      first request +{} bytes (tools +{}, system +{}, messages +{})",

@@ -24,11 +24,16 @@ use mc_core::domain::sessions::find_session;
 use mc_core::history::store::{self as history_store, NewCompartment};
 use mc_core::store::{Store, StoreOptions};
 use mc_tests::generate::{self, CompartmentText, MemoryText, SessionSpec};
+use mc_tests::serve::{Incremental, Served, request_line};
 use mc_tests::{bin_path, pipe};
 use serde_json::Value;
 
 const DEFER_TARGET: f64 = 2.0;
 const EXECUTE_TARGET: f64 = 3.0;
+/// A resident pass (incremental) should cost at most this…
+const SERVE_TARGET_MS: f64 = 2.0;
+/// …plus this share of the one-shot defer pass.
+const SERVE_TARGET_SHARE: f64 = 0.10;
 const DEFER_USAGE_PERCENT: f64 = 40.0;
 const EXECUTE_USAGE_PERCENT: f64 = 70.0;
 /// How many old tool tags the execute pass finds queued for dropping.
@@ -734,10 +739,10 @@ fn print_header(args: &Args, inputs: &Inputs, plain: &Prepared, history: Option<
 
 /// Run `run` `warmup + runs` times and keep the timed runs' durations;
 /// `inspect` sees every run's index (warm-ups first) and output.
-fn time_runs(
+fn time_runs<T>(
     args: &Args,
-    mut run: impl FnMut() -> Result<(Duration, Output)>,
-    mut inspect: impl FnMut(usize, Output) -> Result<()>,
+    mut run: impl FnMut() -> Result<(Duration, T)>,
+    mut inspect: impl FnMut(usize, T) -> Result<()>,
 ) -> Result<Vec<Duration>> {
     let mut samples = Vec::with_capacity(args.runs);
     for i in 0..args.warmup + args.runs {
@@ -761,6 +766,12 @@ struct Measured {
     execute: Vec<Duration>,
     execute_out_bytes: usize,
     dropped: usize,
+    /// The defer pass as a request to one resident `mc-transform serve`:
+    /// the whole envelope, and as an incremental delta (nothing changed).
+    serve: Vec<Duration>,
+    serve_delta: Vec<Duration>,
+    /// Bytes of a delta request and of its answer.
+    delta_bytes: (usize, usize),
 }
 
 fn measure(tools: &Tools, args: &Args, inputs: &Inputs, prepared: &Prepared) -> Result<Measured> {
@@ -822,8 +833,19 @@ fn measure(tools: &Tools, args: &Args, inputs: &Inputs, prepared: &Prepared) -> 
         },
     )?;
 
+    let (serve, serve_delta, delta_bytes) = measure_serve(
+        tools,
+        args,
+        inputs,
+        prepared,
+        first_output.as_deref().unwrap_or_default(),
+    )?;
+
     Ok(Measured {
         suffix,
+        serve,
+        serve_delta,
+        delta_bytes,
         defer,
         defer_out_bytes: first_output.map_or(0, |o| o.len()),
         defer_stable,
@@ -832,6 +854,73 @@ fn measure(tools: &Tools, args: &Args, inputs: &Inputs, prepared: &Prepared) -> 
         execute_out_bytes,
         dropped,
     })
+}
+
+/// The whole-envelope and delta timings through serve, and the delta's
+/// request and answer sizes.
+type ServeTimes = (Vec<Duration>, Vec<Duration>, (usize, usize));
+
+/// The defer pass through one resident process: the whole envelope as a
+/// request line (its answer must be the one-shot's bytes), then the same
+/// input as an incremental delta (every message unchanged; the rebuilt
+/// answer must be the one-shot's too).
+fn measure_serve(
+    tools: &Tools,
+    args: &Args,
+    inputs: &Inputs,
+    prepared: &Prepared,
+    one_shot: &[u8],
+) -> Result<ServeTimes> {
+    let what = format!("defer{} pass through serve", prepared.suffix);
+    let want = String::from_utf8_lossy(one_shot).trim_end().to_string();
+    let envelope: Value = serde_json::from_slice(&inputs.defer).map_err(|e| e.to_string())?;
+    let mut served = Served::start(&mut tools.transform(&prepared.defer_db, &["serve"]));
+    let line = request_line("pass", &envelope);
+    let whole = time_runs(
+        args,
+        || {
+            let start = Instant::now();
+            let answer = served.request(&line);
+            Ok((start.elapsed(), answer))
+        },
+        |_, answer| {
+            if answer == want {
+                Ok(())
+            } else {
+                Err(format!("{what}: the answer is not the one-shot's bytes"))
+            }
+        },
+    )?;
+    let mut client = Incremental::default();
+    client
+        .pass(&mut served, &envelope)
+        .map_err(|e| format!("{what}: {e}"))?;
+    let mut bytes = (0, 0);
+    let mut delta = Vec::with_capacity(args.runs);
+    for i in 0..args.warmup + args.runs {
+        let line = client.line(&envelope, |_| {});
+        let key =
+            serde_json::from_str::<Value>(&line).map_err(|e| e.to_string())?["incremental"]["key"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+        let start = Instant::now();
+        let answer = served.request(&line);
+        let elapsed = start.elapsed();
+        bytes = (line.len(), answer.len());
+        let rebuilt = client
+            .settle(&envelope, &answer, key, true)
+            .map_err(|e| format!("{what} (delta): {e}"))?;
+        if rebuilt != want {
+            return Err(format!(
+                "{what} (delta): the rebuilt answer is not the one-shot's bytes"
+            ));
+        }
+        if i >= args.warmup {
+            delta.push(elapsed);
+        }
+    }
+    Ok((whole, delta, bytes))
 }
 
 fn print_results(floor: &Stats, measured: &[Measured], history: &History) {
@@ -875,12 +964,19 @@ fn print_results(floor: &Stats, measured: &[Measured], history: &History) {
         .collect();
     println!();
     println!(
-        "  {:<16} {:>9} {:>9} {:>9}   ms",
+        "  {:<22} {:>9} {:>9} {:>9}   ms",
         "", "min", "median", "p90"
     );
     print_row("floor", floor);
     for (name, s, _) in &rows {
         print_row(name, s);
+    }
+    for m in measured {
+        print_row(&format!("defer{} serve", m.suffix), &stats(&m.serve));
+        print_row(
+            &format!("defer{} serve Δ", m.suffix),
+            &stats(&m.serve_delta),
+        );
     }
     println!();
     let mut summary = String::new();
@@ -890,7 +986,28 @@ fn print_results(floor: &Stats, measured: &[Measured], history: &History) {
         let name = format!("{name}/floor");
         let _ = writeln!(
             summary,
-            "  {name:<22} {ratio:>5.2}×   (target ≤ {target}×)  {verdict}"
+            "  {name:<28} {ratio:>5.2}×   (target ≤ {target}×)  {verdict}"
+        );
+    }
+    for m in measured {
+        let one_shot = stats(&m.defer).median;
+        let serve = stats(&m.serve).median;
+        let delta = stats(&m.serve_delta).median;
+        let target = SERVE_TARGET_MS + SERVE_TARGET_SHARE * one_shot;
+        let verdict = if delta <= target { "ok" } else { "MISSED" };
+        let _ = writeln!(
+            summary,
+            "  {:<28} {:>5.2}×   (whole envelope through serve / one-shot process)",
+            format!("defer{} serve/one-shot", m.suffix),
+            serve / one_shot
+        );
+        let _ = writeln!(
+            summary,
+            "  {:<28} {delta:>5.2} ms (target ≤ {SERVE_TARGET_MS} ms + {:.0} % of the one-shot {one_shot:.2} ms = {target:.2} ms)  {verdict}; request {} B, answer {} B",
+            format!("defer{} serve Δ", m.suffix),
+            SERVE_TARGET_SHARE * 100.0,
+            thousands(m.delta_bytes.0 as u64),
+            thousands(m.delta_bytes.1 as u64),
         );
     }
     print!("{summary}");
@@ -898,7 +1015,7 @@ fn print_results(floor: &Stats, measured: &[Measured], history: &History) {
 
 fn print_row(name: &str, s: &Stats) {
     println!(
-        "  {name:<16} {:>9.2} {:>9.2} {:>9.2}",
+        "  {name:<22} {:>9.2} {:>9.2} {:>9.2}",
         s.min, s.median, s.p90
     );
 }

@@ -28,3 +28,4 @@ mod historian;
 mod mcp;
 mod pin;
 mod search;
+mod serve;
