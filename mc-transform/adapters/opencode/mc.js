@@ -789,6 +789,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
           const state = session(info.id)
           state.subagent = Boolean(info.parentID)
           state.historianChild = Boolean(info.metadata?.mc?.historian)
+          state.historianMaxTokens = positive(String(info.metadata?.mc?.max_output_tokens ?? ""))
         }
         return
       }
