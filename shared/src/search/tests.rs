@@ -274,7 +274,7 @@ fn expand_gives_back_a_dropped_output_byte_for_byte() {
     assert!(!e.truncated);
     assert!(
         e.text
-            .starts_with("§2§ (tool read, message 2, dropped from the prompt):"),
+            .starts_with("Original of §2§ (tool read, message 2, dropped from the prompt):"),
         "{}",
         e.text
     );
