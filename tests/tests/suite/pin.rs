@@ -1384,7 +1384,8 @@ fn non_compact_sources_and_other_hooks_produce_nothing() {
     let transcript = env.path("session.jsonl");
     write_jsonl(&transcript, &cc_transcript(&[]));
     cc_pin(&env, &transcript, &["--message", "u-rule"]);
-    for source in ["startup", "resume", "clear", "fork"] {
+    // No history or memory for the project, and no compaction to answer.
+    for source in ["startup", "clear", "fork"] {
         let out = hook(&env, &hook_input(&transcript, source));
         assert!(out.status.success(), "{source}: {}", stderr(&out));
         assert!(out.stdout.is_empty(), "{source}: {}", stdout(&out));
@@ -1402,8 +1403,15 @@ fn non_compact_sources_and_other_hooks_produce_nothing() {
         assert!(out.stdout.is_empty(), "{input}: {}", stdout(&out));
     }
     assert_eq!(db_cursor(&env), None, "no cursor was recorded");
-    // The compact source still works afterwards.
-    assert!(additional_context(&hook(&env, &hook_input(&transcript, "compact"))).contains("Rule:"));
+    // A resume finds the transcript's compaction answered by no hook (the
+    // hook was not set up then) and answers it; the compact hook of that
+    // compaction, and the next resume, then add nothing.
+    assert!(additional_context(&hook(&env, &hook_input(&transcript, "resume"))).contains("Rule:"));
+    for source in ["compact", "resume"] {
+        let out = hook(&env, &hook_input(&transcript, source));
+        assert!(out.status.success(), "{source}: {}", stderr(&out));
+        assert!(out.stdout.is_empty(), "{source}: {}", stdout(&out));
+    }
 }
 
 #[test]
@@ -1440,12 +1448,23 @@ fn claude_code_hook_never_exits_2_and_dry_run_advances_no_cursor() {
         r#"{"hook_event_name": "SessionStart", "source": "compact"}"#,
     );
     assert_eq!(code(&out), 1);
-    // A session with no pins: nothing, exit 0.
-    let other = hook_input(&transcript, "compact")
+    // A session with no pins and no transcript yet: nothing, exit 0.
+    let other = hook_input(&env.path("other.jsonl"), "compact")
         .replace(CC_SESSION, "00000000-0000-0000-0000-000000000000");
     let out = hook(&env, &other);
     assert!(
         out.status.success() && out.stdout.is_empty(),
+        "{}",
+        stderr(&out)
+    );
+    // Another session's transcript is refused, naming both (exit 1, not 2).
+    let foreign = hook_input(&transcript, "compact")
+        .replace(CC_SESSION, "00000000-0000-0000-0000-000000000000");
+    let out = hook(&env, &foreign);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_one_error_line(&out);
+    assert!(
+        stderr(&out).contains(&format!("belongs to session {CC_SESSION}, not 00000000-")),
         "{}",
         stderr(&out)
     );
