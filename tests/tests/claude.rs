@@ -160,6 +160,7 @@ fn a_session_start_hook_tells_the_server_its_session() {
         Options {
             session_start_hook: true,
             server_env: vec![("CLAUDE_CODE_SESSION_ID".into(), String::new())],
+            ..Options::default()
         },
     ) else {
         return;
@@ -224,4 +225,196 @@ fn a_tool_error_reaches_the_model_and_the_server_answers_the_next_call() {
         saved.text.starts_with("Saved memory #1 in NAMING"),
         "{saved:?}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Pins and mc's record through Claude Code's compactions
+
+const ALPHA: &str = "PIN-ALPHA: always run the lock test before committing.";
+const BRAVO: &str = "PIN-BRAVO: the parser lives in src/parse.rs.";
+const CHARLIE: &str = "PIN-CHARLIE: keep the public API unchanged.";
+
+/// Claude Code with `mc-pin restore` as its SessionStart hook (every source),
+/// each hook input also appended to `hook-inputs.jsonl`.
+fn with_restore_hook(test: &str) -> Option<ClaudeCode> {
+    // The hook logs into the folder the test's Claude Code lives in, which
+    // only exists once it is set up: `$HOME/..` is that folder.
+    let command = format!(
+        "tee -a \"$HOME/../hook-inputs.jsonl\" | {} restore --harness claude-code",
+        mc_tests::claude::sh(&mc_tests::bin_path("mc-pin").display().to_string()),
+    );
+    let cc = ClaudeCode::start(
+        test,
+        Options {
+            hooks: vec![("SessionStart".into(), None, command)],
+            ..Options::default()
+        },
+    )?;
+    Some(cc)
+}
+
+fn hook_inputs(cc: &ClaudeCode) -> Vec<Value> {
+    std::fs::read_to_string(cc.file("hook-inputs.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Each text occurs exactly once in the request.
+fn assert_once(request: &Recorded, texts: &[&str], when: &str) {
+    for text in texts {
+        assert_eq!(
+            request.count(text),
+            1,
+            "{when}: {text:?} should be in the request exactly once:\n{}",
+            request.body
+        );
+    }
+}
+
+#[test]
+fn pinned_messages_are_in_the_first_request_after_every_compaction_exactly_once() {
+    let Some(cc) = with_restore_hook(
+        "pinned_messages_are_in_the_first_request_after_every_compaction_exactly_once",
+    ) else {
+        return;
+    };
+    let p = &cc.provider;
+    let pin = |session: &str, last: &str| {
+        // No --transcript: mc-pin finds it where Claude Code keeps it.
+        cc.mc_pin_json(&[
+            "pin",
+            "--harness",
+            "claude-code",
+            "--session",
+            session,
+            "--last",
+            last,
+        ])
+    };
+    p.push(Reply::Text("Understood.".into()), None);
+    let first = cc.prompt(ALPHA);
+    let s = first["session_id"].as_str().unwrap().to_string();
+    let s = s.as_str();
+    pin(s, "user");
+    p.push(Reply::Text(BRAVO.into()), None);
+    cc.prompt_in(Some(s), "Write the parser.", &[]);
+    let pins = pin(s, "assistant");
+    assert_eq!(pins["pins"].as_array().unwrap().len(), 2, "{pins}");
+
+    // 1: a manual compaction right after the pinned reply, which Claude Code keeps itself.
+    cc.prompt_in(Some(s), "/compact", &[]);
+    let n = p.agent_requests().len();
+    p.push(Reply::Text(CHARLIE.into()), None);
+    cc.prompt_in(Some(s), "Carry on.", &[]);
+    assert_once(
+        &p.agent_requests()[n],
+        &[ALPHA, BRAVO],
+        "after compaction 1",
+    );
+    pin(s, "assistant");
+
+    // 2
+    cc.prompt_in(Some(s), "/compact", &[]);
+    let n = p.agent_requests().len();
+    p.push(Reply::Text("Next step done.".into()), None);
+    cc.prompt_in(Some(s), "Next step.", &[]);
+    assert_once(
+        &p.agent_requests()[n],
+        &[ALPHA, BRAVO, CHARLIE],
+        "after compaction 2",
+    );
+
+    // 3 and 4: two compactions with no turn between.
+    cc.prompt_in(Some(s), "/compact", &[]);
+    cc.prompt_in(Some(s), "/compact", &[]);
+    // Claude Code's stand-in reply after resuming into a command is no pin.
+    let transcript = std::fs::read_to_string(cc.transcript(s)).unwrap();
+    let synthetic: Vec<Value> = transcript
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.pointer("/message/model") == Some(&json!("<synthetic>")))
+        .collect();
+    assert!(!synthetic.is_empty(), "Claude Code wrote no stand-in reply");
+    let dry = cc.mc_pin_json(&[
+        "pin",
+        "--harness",
+        "claude-code",
+        "--session",
+        s,
+        "--last",
+        "assistant",
+        "--dry-run",
+    ]);
+    for stand_in in &synthetic {
+        assert!(
+            !dry.to_string().contains(stand_in["uuid"].as_str().unwrap()),
+            "pinned Claude Code's stand-in reply: {dry}"
+        );
+    }
+    let n = p.agent_requests().len();
+    // The reply reports a context near the window, for the automatic compaction below.
+    p.push(
+        Reply::Text("Fifth done.".into()),
+        Some(mc_tests::fake_provider::Usage {
+            input: 190_000,
+            output: 10,
+            ..Default::default()
+        }),
+    );
+    cc.prompt_in(Some(s), "Fifth.", &[]);
+    assert_once(
+        &p.agent_requests()[n],
+        &[ALPHA, BRAVO, CHARLIE],
+        "after compactions 3 and 4",
+    );
+
+    // 5: an automatic compaction before the next request.
+    let compactions = p.requests().iter().filter(|r| r.is_compaction()).count();
+    let n = p.agent_requests().len();
+    p.push(Reply::Text("Sixth done.".into()), None);
+    cc.prompt_in(
+        Some(s),
+        "Sixth.",
+        &[("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "100000")],
+    );
+    assert_eq!(
+        p.requests().iter().filter(|r| r.is_compaction()).count(),
+        compactions + 1,
+        "the context over the window compacts automatically"
+    );
+    assert_once(
+        &p.agent_requests()[n],
+        &[ALPHA, BRAVO, CHARLIE],
+        "after the automatic compaction",
+    );
+
+    // Every compaction ran the hook with its own prompt id; a replay adds nothing.
+    let compact: Vec<Value> = hook_inputs(&cc)
+        .into_iter()
+        .filter(|i| i["source"] == "compact")
+        .collect();
+    assert_eq!(compact.len(), 5, "{compact:?}");
+    let mut ids: Vec<&str> = compact
+        .iter()
+        .map(|i| i["prompt_id"].as_str().unwrap())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 5, "each compaction has its own prompt id");
+    for input in &compact {
+        let out = cc.mc_pin(&["restore", "--harness", "claude-code"], &input.to_string());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.stdout.is_empty(),
+            "a replayed SessionStart printed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
 }
