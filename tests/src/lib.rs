@@ -9,10 +9,12 @@
 //!   several at once, all started before any input is written.
 
 pub mod claude;
+pub mod codex;
 pub mod env;
 pub mod fake_llm;
 pub mod fake_opencode;
 pub mod fake_provider;
+pub mod fake_responses;
 pub mod generate;
 pub mod mcp_client;
 pub mod opencode;

@@ -254,11 +254,11 @@ fn with_restore_hook(test: &str) -> Option<ClaudeCode> {
 }
 
 fn hook_inputs(cc: &ClaudeCode) -> Vec<Value> {
-    std::fs::read_to_string(cc.file("hook-inputs.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
+    // Hook inputs may come without a final newline: read them as a stream.
+    let text = std::fs::read_to_string(cc.file("hook-inputs.jsonl")).unwrap_or_default();
+    serde_json::Deserializer::from_str(&text)
+        .into_iter::<Value>()
+        .map(|v| v.unwrap())
         .collect()
 }
 
