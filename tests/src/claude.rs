@@ -126,6 +126,21 @@ impl ClaudeCode {
             settings["hooks"][event.as_str()] = json!(list);
         }
         write_json(&claude.config_dir().join("settings.json"), &settings);
+        // mc's config: the historian's model is the fake provider too
+        // (`FakeProvider::play_historian("mock-historian")` makes it answer).
+        let root = claude
+            .provider
+            .base_url()
+            .trim_end_matches("/v1")
+            .to_string();
+        std::fs::write(
+            claude.mc_config(),
+            format!(
+                r#"{{"providers": {{"fake": {{"kind": "anthropic", "base_url": "{root}"}}}},
+                    "historian": {{"model": "fake/mock-historian", "retries": 0, "timeout_ms": 30000}}}}"#
+            ),
+        )
+        .unwrap();
         let mut env = serde_json::Map::new();
         env.insert("MC_DB".into(), json!(claude.db.display().to_string()));
         for (name, value) in &options.server_env {
@@ -151,6 +166,11 @@ impl ClaudeCode {
         self.home().join(".claude")
     }
 
+    /// mc's config (`MC_CONFIG`): the historian's model on the fake provider.
+    pub fn mc_config(&self) -> PathBuf {
+        self.dir.path().join("mc-config.jsonc")
+    }
+
     pub fn mcp_config(&self) -> PathBuf {
         self.dir.path().join("mcp.json")
     }
@@ -170,6 +190,7 @@ impl ClaudeCode {
             .env("CLAUDE_CONFIG_DIR", self.config_dir())
             .env("NO_PROXY", "127.0.0.1,localhost")
             .env("MC_DB", &self.db)
+            .env("MC_CONFIG", self.mc_config())
             .current_dir(&self.project);
         command
     }

@@ -418,3 +418,115 @@ fn pinned_messages_are_in_the_first_request_after_every_compaction_exactly_once(
         );
     }
 }
+
+const MEMORY: &str = "MEM-ONE: tests never touch the real home folder.";
+
+/// The compartments mc holds for a session.
+fn compartments(cc: &ClaudeCode, session: &str) -> i64 {
+    let store = Store::open(&cc.db, &StoreOptions::default()).unwrap();
+    store
+        .conn()
+        .query_row(
+            "SELECT count(*) FROM compartments c JOIN sessions s ON s.id = c.session
+             WHERE s.harness = 'claude-code' AND s.session_id = ?1",
+            [session],
+            |r| r.get(0),
+        )
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_historian_folds_the_transcript_and_mc_s_record_comes_back_once_after_a_compaction() {
+    // SessionStart: mc-pin restore; Stop: mc-historian hook, in the background.
+    let restore = format!(
+        "{} restore --harness claude-code",
+        mc_tests::claude::sh(&mc_tests::bin_path("mc-pin").display().to_string())
+    );
+    let fold = format!(
+        "{} hook --harness claude-code --context-limit 8000",
+        mc_tests::claude::sh(&mc_tests::bin_path("mc-historian").display().to_string())
+    );
+    let Some(cc) = ClaudeCode::start(
+        "the_historian_folds_the_transcript_and_mc_s_record_comes_back_once_after_a_compaction",
+        Options {
+            hooks: vec![
+                ("SessionStart".into(), None, restore),
+                ("Stop".into(), None, fold),
+            ],
+            ..Options::default()
+        },
+    ) else {
+        return;
+    };
+    let p = &cc.provider;
+    p.play_historian("mock-historian");
+    let out = cc.mc_search(&[
+        "memory",
+        "write",
+        "--category",
+        "CONSTRAINTS",
+        "--content",
+        MEMORY,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A session of long replies; the last one reports a context near the
+    // 8,000-token window the Stop hook measures against.
+    let reply = |i: usize| {
+        format!(
+            "Step {i} done. {}",
+            "The module reads its input line by line. ".repeat(150)
+        )
+    };
+    p.push(Reply::Text(reply(0)), None);
+    let s = cc.prompt("Start the work.")["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let s = s.as_str();
+    // At startup mc had the project's memory: the first request carries it once.
+    let first = &p.agent_requests()[0];
+    assert_eq!(first.count("<mc-history>"), 1, "{}", first.body);
+    assert_eq!(first.count(MEMORY), 1);
+    for i in 1..6 {
+        let usage = (i == 5).then_some(mc_tests::fake_provider::Usage {
+            input: 7_000,
+            output: 10,
+            ..Default::default()
+        });
+        p.push(Reply::Text(reply(i)), usage);
+        cc.prompt_in(Some(s), &format!("Go on with step {i}."), &[]);
+    }
+    // The Stop hook started the historian in the background; it publishes soon.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while compartments(&cc, s) == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(compartments(&cc, s) > 0, "the historian folded nothing");
+    // Resuming before any compaction adds no second copy of mc's record.
+    let n = p.agent_requests().len();
+    p.push(Reply::Text("Resumed.".into()), None);
+    cc.prompt_in(Some(s), "Still there?", &[]);
+    assert_eq!(p.agent_requests()[n].count("<mc-history>"), 1);
+
+    cc.prompt_in(Some(s), "/compact", &[]);
+    for turn in 0..3 {
+        let n = p.agent_requests().len();
+        p.push(Reply::Text(format!("After compaction, turn {turn}.")), None);
+        cc.prompt_in(Some(s), &format!("After compaction {turn}."), &[]);
+        let request = &p.agent_requests()[n];
+        // The record after the compaction: the folded history and the memory, once.
+        assert_eq!(
+            request.count("<mc-history>"),
+            1,
+            "turn {turn}: {}",
+            request.body
+        );
+        assert_eq!(request.count(MEMORY), 1, "turn {turn}");
+        assert!(request.count("Folded messages") >= 1, "{}", request.body);
+    }
+}
