@@ -191,6 +191,7 @@ impl ClaudeCode {
             .env("NO_PROXY", "127.0.0.1,localhost")
             .env("MC_DB", &self.db)
             .env("MC_CONFIG", self.mc_config())
+            .env("PATH", crate::path_with_bins())
             .current_dir(&self.project);
         command
     }
@@ -255,7 +256,11 @@ impl ClaudeCode {
             .env("MCP_CONNECTION_NONBLOCKING", "false")
             .args(["-p", text, "--output-format", "json", "--mcp-config"])
             .arg(self.mcp_config())
-            .args(["--strict-mcp-config", "--allowedTools", "mcp__mc__*"]);
+            .args([
+                "--strict-mcp-config",
+                "--allowedTools",
+                "mcp__mc__*,Bash(mc-pin:*)",
+            ]);
         let out = crate::pipe_within(&mut command, b"", Duration::from_secs(120))
             .unwrap_or_else(|e| panic!("running claude: {e}"))
             .expect("claude -p was still running after 120 s");

@@ -203,6 +203,7 @@ impl Codex {
             .env("NO_PROXY", "127.0.0.1,localhost")
             .env("MC_DB", &self.db)
             .env("MC_CONFIG", self.mc_config())
+            .env("PATH", crate::path_with_bins())
             .current_dir(&self.project);
         command
     }
@@ -224,7 +225,9 @@ impl Codex {
         command
             .env("OPENAI_API_KEY", "test-key")
             .args(["exec", "--json", "--dangerously-bypass-hook-trust"])
-            .args(["--skip-git-repo-check", "-s", "read-only"]);
+            // The agent's shell commands (scripted by the fake provider) may
+            // write mc's database, outside the project.
+            .args(["--skip-git-repo-check", "-s", "danger-full-access"]);
         if let Some(thread) = resume {
             command.args(["resume", thread]);
         }

@@ -53,6 +53,17 @@ pub fn bin_path(name: &str) -> PathBuf {
     path
 }
 
+/// `PATH` with the workspace's binaries first, as a user who installed mc
+/// has them: what a harness, its hooks and its agent's shell find.
+pub fn path_with_bins() -> std::ffi::OsString {
+    let bins = bin_path("mc-pin")
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::iter::once(bins).chain(std::env::split_paths(&rest))).unwrap_or(rest)
+}
+
 /// Spawn `command` with piped stdio, feed it `stdin` (from a second thread, so
 /// large inputs cannot deadlock against its output), and wait for it.
 pub fn pipe(command: &mut Command, stdin: &[u8]) -> io::Result<Output> {

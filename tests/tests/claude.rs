@@ -530,3 +530,42 @@ fn the_historian_folds_the_transcript_and_mc_s_record_comes_back_once_after_a_co
         assert!(request.count("Folded messages") >= 1, "{}", request.body);
     }
 }
+
+#[test]
+fn a_pin_made_from_inside_the_session_finds_its_session_and_transcript() {
+    let Some(cc) = ClaudeCode::start(
+        "a_pin_made_from_inside_the_session_finds_its_session_and_transcript",
+        Options::default(),
+    ) else {
+        return;
+    };
+    // The agent runs what a user would type as `!mc-pin pin --last user`:
+    // no session, no transcript, no harness named.
+    cc.provider.push(
+        tool(
+            "Bash",
+            json!({"command": "mc-pin pin --last user", "description": "Pin the rule"}),
+        ),
+        None,
+    );
+    cc.provider.push(Reply::Text("Pinned.".into()), None);
+    let result = cc.prompt(ALPHA);
+    let session = result["session_id"].as_str().unwrap();
+    let requests = cc.provider.agent_requests();
+    let answer = result_of(&requests[1]);
+    assert!(!answer.is_error, "{answer:?}");
+    let pins: Value = serde_json::from_str(answer.text.trim())
+        .unwrap_or_else(|e| panic!("mc-pin printed no JSON ({e}): {}", answer.text));
+    assert_eq!(pins["pins"].as_array().unwrap().len(), 1, "{pins}");
+    assert_eq!(pins["pins"][0]["role"], "user");
+    // In mc's database, under the session Claude Code runs, and it is the rule.
+    let listed = cc.mc_pin_json(&["list", "--harness", "claude-code", "--session", session]);
+    assert_eq!(listed["pins"], pins["pins"]);
+    let transcript = std::fs::read_to_string(cc.transcript(session)).unwrap();
+    let pinned = pins["pins"][0]["id"].as_str().unwrap();
+    let line = transcript
+        .lines()
+        .find(|l| l.contains(&format!("\"uuid\":\"{pinned}\"")))
+        .expect("the pinned line is in the transcript");
+    assert!(line.contains(ALPHA), "{line}");
+}

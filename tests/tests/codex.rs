@@ -362,3 +362,43 @@ fn the_historian_folds_a_rollout_and_mc_s_record_comes_back_once_after_a_compact
     cx.exec(Some(t), "And now?");
     assert_eq!(p.turns().last().unwrap().count("<mc-history>"), 1);
 }
+
+#[test]
+fn a_pin_made_from_inside_the_session_finds_its_session_and_rollout() {
+    let Some(cx) = Codex::start(
+        "a_pin_made_from_inside_the_session_finds_its_session_and_rollout",
+        Options::default(),
+    ) else {
+        return;
+    };
+    let p = &cx.provider;
+    p.push(
+        Reply::Call {
+            namespace: None,
+            name: "exec_command".into(),
+            // Codex runs commands in a login shell, whose PATH comes from the
+            // profile: the full path stands for one where mc is installed.
+            arguments: serde_json::json!({"cmd": format!("'{}' pin --last user",
+                mc_tests::bin_path("mc-pin").display())}),
+        },
+        None,
+    );
+    p.push(Reply::Text("Pinned.".into()), None);
+    let run = cx.exec(None, ALPHA);
+    let output = last_output(&p.turns()[1]);
+    assert!(output.contains("\"pins\""), "{output}");
+    let listed = cx.mc_json(
+        "mc-pin",
+        &["list", "--harness", "codex", "--session", &run.thread_id],
+    );
+    let pins = listed["pins"].as_array().unwrap();
+    assert_eq!(pins.len(), 1, "{listed}");
+    assert_eq!(pins[0]["role"], "user");
+    let rollout = std::fs::read_to_string(cx.rollout(&run.thread_id)).unwrap();
+    let id = pins[0]["id"].as_str().unwrap();
+    let line = rollout
+        .lines()
+        .find(|l| l.contains(&format!("\"id\":\"{id}\"")))
+        .expect("the pinned item is in the rollout");
+    assert!(line.contains(ALPHA), "{line}");
+}
