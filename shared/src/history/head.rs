@@ -459,3 +459,86 @@ pub fn render_m1(inputs: &M1Inputs<'_>, count: &dyn Fn(&str) -> u64) -> String {
         blocks.join("\n")
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compartment(sequence: i64) -> Compartment {
+        Compartment {
+            sequence,
+            start_ordinal: sequence * 10,
+            end_ordinal: sequence * 10 + 9,
+            start_ms: None,
+            end_ms: None,
+            title: format!("Work item {sequence}"),
+            tiers: [
+                format!("{sequence}: {}", "verbose account of the work. ".repeat(30)),
+                format!("{sequence}: {}", "shorter account. ".repeat(12)),
+                format!("{sequence}: a few lines of it."),
+                format!("{sequence}: one line."),
+            ],
+            importance: 50,
+        }
+    }
+
+    fn memory(id: i64) -> Memory {
+        Memory {
+            id,
+            category: "CONSTRAINTS".into(),
+            content: format!(
+                "Memory {id}: {}",
+                "a durable fact about the project. ".repeat(4)
+            ),
+            status: "active".into(),
+            importance: None,
+        }
+    }
+
+    #[test]
+    fn the_session_start_record_fits_whole_items_and_says_what_it_left_out() {
+        let compartments: Vec<Compartment> = (1..=60).map(compartment).collect();
+        let memories: Vec<Memory> = (1..=120).map(memory).collect();
+        let head = render_session_start(&compartments, &memories, &[], false, 10_000);
+        assert!(utf16_len(&head.text) <= 10_000, "{}", utf16_len(&head.text));
+        assert!(head.text.starts_with("<mc-history>") && head.text.ends_with("</mc-history>"));
+        assert!(
+            head.compartments_shown > 0 && head.memories_shown > 0,
+            "{head:?}"
+        );
+        assert!(head.compartments_left_out > 0 && head.memories_left_out > 0);
+        assert!(
+            head.text.contains(&format!(
+                "{} older compartment(s) of this session",
+                head.compartments_left_out
+            )),
+            "{}",
+            head.text
+        );
+        // Every memory is there whole or not at all.
+        for m in &memories {
+            let line = format!("#{}: {}", m.id, escape(&m.content));
+            let head_of_line = format!("#{}: Memory {}:", m.id, m.id);
+            assert_eq!(
+                head.text.contains(&head_of_line),
+                head.text.contains(&line),
+                "memory {} was cut",
+                m.id
+            );
+        }
+        // The newest compartment is the most vivid.
+        assert!(head.text.contains("Work item 60"));
+        // Small enough: everything, nothing said about leaving out.
+        let small = render_session_start(&compartments[..2], &memories[..2], &[], false, 10_000);
+        assert!(!small.text.contains("Not shown"), "{}", small.text);
+        assert_eq!(
+            (small.compartments_left_out, small.memories_left_out),
+            (0, 0)
+        );
+        // Nothing to say: nothing at all.
+        assert_eq!(
+            render_session_start(&[], &[], &[], false, 10_000),
+            StartHead::default()
+        );
+    }
+}

@@ -898,6 +898,39 @@ mod tests {
             std::fs::write(self.dir.path().join("t.jsonl"), text.join("\n")).unwrap();
         }
 
+        fn run(
+            &mut self,
+            harness: Harness,
+            source: &str,
+            prompt: Option<&str>,
+            now: i64,
+        ) -> RestoreReport {
+            let input = HookInput {
+                session_id: SID.into(),
+                transcript_path: Some(self.dir.path().join("t.jsonl")),
+                cwd: Some(self.dir.path().display().to_string()),
+                source: source.into(),
+                prompt_id: prompt.map(str::to_string),
+            };
+            let options = HookOptions {
+                transcript: None,
+                max_transcript_bytes: 1 << 20,
+                dry_run: false,
+                history: true,
+                dates: false,
+            };
+            let report = restore(&mut self.store, harness, &input, options, now).unwrap();
+            commit(&mut self.store, &report, now).unwrap();
+            report
+        }
+
+        fn pin(&mut self, harness: &str, id: &str, role: &str, at: i64) {
+            let row = local::ensure_session(&mut self.store, harness, SID, None, T0).unwrap();
+            self.store
+                .write(|tx| crate::history::store::pin(tx, row, id, role, at).map(|_| ()))
+                .unwrap();
+        }
+
         fn restore(&mut self, now: i64, dry_run: bool) -> RestoreReport {
             let input = HookInput {
                 session_id: SID.into(),
@@ -1033,5 +1066,181 @@ mod tests {
         assert_eq!(both.claim_key(), "b2");
         assert_eq!(both.cursor, "s2");
         assert_eq!(newest_compaction(&[], 5).claim_key(), "at:5");
+    }
+
+    fn context(report: &RestoreReport) -> String {
+        report
+            .hook_output
+            .as_ref()
+            .and_then(|o| o.pointer("/hookSpecificOutput/additionalContext"))
+            .and_then(|c| c.as_str())
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    fn reply(uuid: &str, parent: &str, api_id: &str, text: &str, ts: &str) -> serde_json::Value {
+        json!({"type": "assistant", "uuid": uuid, "parentUuid": parent, "timestamp": ts, "sessionId": SID,
+               "message": {"id": api_id, "role": "assistant", "model": "claude-opus-4-8",
+                           "content": [{"type": "text", "text": text}]}})
+    }
+
+    fn user(uuid: &str, text: &str, ts: &str) -> serde_json::Value {
+        json!({"type": "user", "uuid": uuid, "parentUuid": null, "timestamp": ts, "sessionId": SID,
+               "message": {"role": "user", "content": text}})
+    }
+
+    #[test]
+    fn each_compaction_is_named_by_its_prompt_id_while_the_transcript_lags() {
+        // Claude Code runs SessionStart(compact) before it writes the
+        // compaction's marks: the transcript never shows them here.
+        let mut hooks = Hooks::new();
+        hooks.write(&[
+            pinned_message("2026-03-02T10:00:00Z"),
+            reply("a-1", "u-rule", "msg_1", "Noted.", "2026-03-02T10:00:01Z"),
+            user("u-2", "Next.", "2026-03-02T10:00:02Z"),
+            reply("a-2", "u-2", "msg_2", "Done.", "2026-03-02T10:00:03Z"),
+        ]);
+        let now = T0 + 3_700_000;
+        let first = hooks.run(Harness::ClaudeCode, "compact", Some("p-1"), now);
+        assert!(context(&first).contains("Rule: keep answers short."));
+        assert_eq!(first.compaction.as_deref(), Some("prompt:p-1"));
+        // A replay of that hook: nothing.
+        let replay = hooks.run(Harness::ClaudeCode, "compact", Some("p-1"), now + 1_000);
+        assert_eq!(replay.reason, Some("already_restored"));
+        // The next compaction, seconds later and with the same transcript (a
+        // time cursor took it for a replay): printed again.
+        let second = hooks.run(Harness::ClaudeCode, "compact", Some("p-2"), now + 2_000);
+        assert!(
+            context(&second).contains("Rule: keep answers short."),
+            "{second:?}"
+        );
+    }
+
+    #[test]
+    fn a_pin_claude_code_keeps_through_the_compaction_is_not_printed_again() {
+        let mut hooks = Hooks::new();
+        hooks.pin("claude-code", "a-1", "assistant", T0 + 1_000);
+        let mut lines = vec![
+            pinned_message("2026-03-02T10:00:00Z"),
+            reply(
+                "a-1",
+                "u-rule",
+                "msg_1",
+                "Plan: keep 0001.",
+                "2026-03-02T10:00:01Z",
+            ),
+        ];
+        hooks.write(&lines);
+        // The pinned reply is the newest exchange: Claude Code keeps it word for word.
+        let report = hooks.run(Harness::ClaudeCode, "compact", Some("p-1"), T0 + 9_000);
+        let text = context(&report);
+        assert!(text.contains("Rule: keep answers short."), "{text}");
+        assert!(!text.contains("Plan: keep 0001."), "{text}");
+        assert_eq!(report.kept, ["a-1"]);
+        // A turn later it is in the part the next compaction summarises.
+        lines.push(user("u-2", "Next.", "2026-03-02T10:00:02Z"));
+        lines.push(reply(
+            "a-2",
+            "u-2",
+            "msg_2",
+            "Done.",
+            "2026-03-02T10:00:03Z",
+        ));
+        hooks.write(&lines);
+        let report = hooks.run(Harness::ClaudeCode, "compact", Some("p-2"), T0 + 99_000);
+        assert!(context(&report).contains("Plan: keep 0001."));
+        assert!(report.kept.is_empty());
+    }
+
+    fn rollout(extra: &[serde_json::Value]) -> Vec<serde_json::Value> {
+        let line = |ordinal: i64, kind: &str, payload: serde_json::Value| json!({"timestamp": "2026-03-02T10:00:00.000Z", "ordinal": ordinal, "type": kind, "payload": payload});
+        let mut lines = vec![
+            line(
+                0,
+                "session_meta",
+                json!({"id": SID, "cwd": "/home/dev/shop"}),
+            ),
+            line(
+                1,
+                "response_item",
+                json!({"type": "message", "id": "msg_u1", "role": "user",
+                 "content": [{"type": "input_text", "text": "Rule one: keep answers short."}]}),
+            ),
+            line(
+                2,
+                "response_item",
+                json!({"type": "message", "id": "msg_a1", "role": "assistant",
+                 "content": [{"type": "output_text", "text": "Plan: keep 0001."}]}),
+            ),
+            line(
+                3,
+                "compacted",
+                json!({"message": "Summary.", "window_id": "w-1",
+                 "replacement_history": [{"type": "message", "id": "msg_u1", "role": "user",
+                     "content": [{"type": "input_text", "text": "Rule one: keep answers short."}]}]}),
+            ),
+        ];
+        lines.extend(extra.iter().cloned());
+        lines
+    }
+
+    #[test]
+    fn codex_keeps_the_user_s_messages_and_mc_prints_the_rest_once() {
+        let mut hooks = Hooks::new();
+        hooks.pin("codex", "msg_u1", "user", T0);
+        hooks.pin("codex", "msg_a1", "assistant", T0 + 1);
+        hooks.write(&rollout(&[]));
+        // Codex fires resume, then compact, before the turn: one of them prints.
+        let resume = hooks.run(Harness::ClaudeCode, "resume", None, T0 + 5_000);
+        let text = context(&resume);
+        assert!(text.contains("Plan: keep 0001."), "{resume:?}");
+        assert!(!text.contains("Rule one"), "Codex kept it: {text}");
+        assert_eq!(resume.compaction.as_deref(), Some("codex:w-1"));
+        assert_eq!(resume.kept, ["msg_u1"]);
+        let compact = hooks.run(Harness::Codex, "compact", None, T0 + 5_100);
+        assert_eq!(compact.reason, Some("already_restored"));
+        assert!(compact.hook_output.is_none());
+    }
+
+    #[test]
+    fn mc_s_record_is_printed_once_per_context() {
+        let mut hooks = Hooks::new();
+        let project = crate::identity::project_identity(hooks.dir.path());
+        hooks
+            .store
+            .write(|tx| {
+                crate::history::store::write_memory(
+                    tx,
+                    &project,
+                    "CONSTRAINTS",
+                    "Never log keys.",
+                    None,
+                    "user",
+                    T0,
+                )
+                .map(|_| ())
+            })
+            .unwrap();
+        // Startup: no transcript yet; the project's memory is worth saying.
+        let startup = hooks.run(Harness::ClaudeCode, "startup", None, T0);
+        let text = context(&startup);
+        assert!(
+            text.starts_with("<mc-history>") && text.contains("Never log keys."),
+            "{text}"
+        );
+        assert!(
+            !text.contains("Rule:"),
+            "pins come back after a compaction only"
+        );
+        // Claude Code recorded that context in the transcript: a resume adds none.
+        let recorded = json!({"type": "attachment", "uuid": "at-1", "parentUuid": null, "sessionId": SID,
+            "attachment": {"type": "hook_additional_context", "content": [text], "hookEvent": "SessionStart"}});
+        hooks.write(&[pinned_message("2026-03-02T10:00:00Z"), recorded]);
+        let resume = hooks.run(Harness::ClaudeCode, "resume", None, T0 + 1);
+        assert_eq!(resume.reason, Some("already_in_context"));
+        // Without it (another harness's resume, say), it is printed.
+        hooks.write(&[pinned_message("2026-03-02T10:00:00Z")]);
+        let resume = hooks.run(Harness::ClaudeCode, "resume", None, T0 + 2);
+        assert!(context(&resume).contains("Never log keys."));
     }
 }

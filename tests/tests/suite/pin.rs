@@ -1683,3 +1683,86 @@ fn a_pinned_message_survives_a_ctx_reduce_drop_and_an_emergency_drop() {
     );
     assert_dropped(&after, "call_0_1", pinned_tag);
 }
+
+#[test]
+fn claude_code_pins_refuse_what_the_harness_wrote_and_find_the_transcript_themselves() {
+    let env = pin_env();
+    // Where Claude Code keeps it: ~/.claude/projects/<folder>/<session>.jsonl.
+    let folder = env.home().join(".claude/projects/-home-dev-shop");
+    std::fs::create_dir_all(&folder).unwrap();
+    let transcript = folder.join(format!("{CC_SESSION}.jsonl"));
+    let mut lines = cc_transcript(&[]);
+    // After resuming into a /compact, Claude Code writes a stand-in reply.
+    lines.push(cc_line(
+        "assistant",
+        "a-synthetic",
+        Some("s-1"),
+        "2026-11-30T10:05:00.000Z",
+        json!({"message": {"id": "msg_syn", "role": "assistant", "model": "<synthetic>",
+               "content": [{"type": "text", "text": "No response requested."}]}}),
+    ));
+    write_jsonl(&transcript, &lines);
+    let base = ["--harness", "claude-code", "--session", CC_SESSION];
+    let args = |extra: &[&'static str]| -> Vec<&str> {
+        base.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    for (id, what) in [
+        ("s-1", "compaction summary"),
+        ("cb-1", "compaction mark"),
+        ("a-synthetic", "wrote itself"),
+    ] {
+        let out = env.pin(&[&["pin"][..], &args(&["--message"]), &[id]].concat(), "");
+        assert_eq!(code(&out), 2, "{id}: {}", stderr(&out));
+        assert!(stderr(&out).contains(what), "{id}: {}", stderr(&out));
+    }
+    // No --transcript: found by the session id; the stand-in reply is skipped.
+    let answer = env.pin_ok(
+        &[&["pin"][..], &args(&["--last", "assistant"])].concat(),
+        "",
+    );
+    assert_eq!(answer["pins"][0]["id"], "a-3", "{answer}");
+    let answer = env.pin_ok(&[&["pin"][..], &args(&["--message", "a-2"])].concat(), "");
+    assert_eq!(answer["pins"][0]["id"], "a-1", "{answer}");
+    // Unpinning by a line of the reply other than its first finds the reply.
+    let answer = env.pin_ok(&[&["unpin"][..], &args(&["--message", "a-2"])].concat(), "");
+    let ids: Vec<&str> = answer["pins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["a-3"]);
+    // An id no pin has changes nothing, and says so.
+    let out = env.pin(
+        &[&["unpin"][..], &args(&["--message", "nope"])].concat(),
+        "",
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no pin of session"),
+        "{}",
+        stderr(&out)
+    );
+    // Another session's transcript is refused.
+    let path = transcript.display().to_string();
+    let out = env.pin(
+        &[
+            "pin",
+            "--harness",
+            "claude-code",
+            "--session",
+            "00000000-0000-0000-0000-000000000000",
+            "--last",
+            "user",
+            "--transcript",
+            &path,
+        ],
+        "",
+    );
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("belongs to session"),
+        "{}",
+        stderr(&out)
+    );
+}
