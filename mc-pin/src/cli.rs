@@ -30,9 +30,15 @@ transform reads to keep pinned messages out of every drop. Without a server,
 and for Claude Code and Codex, mc's database is the only store.
 
 `restore` reads one event on stdin: after an OpenCode `session.compacted` it
-sends the pinned messages back through prompt_async; for a Claude Code or Codex
-SessionStart hook with source \"compact\" it prints them as additionalContext.
-Any other event does nothing.";
+sends the pinned messages back through prompt_async. As a Claude Code or Codex
+SessionStart hook (every source) it prints, after a compaction, the pinned
+messages the harness did not keep and mc's record of the session (compartments,
+project memory), and at startup or resume that record once per context, as
+additionalContext. Any other event does nothing.
+
+Run from inside a Claude Code or Codex session without --session, `pin`,
+`unpin` and `list` find the harness, the session and its transcript by
+themselves.";
 
 #[derive(Parser, Debug)]
 #[command(name = "mc-pin", version, about = ABOUT)]
@@ -62,21 +68,25 @@ enum Command {
     /// from /global/event): the compaction claimed in mc's database (of restorers
     /// racing for it, one sends), one prompt_async with the pinned messages, then
     /// the cursor in the session metadata. A Claude Code or Codex SessionStart hook
-    /// input with source "compact": {"hookSpecificOutput": {"hookEventName":
-    /// "SessionStart", "additionalContext": …}} on stdout (at most 10,000
-    /// characters). Anything else: no work, no request, exit 0.
+    /// input: {"hookSpecificOutput": {"hookEventName": "SessionStart",
+    /// "additionalContext": …}} on stdout (at most 10,000 characters) when there
+    /// is something to add: after a compaction the pins the harness did not keep
+    /// and mc's record, else that record once per context. Anything else: no
+    /// work, no request, exit 0.
     Restore(RestoreArgs),
 }
 
 #[derive(ClapArgs, Debug)]
 struct TargetArgs {
-    /// Harness of the session: opencode, claude-code or codex [default: opencode]
+    /// Harness of the session: opencode, claude-code or codex [default: the one
+    /// running this command (CLAUDECODE, CODEX_SESSION_ID), else opencode]
     #[arg(long)]
     harness: Option<String>,
-    /// Session id
+    /// Session id [default: stdin's JSON; inside Claude Code or Codex, the
+    /// session the harness names in the environment, else the folder's newest]
     #[arg(long, value_name = "ID")]
     session: Option<String>,
-    /// The message: an OpenCode message id, or a Claude Code transcript line uuid
+    /// The message: an OpenCode message id, a Claude Code transcript line uuid, a Codex item id
     #[arg(long, value_name = "ID", conflicts_with = "last")]
     message: Option<String>,
     /// Pin the newest message of this role that has text
@@ -88,7 +98,8 @@ struct TargetArgs {
     /// The message's creation time in epoch milliseconds, when no server or transcript can tell it
     #[arg(long, value_name = "MS")]
     created_at: Option<i64>,
-    /// A Claude Code session JSONL, to find the message in by its uuid
+    /// The session's transcript (Claude Code JSONL, Codex rollout) [default:
+    /// where the harness keeps it]
     #[arg(long, value_name = "FILE")]
     transcript: Option<PathBuf>,
     /// The OpenCode server [default: $OPENCODE_URL]
