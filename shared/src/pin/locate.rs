@@ -230,7 +230,7 @@ mod tests {
 
     #[test]
     fn claude_names_its_folders_after_the_working_directory() {
-        assert_eq!(claude_folder_name("/tmp/h14/exp/proj"), "-tmp-h14-exp-proj");
+        assert_eq!(claude_folder_name("/home/dev/shop"), "-home-dev-shop");
         assert_eq!(claude_folder_name("/home/dév/my repo"), "-home-d-v-my-repo");
     }
 
