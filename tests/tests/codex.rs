@@ -321,7 +321,7 @@ fn the_historian_folds_a_rollout_and_mc_s_record_comes_back_once_after_a_compact
     assert_eq!(p.turns()[0].count("<mc-history>"), 1);
     assert_eq!(p.turns()[0].count(MEMORY), 1);
     for i in 1..6 {
-        let usage = (i == 5).then_some(Usage {
+        let usage = (i >= 3).then_some(Usage {
             input: 7_000,
             cached: 0,
             output: 10,
