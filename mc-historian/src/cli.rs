@@ -11,7 +11,7 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 use serde_json::Value;
 
 use mc_cli::{Failure, GlobalArgs, Wait, write_json};
-use mc_core::codec::claude;
+use mc_core::codec::{claude, codex};
 use mc_core::config::Config;
 use mc_core::historian::choice::{self, ModelChoice, ModelSource};
 use mc_core::historian::{self, Input, RunParams, RunStatus, Settings};
@@ -60,14 +60,39 @@ enum Command {
     Check(Source),
     /// Print the exact request a run would send first; no call, nothing written.
     Prompt(Source),
+    /// A harness hook (Claude Code or Codex `Stop`, `PostCompact`, …): read
+    /// the hook input on stdin, and when `check` says a run is due for its
+    /// transcript, start `mc-historian run` in the background and return at
+    /// once. Prints nothing and always exits 0 (a `Stop` hook's exit 2 would
+    /// keep the agent working): problems are warnings on stderr.
+    Hook(HookArgs),
+}
+
+#[derive(ClapArgs, Debug)]
+struct HookArgs {
+    /// claude-code or codex [default: from the transcript]
+    #[arg(long, value_name = "H")]
+    harness: Option<String>,
+    /// The model's context window in tokens [default: Codex's figure in its
+    /// rollout; 200000 for Claude Code]
+    #[arg(long, value_name = "TOKENS")]
+    context_limit: Option<u64>,
+    /// Wait for the run instead of starting it in the background (tests, scripts)
+    #[arg(long)]
+    wait: bool,
 }
 
 /// Where the session comes from. Without flags: the envelope on stdin.
 #[derive(ClapArgs, Debug)]
 struct Source {
-    /// A Claude Code session transcript (JSONL)
+    /// A session transcript: a Claude Code session JSONL or a Codex rollout
+    /// (told apart by its first line)
     #[arg(long, value_name = "FILE", conflicts_with = "opencode_url")]
     transcript: Option<PathBuf>,
+    /// The harness the transcript comes from: claude-code or codex [default:
+    /// from the transcript]; a rollout is read as Codex's whatever this says
+    #[arg(long, value_name = "H", requires = "transcript")]
+    harness: Option<String>,
     /// A running OpenCode server to fetch the session's messages from
     #[arg(long, value_name = "URL", requires = "session")]
     opencode_url: Option<String>,
@@ -100,6 +125,7 @@ pub fn main() -> ExitCode {
         Command::Run(source) => run(&args, source),
         Command::Check(source) => check(&args, source),
         Command::Prompt(source) => prompt(&args, source),
+        Command::Hook(hook) => Ok(run_hook(&args, hook)),
     };
     mc_cli::finish(NAME, result)
 }
@@ -119,7 +145,12 @@ struct Loaded {
 
 fn load_input(args: &Args, source: &Source) -> Result<Loaded, Failure> {
     let mut loaded = if let Some(path) = &source.transcript {
-        from_transcript(path, source, transcript_limit(args))?
+        from_transcript(
+            path,
+            source.session.as_deref(),
+            source.harness.as_deref(),
+            transcript_limit(args),
+        )?
     } else if let Some(url) = &source.opencode_url {
         from_opencode(url, source)?
     } else {
@@ -164,35 +195,188 @@ fn transcript_limit(args: &Args) -> u64 {
     mc_core::config::load(&layers).config.transcript.max_bytes
 }
 
-fn from_transcript(path: &Path, source: &Source, max_bytes: u64) -> Result<Loaded, Failure> {
+/// Claude Code's context window when nothing says otherwise (its 1M-token
+/// models say so only in the model name the transcript does not record).
+const CLAUDE_CODE_WINDOW: u64 = 200_000;
+
+fn from_transcript(
+    path: &Path,
+    session: Option<&str>,
+    harness: Option<&str>,
+    max_bytes: u64,
+) -> Result<Loaded, Failure> {
+    if let Some(h) = harness
+        && !matches!(h, "claude-code" | "claude" | "codex")
+    {
+        return Err(Failure::input(anyhow!(
+            "unknown harness {h:?} for a transcript (claude-code or codex)"
+        )));
+    }
     // A regular file within the cap, read line by line; a line that cannot be
     // read is skipped with a warning instead of failing the whole file.
-    let file = claude::read_transcript(path, max_bytes)?;
-    mc_cli::warn(NAME, &file.warnings);
-    let entries = file.entries;
-    let session_id = source
-        .session
-        .clone()
-        .or_else(|| entries.iter().find_map(|e| e.session_id.clone()))
-        .ok_or_else(|| {
-            Failure::input(anyhow!("transcript {} names no sessionId", path.display()))
-                .with_hints(["pass --session ID".to_string()])
-        })?;
-    let messages = claude::to_messages(&entries, &session_id);
-    let mut input = Input::from_messages(historian::CLAUDE_CODE, &session_id, messages)
+    let objects = mc_core::codec::jsonl::read_objects(path, max_bytes, "transcript")?;
+    mc_cli::warn(NAME, &objects.warnings);
+    let rollout = objects
+        .lines
+        .first()
+        .is_some_and(|(_, v)| v.get("type").and_then(Value::as_str) == Some("session_meta"));
+    let no_session = || {
+        Failure::input(anyhow!("transcript {} names no session", path.display()))
+            .with_hints(["pass --session ID".to_string()])
+    };
+    let (harness, session_id, messages, project_dir, window) = if rollout {
+        let lines = codex::lines_from(objects.lines);
+        let session_id = session
+            .map(str::to_string)
+            .or_else(|| codex::session_id(&lines))
+            .ok_or_else(no_session)?;
+        let messages = codex::to_messages(&lines, &session_id);
+        let window = codex::context_window(&lines);
+        (
+            historian::CODEX,
+            session_id,
+            messages,
+            codex::cwd(&lines),
+            window,
+        )
+    } else {
+        let entries = claude::entries_from(objects.lines);
+        let session_id = session
+            .map(str::to_string)
+            .or_else(|| entries.iter().find_map(|e| e.session_id.clone()))
+            .ok_or_else(no_session)?;
+        let messages = claude::to_messages(&entries, &session_id);
+        // The session's working directory, as the transcript recorded it.
+        let cwd = entries
+            .iter()
+            .rev()
+            .find_map(|e| e.raw.get("cwd").and_then(Value::as_str))
+            .filter(|cwd| !cwd.is_empty())
+            .map(str::to_string);
+        (
+            historian::CLAUDE_CODE,
+            session_id,
+            messages,
+            cwd,
+            Some(CLAUDE_CODE_WINDOW),
+        )
+    };
+    let mut input = Input::from_messages(harness, &session_id, messages)
         .map_err(|e| Failure::input(e.into()))?;
-    // The session's working directory, as the transcript recorded it.
-    input.project_dir = entries
-        .iter()
-        .rev()
-        .find_map(|e| e.raw.get("cwd").and_then(Value::as_str))
-        .filter(|cwd| !cwd.is_empty())
-        .map(PathBuf::from);
+    input.project_dir = project_dir.map(PathBuf::from);
+    input.model.context_limit = window;
     Ok(Loaded {
         input,
         now_ms: None,
     })
 }
+
+/// `mc-historian hook`: never fails the hook; what went wrong is a warning.
+fn run_hook(args: &Args, hook: &HookArgs) -> ExitCode {
+    if let Err(failure) = hook_inner(args, hook) {
+        let text = failure
+            .error
+            .chain()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>();
+        mc_cli::warn(NAME, &[format!("hook: {}", text.join(": "))]);
+    }
+    ExitCode::SUCCESS
+}
+
+fn hook_inner(args: &Args, hook: &HookArgs) -> Result<(), Failure> {
+    let text = mc_cli::read_stdin("expected a hook input (JSON) on stdin")?;
+    let input = mc_cli::parse_json(&text, "the hook input")?;
+    let field = |key: &str| {
+        input
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|v| !v.is_empty())
+    };
+    let Some(transcript) = field("transcript_path") else {
+        return Err(Failure::input(anyhow!(
+            "the hook input names no transcript_path: nothing to fold"
+        )));
+    };
+    let transcript = PathBuf::from(transcript);
+    if !transcript.is_file() {
+        // Claude Code writes the transcript after the first prompt.
+        return Ok(());
+    }
+    let source = Source {
+        transcript: Some(transcript.clone()),
+        harness: hook.harness.clone(),
+        opencode_url: None,
+        session: field("session_id").map(str::to_string),
+        project_dir: field("cwd").map(PathBuf::from),
+        context_limit: hook.context_limit,
+        now_ms: None,
+    };
+    let mut loaded = load_input(args, &source)?;
+    let (config, store) = session_setup(args, &mut loaded)?;
+    // A model must be configured, or the harness's own usable, or there is
+    // nothing a run could do.
+    let choice = choose(&config, &source, &loaded, &store);
+    client(&config, &choice, &source, &loaded.input).map_err(client_failure)?;
+    let report = historian::check(store.conn(), &loaded.input, &config.transform)?;
+    if !report.due.due {
+        return Ok(());
+    }
+    // After a failure, wait before the next try (5 minutes), as the OpenCode
+    // plugin backs off.
+    if let Some(session) = mc_core::domain::sessions::find_session(
+        store.conn(),
+        &loaded.input.harness,
+        &loaded.input.session_id,
+    )?
+    .map(|s| s.id)
+        && let Some(status) = historian::status(store.conn(), session)?
+        && let Some(failed) = status.last_failure
+        && status.failures_since_success > 0
+        && mc_cli::now_ms().saturating_sub(failed.started_ms) < HOOK_BACKOFF_MS
+    {
+        return Ok(());
+    }
+    drop(store);
+    let exe = std::env::current_exe().map_err(|e| Failure::runtime(e.into()))?;
+    let mut run = std::process::Command::new(exe);
+    if let Some(db) = &args.global.db {
+        run.arg("--db").arg(db);
+    }
+    if let Some(config) = &args.global.config {
+        run.arg("--config").arg(config);
+    }
+    run.args([
+        "run",
+        "--harness",
+        loaded.input.harness.as_str(),
+        "--transcript",
+    ])
+    .arg(&transcript)
+    .args(["--session", loaded.input.session_id.as_str()]);
+    if let Some(dir) = &loaded.input.project_dir {
+        run.arg("--project-dir").arg(dir);
+    }
+    if let Some(limit) = loaded.input.model.context_limit {
+        run.args(["--context-limit", &limit.to_string()]);
+    }
+    run.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    if hook.wait {
+        run.status().map_err(|e| Failure::runtime(e.into()))?;
+        return Ok(());
+    }
+    // Its own process group: the harness may end the hook's group when the
+    // hook returns or times out; the run outlives it.
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut run, 0);
+    run.spawn().map_err(|e| Failure::runtime(e.into()))?;
+    Ok(())
+}
+
+/// How long `hook` waits after a failed run before starting another.
+const HOOK_BACKOFF_MS: i64 = 5 * 60 * 1000;
 
 fn from_opencode(url: &str, source: &Source) -> Result<Loaded, Failure> {
     let session = source.session.as_deref().expect("clap requires --session");

@@ -1,5 +1,6 @@
 //! Argument parsing and the commands.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -29,9 +30,15 @@ transform reads to keep pinned messages out of every drop. Without a server,
 and for Claude Code and Codex, mc's database is the only store.
 
 `restore` reads one event on stdin: after an OpenCode `session.compacted` it
-sends the pinned messages back through prompt_async; for a Claude Code or Codex
-SessionStart hook with source \"compact\" it prints them as additionalContext.
-Any other event does nothing.";
+sends the pinned messages back through prompt_async. As a Claude Code or Codex
+SessionStart hook (every source) it prints, after a compaction, the pinned
+messages the harness did not keep and mc's record of the session (compartments,
+project memory), and at startup or resume that record once per context, as
+additionalContext. Any other event does nothing.
+
+Run from inside a Claude Code or Codex session without --session, `pin`,
+`unpin` and `list` find the harness, the session and its transcript by
+themselves.";
 
 #[derive(Parser, Debug)]
 #[command(name = "mc-pin", version, about = ABOUT)]
@@ -61,21 +68,25 @@ enum Command {
     /// from /global/event): the compaction claimed in mc's database (of restorers
     /// racing for it, one sends), one prompt_async with the pinned messages, then
     /// the cursor in the session metadata. A Claude Code or Codex SessionStart hook
-    /// input with source "compact": {"hookSpecificOutput": {"hookEventName":
-    /// "SessionStart", "additionalContext": …}} on stdout (at most 10,000
-    /// characters). Anything else: no work, no request, exit 0.
+    /// input: {"hookSpecificOutput": {"hookEventName": "SessionStart",
+    /// "additionalContext": …}} on stdout (at most 10,000 characters) when there
+    /// is something to add: after a compaction the pins the harness did not keep
+    /// and mc's record, else that record once per context. Anything else: no
+    /// work, no request, exit 0.
     Restore(RestoreArgs),
 }
 
 #[derive(ClapArgs, Debug)]
 struct TargetArgs {
-    /// Harness of the session: opencode, claude-code or codex [default: opencode]
+    /// Harness of the session: opencode, claude-code or codex [default: the one
+    /// running this command (CLAUDECODE, CODEX_SESSION_ID), else opencode]
     #[arg(long)]
     harness: Option<String>,
-    /// Session id
+    /// Session id [default: stdin's JSON; inside Claude Code or Codex, the
+    /// session the harness names in the environment, else the folder's newest]
     #[arg(long, value_name = "ID")]
     session: Option<String>,
-    /// The message: an OpenCode message id, or a Claude Code transcript line uuid
+    /// The message: an OpenCode message id, a Claude Code transcript line uuid, a Codex item id
     #[arg(long, value_name = "ID", conflicts_with = "last")]
     message: Option<String>,
     /// Pin the newest message of this role that has text
@@ -87,7 +98,8 @@ struct TargetArgs {
     /// The message's creation time in epoch milliseconds, when no server or transcript can tell it
     #[arg(long, value_name = "MS")]
     created_at: Option<i64>,
-    /// A Claude Code session JSONL, to find the message in by its uuid
+    /// The session's transcript (Claude Code JSONL, Codex rollout) [default:
+    /// where the harness keeps it]
     #[arg(long, value_name = "FILE")]
     transcript: Option<PathBuf>,
     /// The OpenCode server [default: $OPENCODE_URL]
@@ -123,6 +135,36 @@ struct RestoreArgs {
     /// instead of waiting for the next one
     #[arg(long)]
     reply: bool,
+    /// A SessionStart hook: print the pins only, not mc's record of the
+    /// session (compartments, project memory)
+    #[arg(long)]
+    pins_only: bool,
+}
+
+/// Where Claude Code and Codex keep their sessions: `CLAUDE_CONFIG_DIR`
+/// (else `~/.claude`) and `CODEX_HOME` (else `~/.codex`).
+fn homes() -> pin::locate::Homes {
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from);
+    let dir = |var: &str, default: &str| {
+        std::env::var_os(var)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|h| h.join(default)))
+    };
+    pin::locate::Homes {
+        claude: dir("CLAUDE_CONFIG_DIR", ".claude"),
+        codex: dir("CODEX_HOME", ".codex"),
+    }
+}
+
+/// The folder as hooks and MCP servers both name it.
+fn canonical(dir: &Path) -> String {
+    std::fs::canonicalize(dir)
+        .unwrap_or_else(|_| dir.to_path_buf())
+        .display()
+        .to_string()
 }
 
 pub fn main() -> ExitCode {
@@ -178,24 +220,53 @@ fn request_of(
     flags: &TargetArgs,
     config: &Config,
 ) -> Result<(PinRequest, Option<String>, Option<String>), Failure> {
-    let fields = if flags.session.is_none() {
+    let fields = if flags.session.is_none() && !std::io::stdin().is_terminal() {
         let text = read_stdin("the request (or pass --session)")?;
-        let value = mc_cli::parse_json(&text, "the request on stdin")?;
-        RequestFields::from_value(&value)?
+        if text.trim().is_empty() {
+            RequestFields::default()
+        } else {
+            let value = mc_cli::parse_json(&text, "the request on stdin")?;
+            RequestFields::from_value(&value)?
+        }
     } else {
         RequestFields::default()
     };
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let codex_env = var("CODEX_SESSION_ID").or_else(|| var("CODEX_THREAD_ID"));
     let harness_name = flags
         .harness
         .clone()
         .or(fields.harness)
+        .or_else(|| {
+            // Run from inside a session (a `!` command, the agent's shell): the
+            // harness says so in the environment.
+            if var("CLAUDECODE").as_deref() == Some("1") {
+                Some("claude-code".into())
+            } else {
+                codex_env.as_ref().map(|_| "codex".into())
+            }
+        })
         .unwrap_or_else(|| "opencode".into());
     let harness = Harness::parse(&harness_name)?;
+    let homes = homes();
+    let cwd = mc_cli::working_dir();
+    let mut located = None;
     let session_id = flags
         .session
         .clone()
         .or(fields.session_id)
         .filter(|s| !s.is_empty())
+        .or_else(|| match harness {
+            Harness::ClaudeCode => var("CLAUDE_CODE_SESSION_ID"),
+            Harness::Codex => codex_env.clone(),
+            Harness::OpenCode => None,
+        })
+        .or_else(|| {
+            // The session most recently written in this folder.
+            let (id, path) = pin::locate::newest_session(&homes, harness, cwd.as_deref()?)?;
+            located = Some(path);
+            Some(id)
+        })
         .ok_or_else(|| {
             Failure::input(anyhow!("no session given")).with_hints([
                 "pass --session ID, or \"session_id\" in the JSON on stdin".to_string(),
@@ -230,16 +301,23 @@ fn request_of(
         }
         _ => None,
     };
+    let transcript_path = flags
+        .transcript
+        .clone()
+        .or(fields.transcript.map(PathBuf::from))
+        .or(located)
+        .or_else(|| {
+            // Where the harness keeps the session's transcript (read only
+            // when the command needs it).
+            pin::locate::transcript(&homes, harness, &session_id, cwd.as_deref())
+        });
     let request = PinRequest {
         harness,
         session_id,
         target,
         role: flags.role.clone().or(fields.role),
         created_at: flags.created_at.or(fields.created_at),
-        transcript: flags
-            .transcript
-            .clone()
-            .or(fields.transcript.map(PathBuf::from)),
+        transcript: transcript_path,
         max_transcript_bytes: config.transcript.max_bytes,
     };
     Ok((request, url, flags.directory.clone().or(fields.directory)))
@@ -350,10 +428,10 @@ fn restore(args: &Args, flags: &RestoreArgs, harness: Option<Harness>) -> Result
             )?;
             Ok(())
         }
-        Event::SessionStartCompact(input) => {
+        Event::SessionStart(input) => {
+            // The transcript tells Codex's rollouts apart; the flag says otherwise.
             let harness = match harness {
                 Some(h @ (Harness::ClaudeCode | Harness::Codex)) => h,
-                _ if input.codex => Harness::Codex,
                 _ => Harness::ClaudeCode,
             };
             restore_hook(args, flags, harness, &input).map_err(|mut f| {
@@ -370,15 +448,40 @@ fn restore_hook(
     harness: Harness,
     input: &pin::HookInput,
 ) -> Result<(), Failure> {
-    let config = load_config(args);
+    let project = input.cwd.as_deref().map(Path::new);
+    let config = mc_cli::load_config(NAME, args.global.config.as_deref(), project).0;
     let mut store = open_store(args, &config)?;
     let options = hook::HookOptions {
         transcript: flags.transcript.as_deref().map(Path::new),
         max_transcript_bytes: config.transcript.max_bytes,
         dry_run: flags.dry_run,
+        history: !flags.pins_only,
+        dates: config.transform.temporal_awareness,
     };
     let report = hook::restore(&mut store, harness, input, options, now_ms())?;
     warn(&report.warnings);
+    if !flags.dry_run
+        && let Some(dir) = &input.cwd
+    {
+        // The folder's current session, as `mc-search session-start` records
+        // it: what an MCP server there and `mc-pin` run inside the session read.
+        let transcript = input.transcript_path.as_deref().and_then(Path::to_str);
+        let recorded = store.write(|tx| {
+            mc_core::domain::sessions::record_current(
+                tx,
+                harness.as_str(),
+                &canonical(Path::new(dir)),
+                &input.session_id,
+                transcript,
+                now_ms(),
+            )
+        });
+        if let Err(e) = recorded {
+            warn(&[format!(
+                "could not record the folder's current session: {e}"
+            )]);
+        }
+    }
     let Some(output) = &report.hook_output else {
         return Ok(());
     };

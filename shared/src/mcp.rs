@@ -55,6 +55,12 @@ pub trait Tools {
     /// (an unknown tool); any other `Err` an internal error. A failure the
     /// model should read comes back as an `Answer` with `is_error`.
     fn call(&mut self, name: &str, arguments: &Value) -> Result<Answer>;
+    /// [`Tools::call`] with the request's `_meta` (what the client says about
+    /// the call: Codex names its session there). Defaults to `call`.
+    fn call_with_meta(&mut self, name: &str, arguments: &Value, meta: &Value) -> Result<Answer> {
+        let _ = meta;
+        self.call(name, arguments)
+    }
 }
 
 /// Who the server says it is.
@@ -233,7 +239,8 @@ fn handle(message: Value, tools: &mut dyn Tools, info: &ServerInfo) -> Option<Va
                     "params.arguments must be an object",
                 ));
             }
-            match tools.call(name, &arguments) {
+            let meta = params.get("_meta").unwrap_or(&Value::Null);
+            match tools.call_with_meta(name, &arguments, meta) {
                 Ok(answer) => success(
                     id,
                     json!({

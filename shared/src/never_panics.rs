@@ -20,14 +20,15 @@
 //! - `mc-pin`'s stdin: OpenCode events (bare, `/global/event`, plugin
 //!   forms), Claude Code / Codex `SessionStart` hook inputs, pin requests,
 //!   session metadata;
-//! - Claude Code transcripts (`codec::claude`) and what pins read from them;
+//! - Claude Code transcripts (`codec::claude`) and Codex rollouts
+//!   (`codec::codex`), and what pins and the `SessionStart` hook read from
+//!   them (every source, both harnesses);
 //! - the dreamer: each task's manifest (`consolidate`, `verify`, `classify`,
 //!   `archive-stale`), team memory files from a repository, `git log`
 //!   output, a crontab's text, and the secret, pointer and similarity rules
 //!   over any memory text.
 //!
-//! Codex and Pi transcripts have no parser in mc yet (only Codex's hook
-//! input, covered with Claude Code's), so there is nothing of theirs to feed.
+//! Pi transcripts have no parser in mc yet, so there is nothing of theirs to feed.
 //!
 //! The samples come from `../shared/samples` beside the repository and from
 //! `examples/`; a property whose sample is missing says so on stderr and
@@ -51,7 +52,7 @@ use proptest::sample::Index;
 use proptest::test_runner::{Config as RunnerConfig, TestCaseError, TestRunner};
 use serde_json::{Value, json};
 
-use crate::codec::claude;
+use crate::codec::{claude, codex};
 use crate::config::{self, Tier, TransformConfig};
 use crate::domain::notation::parse_ranges;
 use crate::historian::parse::{Answer, RawCompartment, RawFact, parse};
@@ -1345,12 +1346,129 @@ fn read_transcript(text: &str) {
     if let Ok(transcript) = pin::local::Transcript::load(&path, "e93c", 1 << 20) {
         let _ = transcript.cwd();
     }
+    session_start_hooks(&path, "e93c", pin::Harness::ClaudeCode);
     if messages.is_empty() {
         return;
     }
     if let Ok(input) = Input::from_messages(historian::CLAUDE_CODE, "e93c", messages) {
         let _ = historian::check(store().conn(), &input, &TransformConfig::default());
     }
+}
+
+/// The `SessionStart` hook of every source over the transcript at `path`,
+/// with a pin and a memory to print.
+fn session_start_hooks(path: &std::path::Path, session: &str, harness: pin::Harness) {
+    let mut store = store();
+    let Ok(row) = pin::local::ensure_session(&mut store, harness.as_str(), session, None, NOW)
+    else {
+        return;
+    };
+    let _ = store.write(|tx| crate::history::store::pin(tx, row, "u1", "user", NOW).map(|_| ()));
+    for (source, prompt) in [
+        ("compact", Some("p-1")),
+        ("compact", None),
+        ("resume", None),
+    ] {
+        let input = pin::HookInput {
+            session_id: session.into(),
+            transcript_path: Some(path.to_path_buf()),
+            cwd: Some("/home/dev/shop".into()),
+            source: source.into(),
+            prompt_id: prompt.map(str::to_string),
+        };
+        let options = pin::hook::HookOptions {
+            transcript: None,
+            max_transcript_bytes: 1 << 20,
+            dry_run: false,
+            history: true,
+            dates: true,
+        };
+        if let Ok(report) = pin::hook::restore(&mut store, harness, &input, options, NOW) {
+            let _ = pin::hook::commit(&mut store, &report, NOW);
+        }
+    }
+}
+
+/// A Codex rollout in the shape Codex 0.169.0 writes (ids, tools, a compaction).
+fn rollout_sample() -> String {
+    let line = |ordinal: i64, kind: &str, payload: Value| {
+        json!({"timestamp": "2026-12-01T04:45:30.833Z", "ordinal": ordinal, "type": kind, "payload": payload})
+            .to_string()
+    };
+    [
+        line(0, "session_meta", json!({"id": "019a", "cwd": "/home/dev/shop", "cli_version": "0.169.0"})),
+        line(1, "turn_context", json!({"cwd": "/home/dev/shop", "model": "gpt-5.5"})),
+        line(2, "response_item", json!({"type": "message", "id": "u1", "role": "user",
+             "content": [{"type": "input_text", "text": "Rule one."}]})),
+        line(3, "response_item", json!({"type": "reasoning", "id": "rs", "summary": [{"type": "summary_text", "text": "Think."}]})),
+        line(4, "response_item", json!({"type": "function_call", "id": "fc", "name": "exec_command",
+             "call_id": "c1", "arguments": "{\"cmd\":\"ls\"}"})),
+        line(5, "response_item", json!({"type": "function_call_output", "call_id": "c1", "output": "a.rs"})),
+        line(6, "response_item", json!({"type": "message", "id": "a1", "role": "assistant",
+             "content": [{"type": "output_text", "text": "Done."}]})),
+        line(7, "event_msg", json!({"type": "token_count", "info": {"last_token_usage": {"input_tokens": 900,
+             "cached_input_tokens": 800, "output_tokens": 9}, "model_context_window": 258400}})),
+        line(8, "response_item", json!({"type": "message", "id": "s1", "role": "assistant",
+             "content": [{"type": "output_text", "text": "Summary."}], "metadata": {"compaction_output": true}})),
+        line(9, "compacted", json!({"message": "Summary.", "window_id": "w1", "replacement_history": [
+             {"type": "message", "id": "u1", "role": "user", "content": [{"type": "input_text", "text": "Rule one."}]}]})),
+        line(10, "response_item", json!({"type": "message", "id": "d1", "role": "developer",
+             "content": [{"type": "input_text", "text": "<mc-history>\n</mc-history>"}]})),
+    ]
+    .join("\n")
+}
+
+/// Everything mc does with a rollout: parse, convert, what the hook and
+/// the historian read.
+fn read_rollout(text: &str) {
+    let (lines, _) = codex::parse_rollout(text);
+    let _ = (
+        codex::session_id(&lines),
+        codex::cwd(&lines),
+        codex::context_window(&lines),
+    );
+    let _ = codex::newest_compaction(&lines);
+    let messages = codex::to_messages(&lines, "019a");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rollout.jsonl");
+    std::fs::write(&path, text).unwrap();
+    if let Ok(transcript) = pin::local::Transcript::load(&path, "019a", 1 << 20) {
+        let _ = transcript.cwd();
+    }
+    session_start_hooks(&path, "019a", pin::Harness::Codex);
+    if messages.is_empty() {
+        return;
+    }
+    if let Ok(input) = Input::from_messages(historian::CODEX, "019a", messages) {
+        let _ = historian::check(store().conn(), &input, &TransformConfig::default());
+    }
+}
+
+#[test]
+fn codex_rollouts_over_arbitrary_bytes() {
+    property(
+        "codex_rollouts_over_arbitrary_bytes",
+        128,
+        prop::collection::vec(bytes_text(), 0..6).prop_map(|lines| lines.join("\n")),
+        |text| {
+            read_rollout(&text);
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn codex_rollouts_over_mutated_samples() {
+    let samples = vec![rollout_sample()];
+    property(
+        "codex_rollouts_over_mutated_samples",
+        96,
+        mutated_transcript(&samples),
+        |text| {
+            read_rollout(&text);
+            Ok(())
+        },
+    );
 }
 
 /// A transcript with some lines mutated as JSON and some edited as text.

@@ -39,6 +39,13 @@ pub struct Options {
     /// More environment for the MCP server (its `env` in the MCP config,
     /// which Claude Code applies after its own variables).
     pub server_env: Vec<(String, String)>,
+    /// Hooks in the isolated user settings: (event, matcher, command).
+    pub hooks: Vec<(String, Option<String>, String)>,
+}
+
+/// `text` quoted for `sh`.
+pub fn sh(text: &str) -> String {
+    shell_quote(text)
 }
 
 /// Claude Code set up in a temp folder: a home, a git project, mc's database,
@@ -107,7 +114,33 @@ impl ClaudeCode {
                 {"hooks": [{"type": "command", "command": command, "timeout": 10}]}
             ]});
         }
+        for (event, matcher, command) in &options.hooks {
+            let mut group =
+                json!({"hooks": [{"type": "command", "command": command, "timeout": 30}]});
+            if let Some(matcher) = matcher {
+                group["matcher"] = json!(matcher);
+            }
+            let list = settings["hooks"][event.as_str()].as_array().cloned();
+            let mut list = list.unwrap_or_default();
+            list.push(group);
+            settings["hooks"][event.as_str()] = json!(list);
+        }
         write_json(&claude.config_dir().join("settings.json"), &settings);
+        // mc's config: the historian's model is the fake provider too
+        // (`FakeProvider::play_historian("mock-historian")` makes it answer).
+        let root = claude
+            .provider
+            .base_url()
+            .trim_end_matches("/v1")
+            .to_string();
+        std::fs::write(
+            claude.mc_config(),
+            format!(
+                r#"{{"providers": {{"fake": {{"kind": "anthropic", "base_url": "{root}"}}}},
+                    "historian": {{"model": "fake/mock-historian", "retries": 0, "timeout_ms": 30000}}}}"#
+            ),
+        )
+        .unwrap();
         let mut env = serde_json::Map::new();
         env.insert("MC_DB".into(), json!(claude.db.display().to_string()));
         for (name, value) in &options.server_env {
@@ -133,6 +166,11 @@ impl ClaudeCode {
         self.home().join(".claude")
     }
 
+    /// mc's config (`MC_CONFIG`): the historian's model on the fake provider.
+    pub fn mc_config(&self) -> PathBuf {
+        self.dir.path().join("mc-config.jsonc")
+    }
+
     pub fn mcp_config(&self) -> PathBuf {
         self.dir.path().join("mcp.json")
     }
@@ -152,6 +190,8 @@ impl ClaudeCode {
             .env("CLAUDE_CONFIG_DIR", self.config_dir())
             .env("NO_PROXY", "127.0.0.1,localhost")
             .env("MC_DB", &self.db)
+            .env("MC_CONFIG", self.mc_config())
+            .env("PATH", crate::path_with_bins())
             .current_dir(&self.project);
         command
     }
@@ -166,12 +206,45 @@ impl ClaudeCode {
         );
     }
 
+    /// A file in the test's temp folder (hooks can log there).
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The transcript of `session` (Claude Code names its folder after the project's path).
+    pub fn transcript(&self, session: &str) -> PathBuf {
+        let folder: String = self
+            .project
+            .display()
+            .to_string()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        self.config_dir()
+            .join("projects")
+            .join(folder)
+            .join(format!("{session}.jsonl"))
+    }
+
     /// Run one prompt in print mode and return Claude Code's JSON result
     /// (`session_id`, `result`, `num_turns`, …). Fails the test when Claude
     /// Code fails, or is still running after two minutes.
     pub fn prompt(&self, text: &str) -> Value {
+        self.prompt_in(None, text, &[])
+    }
+
+    /// [`ClaudeCode::prompt`] in an existing session (`--resume`), with more
+    /// environment (`CLAUDE_CODE_AUTO_COMPACT_WINDOW`, say). `/compact` as the
+    /// text compacts the session.
+    pub fn prompt_in(&self, session: Option<&str>, text: &str, env: &[(&str, &str)]) -> Value {
         let root = self.provider.base_url().trim_end_matches("/v1").to_string();
         let mut command = self.sealed(&self.bin);
+        if let Some(session) = session {
+            command.args(["--resume", session]);
+        }
+        for (name, value) in env {
+            command.env(name, value);
+        }
         command
             .env("ANTHROPIC_BASE_URL", root)
             .env("ANTHROPIC_API_KEY", "test-key")
@@ -183,7 +256,11 @@ impl ClaudeCode {
             .env("MCP_CONNECTION_NONBLOCKING", "false")
             .args(["-p", text, "--output-format", "json", "--mcp-config"])
             .arg(self.mcp_config())
-            .args(["--strict-mcp-config", "--allowedTools", "mcp__mc__*"]);
+            .args([
+                "--strict-mcp-config",
+                "--allowedTools",
+                "mcp__mc__*,Bash(mc-pin:*)",
+            ]);
         let out = crate::pipe_within(&mut command, b"", Duration::from_secs(120))
             .unwrap_or_else(|e| panic!("running claude: {e}"))
             .expect("claude -p was still running after 120 s");
@@ -196,6 +273,29 @@ impl ClaudeCode {
         );
         serde_json::from_str(stdout.trim())
             .unwrap_or_else(|e| panic!("claude -p printed no JSON result ({e}): {stdout}"))
+    }
+
+    /// Run `mc-pin args` with `stdin` in the same environment (database,
+    /// home, `CLAUDE_CONFIG_DIR`), in the project folder.
+    pub fn mc_pin(&self, args: &[&str], stdin: &str) -> Output {
+        crate::pipe(self.sealed(bin_path("mc-pin")).args(args), stdin.as_bytes())
+            .unwrap_or_else(|e| panic!("running mc-pin: {e}"))
+    }
+
+    /// [`ClaudeCode::mc_pin`], which must succeed, as JSON.
+    pub fn mc_pin_json(&self, args: &[&str]) -> Value {
+        let out = self.mc_pin(args, "");
+        assert!(
+            out.status.success(),
+            "mc-pin {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// A command in the same environment, for anything else the test runs.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        self.sealed(program)
     }
 
     /// Run `mc-search args` in the same environment (database, home), in the

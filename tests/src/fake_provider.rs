@@ -75,7 +75,29 @@ impl Recorded {
     pub fn is_agent(&self) -> bool {
         self.method == "POST"
             && !self.is_token_count()
+            && !self.is_compaction()
             && self.body["tools"].as_array().is_some_and(|t| !t.is_empty())
+    }
+
+    /// Claude Code's compaction request: the conversation and, in its last
+    /// user message, the instruction to summarise it (observed with 2.1.197).
+    pub fn is_compaction(&self) -> bool {
+        self.method == "POST"
+            && self.body["messages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|m| m["role"] == "user")
+                .any(|m| {
+                    m.to_string()
+                        .contains("create a detailed summary of the conversation so far")
+                })
+    }
+
+    /// How many times `text` occurs in the request body as sent (JSON
+    /// escaping aside: `text` should need none).
+    pub fn count(&self, text: &str) -> usize {
+        String::from_utf8_lossy(&self.raw).matches(text).count()
     }
 
     /// A `count_tokens` request (Claude Code measures prompts this way).
@@ -340,6 +362,7 @@ fn respond(state: &Mutex<State>, recorded: Recorded) -> Result<(Reply, Usage, u6
     }
     let fold = historian.then(|| fold_text(&recorded.body));
     let request_tokens = (recorded.raw.len() / 4) as u64;
+    let compaction = recorded.is_compaction();
     state.requests.push(recorded);
     let (reply, usage) = if let Some(fold) = fold {
         let reply = state
@@ -356,6 +379,18 @@ fn respond(state: &Mutex<State>, recorded: Recorded) -> Result<(Reply, Usage, u6
             Usage {
                 input: request_tokens,
                 output,
+                ..Usage::default()
+            },
+        )
+    } else if compaction {
+        // A summary, without touching the script.
+        (
+            Reply::Text(format!(
+                "<analysis>Read it.</analysis>\n<summary>Compaction number {id}.</summary>"
+            )),
+            Usage {
+                input: 1000,
+                output: 20,
                 ..Usage::default()
             },
         )

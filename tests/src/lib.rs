@@ -9,10 +9,12 @@
 //!   several at once, all started before any input is written.
 
 pub mod claude;
+pub mod codex;
 pub mod env;
 pub mod fake_llm;
 pub mod fake_opencode;
 pub mod fake_provider;
+pub mod fake_responses;
 pub mod generate;
 pub mod mcp_client;
 pub mod opencode;
@@ -51,6 +53,17 @@ pub fn bin_path(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// `PATH` with the workspace's binaries first, as a user who installed mc
+/// has them: what a harness, its hooks and its agent's shell find.
+pub fn path_with_bins() -> std::ffi::OsString {
+    let bins = bin_path("mc-pin")
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::iter::once(bins).chain(std::env::split_paths(&rest))).unwrap_or(rest)
 }
 
 /// Spawn `command` with piped stdio, feed it `stdin` (from a second thread, so

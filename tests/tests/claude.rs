@@ -160,6 +160,7 @@ fn a_session_start_hook_tells_the_server_its_session() {
         Options {
             session_start_hook: true,
             server_env: vec![("CLAUDE_CODE_SESSION_ID".into(), String::new())],
+            ..Options::default()
         },
     ) else {
         return;
@@ -224,4 +225,376 @@ fn a_tool_error_reaches_the_model_and_the_server_answers_the_next_call() {
         saved.text.starts_with("Saved memory #1 in NAMING"),
         "{saved:?}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Pins and mc's record through Claude Code's compactions
+
+const ALPHA: &str = "PIN-ALPHA: always run the lock test before committing.";
+const BRAVO: &str = "PIN-BRAVO: the parser lives in src/parse.rs.";
+const CHARLIE: &str = "PIN-CHARLIE: keep the public API unchanged.";
+
+/// Claude Code with `mc-pin restore` as its SessionStart hook (every source),
+/// each hook input also appended to `hook-inputs.jsonl`.
+fn with_restore_hook(test: &str) -> Option<ClaudeCode> {
+    // The hook logs into the folder the test's Claude Code lives in, which
+    // only exists once it is set up: `$HOME/..` is that folder.
+    let command = format!(
+        "tee -a \"$HOME/../hook-inputs.jsonl\" | {} restore --harness claude-code",
+        mc_tests::claude::sh(&mc_tests::bin_path("mc-pin").display().to_string()),
+    );
+    let cc = ClaudeCode::start(
+        test,
+        Options {
+            hooks: vec![("SessionStart".into(), None, command)],
+            ..Options::default()
+        },
+    )?;
+    Some(cc)
+}
+
+fn hook_inputs(cc: &ClaudeCode) -> Vec<Value> {
+    // Hook inputs may come without a final newline: read them as a stream.
+    let text = std::fs::read_to_string(cc.file("hook-inputs.jsonl")).unwrap_or_default();
+    serde_json::Deserializer::from_str(&text)
+        .into_iter::<Value>()
+        .map(|v| v.unwrap())
+        .collect()
+}
+
+/// Each text occurs exactly once in the request.
+fn assert_once(request: &Recorded, texts: &[&str], when: &str) {
+    for text in texts {
+        assert_eq!(
+            request.count(text),
+            1,
+            "{when}: {text:?} should be in the request exactly once:\n{}",
+            request.body
+        );
+    }
+}
+
+#[test]
+fn pinned_messages_are_in_the_first_request_after_every_compaction_exactly_once() {
+    let Some(cc) = with_restore_hook(
+        "pinned_messages_are_in_the_first_request_after_every_compaction_exactly_once",
+    ) else {
+        return;
+    };
+    let p = &cc.provider;
+    let pin = |session: &str, last: &str| {
+        // No --transcript: mc-pin finds it where Claude Code keeps it.
+        cc.mc_pin_json(&[
+            "pin",
+            "--harness",
+            "claude-code",
+            "--session",
+            session,
+            "--last",
+            last,
+        ])
+    };
+    p.push(Reply::Text("Understood.".into()), None);
+    let first = cc.prompt(ALPHA);
+    let s = first["session_id"].as_str().unwrap().to_string();
+    let s = s.as_str();
+    pin(s, "user");
+    p.push(Reply::Text(BRAVO.into()), None);
+    cc.prompt_in(Some(s), "Write the parser.", &[]);
+    let pins = pin(s, "assistant");
+    assert_eq!(pins["pins"].as_array().unwrap().len(), 2, "{pins}");
+
+    // 1: a manual compaction right after the pinned reply, which Claude Code keeps itself.
+    cc.prompt_in(Some(s), "/compact", &[]);
+    let n = p.agent_requests().len();
+    p.push(Reply::Text(CHARLIE.into()), None);
+    cc.prompt_in(Some(s), "Carry on.", &[]);
+    assert_once(
+        &p.agent_requests()[n],
+        &[ALPHA, BRAVO],
+        "after compaction 1",
+    );
+    pin(s, "assistant");
+
+    // 2
+    cc.prompt_in(Some(s), "/compact", &[]);
+    let n = p.agent_requests().len();
+    p.push(Reply::Text("Next step done.".into()), None);
+    cc.prompt_in(Some(s), "Next step.", &[]);
+    assert_once(
+        &p.agent_requests()[n],
+        &[ALPHA, BRAVO, CHARLIE],
+        "after compaction 2",
+    );
+
+    // 3 and 4: two compactions with no turn between.
+    cc.prompt_in(Some(s), "/compact", &[]);
+    cc.prompt_in(Some(s), "/compact", &[]);
+    // Claude Code's stand-in reply after resuming into a command is no pin.
+    let transcript = std::fs::read_to_string(cc.transcript(s)).unwrap();
+    let synthetic: Vec<Value> = transcript
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.pointer("/message/model") == Some(&json!("<synthetic>")))
+        .collect();
+    assert!(!synthetic.is_empty(), "Claude Code wrote no stand-in reply");
+    let dry = cc.mc_pin_json(&[
+        "pin",
+        "--harness",
+        "claude-code",
+        "--session",
+        s,
+        "--last",
+        "assistant",
+        "--dry-run",
+    ]);
+    for stand_in in &synthetic {
+        assert!(
+            !dry.to_string().contains(stand_in["uuid"].as_str().unwrap()),
+            "pinned Claude Code's stand-in reply: {dry}"
+        );
+    }
+    let n = p.agent_requests().len();
+    // The reply reports a context near the window, for the automatic compaction below.
+    p.push(
+        Reply::Text("Fifth done.".into()),
+        Some(mc_tests::fake_provider::Usage {
+            input: 190_000,
+            output: 10,
+            ..Default::default()
+        }),
+    );
+    cc.prompt_in(Some(s), "Fifth.", &[]);
+    assert_once(
+        &p.agent_requests()[n],
+        &[ALPHA, BRAVO, CHARLIE],
+        "after compactions 3 and 4",
+    );
+
+    // 5: an automatic compaction before the next request.
+    let compactions = p.requests().iter().filter(|r| r.is_compaction()).count();
+    let n = p.agent_requests().len();
+    p.push(Reply::Text("Sixth done.".into()), None);
+    cc.prompt_in(
+        Some(s),
+        "Sixth.",
+        &[("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "100000")],
+    );
+    assert_eq!(
+        p.requests().iter().filter(|r| r.is_compaction()).count(),
+        compactions + 1,
+        "the context over the window compacts automatically"
+    );
+    assert_once(
+        &p.agent_requests()[n],
+        &[ALPHA, BRAVO, CHARLIE],
+        "after the automatic compaction",
+    );
+
+    // Every compaction ran the hook with its own prompt id; a replay adds nothing.
+    let compact: Vec<Value> = hook_inputs(&cc)
+        .into_iter()
+        .filter(|i| i["source"] == "compact")
+        .collect();
+    assert_eq!(compact.len(), 5, "{compact:?}");
+    let mut ids: Vec<&str> = compact
+        .iter()
+        .map(|i| i["prompt_id"].as_str().unwrap())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 5, "each compaction has its own prompt id");
+    for input in &compact {
+        let out = cc.mc_pin(&["restore", "--harness", "claude-code"], &input.to_string());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.stdout.is_empty(),
+            "a replayed SessionStart printed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+}
+
+const MEMORY: &str = "MEM-ONE: tests never touch the real home folder.";
+
+/// The historian's run records, for a failure message.
+fn historian_runs(db: &std::path::Path) -> String {
+    let store = Store::open(db, &StoreOptions::default()).unwrap();
+    let mut stmt = store
+        .conn()
+        .prepare("SELECT started_ms, finished_ms, status, error FROM historian_runs ORDER BY id")
+        .unwrap();
+    let rows: Vec<String> = stmt
+        .query_map([], |r| {
+            Ok(format!(
+                "{:?} {:?} {:?} {:?}",
+                r.get::<_, i64>(0)?,
+                r.get::<_, Option<i64>>(1)?,
+                r.get::<_, Option<String>>(2)?,
+                r.get::<_, Option<String>>(3)?
+            ))
+        })
+        .unwrap()
+        .filter_map(Result::ok)
+        .collect();
+    format!("{rows:?}")
+}
+
+/// The compartments mc holds for a session.
+fn compartments(cc: &ClaudeCode, session: &str) -> i64 {
+    let store = Store::open(&cc.db, &StoreOptions::default()).unwrap();
+    store
+        .conn()
+        .query_row(
+            "SELECT count(*) FROM compartments c JOIN sessions s ON s.id = c.session
+             WHERE s.harness = 'claude-code' AND s.session_id = ?1",
+            [session],
+            |r| r.get(0),
+        )
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_historian_folds_the_transcript_and_mc_s_record_comes_back_once_after_a_compaction() {
+    // SessionStart: mc-pin restore; Stop: mc-historian hook, in the background.
+    let restore = format!(
+        "{} restore --harness claude-code",
+        mc_tests::claude::sh(&mc_tests::bin_path("mc-pin").display().to_string())
+    );
+    let fold = format!(
+        "{} hook --harness claude-code --context-limit 8000",
+        mc_tests::claude::sh(&mc_tests::bin_path("mc-historian").display().to_string())
+    );
+    let Some(cc) = ClaudeCode::start(
+        "the_historian_folds_the_transcript_and_mc_s_record_comes_back_once_after_a_compaction",
+        Options {
+            hooks: vec![
+                ("SessionStart".into(), None, restore),
+                ("Stop".into(), None, fold),
+            ],
+            ..Options::default()
+        },
+    ) else {
+        return;
+    };
+    let p = &cc.provider;
+    p.play_historian("mock-historian");
+    let out = cc.mc_search(&[
+        "memory",
+        "write",
+        "--category",
+        "CONSTRAINTS",
+        "--content",
+        MEMORY,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A session of long replies; the last one reports a context near the
+    // 8,000-token window the Stop hook measures against.
+    let reply = |i: usize| {
+        format!(
+            "Step {i} done. {}",
+            "The module reads its input line by line. ".repeat(150)
+        )
+    };
+    p.push(Reply::Text(reply(0)), None);
+    let s = cc.prompt("Start the work.")["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let s = s.as_str();
+    // At startup mc had the project's memory: the first request carries it once.
+    let first = &p.agent_requests()[0];
+    assert_eq!(first.count("<mc-history>"), 1, "{}", first.body);
+    assert_eq!(first.count(MEMORY), 1);
+    for i in 1..6 {
+        // From the third turn on (the transcript may lag the Stop hook by a
+        // line, so not only the last one).
+        let usage = (i >= 3).then_some(mc_tests::fake_provider::Usage {
+            input: 7_000,
+            output: 10,
+            ..Default::default()
+        });
+        p.push(Reply::Text(reply(i)), usage);
+        cc.prompt_in(Some(s), &format!("Go on with step {i}."), &[]);
+    }
+    // The Stop hook started the historian in the background; it publishes soon.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while compartments(&cc, s) == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(
+        compartments(&cc, s) > 0,
+        "the historian folded nothing; its runs: {}",
+        historian_runs(&cc.db)
+    );
+    // Resuming before any compaction adds no second copy of mc's record.
+    let n = p.agent_requests().len();
+    p.push(Reply::Text("Resumed.".into()), None);
+    cc.prompt_in(Some(s), "Still there?", &[]);
+    assert_eq!(p.agent_requests()[n].count("<mc-history>"), 1);
+
+    cc.prompt_in(Some(s), "/compact", &[]);
+    for turn in 0..3 {
+        let n = p.agent_requests().len();
+        p.push(Reply::Text(format!("After compaction, turn {turn}.")), None);
+        cc.prompt_in(Some(s), &format!("After compaction {turn}."), &[]);
+        let request = &p.agent_requests()[n];
+        // The record after the compaction: the folded history and the memory, once.
+        assert_eq!(
+            request.count("<mc-history>"),
+            1,
+            "turn {turn}: {}",
+            request.body
+        );
+        assert_eq!(request.count(MEMORY), 1, "turn {turn}");
+        assert!(request.count("Folded messages") >= 1, "{}", request.body);
+    }
+}
+
+#[test]
+fn a_pin_made_from_inside_the_session_finds_its_session_and_transcript() {
+    let Some(cc) = ClaudeCode::start(
+        "a_pin_made_from_inside_the_session_finds_its_session_and_transcript",
+        Options::default(),
+    ) else {
+        return;
+    };
+    // The agent runs what a user would type as `!mc-pin pin --last user`:
+    // no session, no transcript, no harness named.
+    cc.provider.push(
+        tool(
+            "Bash",
+            json!({"command": "mc-pin pin --last user", "description": "Pin the rule"}),
+        ),
+        None,
+    );
+    cc.provider.push(Reply::Text("Pinned.".into()), None);
+    let result = cc.prompt(ALPHA);
+    let session = result["session_id"].as_str().unwrap();
+    let requests = cc.provider.agent_requests();
+    let answer = result_of(&requests[1]);
+    assert!(!answer.is_error, "{answer:?}");
+    let pins: Value = serde_json::from_str(answer.text.trim())
+        .unwrap_or_else(|e| panic!("mc-pin printed no JSON ({e}): {}", answer.text));
+    assert_eq!(pins["pins"].as_array().unwrap().len(), 1, "{pins}");
+    assert_eq!(pins["pins"][0]["role"], "user");
+    // In mc's database, under the session Claude Code runs, and it is the rule.
+    let listed = cc.mc_pin_json(&["list", "--harness", "claude-code", "--session", session]);
+    assert_eq!(listed["pins"], pins["pins"]);
+    let transcript = std::fs::read_to_string(cc.transcript(session)).unwrap();
+    let pinned = pins["pins"][0]["id"].as_str().unwrap();
+    let line = transcript
+        .lines()
+        .find(|l| l.contains(&format!("\"uuid\":\"{pinned}\"")))
+        .expect("the pinned line is in the transcript");
+    assert!(line.contains(ALPHA), "{line}");
 }

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntryKind {
@@ -118,67 +118,29 @@ pub struct TranscriptFile {
     pub warnings: Vec<String>,
 }
 
-/// How many skipped or repaired lines are named one by one; the rest are counted.
-const NAMED_LINE_WARNINGS: usize = 5;
-
 /// Read and parse the transcript at `path` line by line (the file rules and
 /// the size cap are [`super::jsonl::for_each_line`]'s). Like
 /// [`parse_transcript_lossy`], a line that is not a JSON object is skipped
 /// and reported, and each line is decoded on its own: an invalid UTF-8 byte
 /// is replaced (and reported) and never makes another line unreadable.
 pub fn read_transcript(path: &std::path::Path, max_bytes: u64) -> Result<TranscriptFile> {
-    let mut file = TranscriptFile::default();
-    let mut noted = 0usize;
-    let mut note = |warnings: &mut Vec<String>, text: String| {
-        noted += 1;
-        if noted <= NAMED_LINE_WARNINGS {
-            warnings.push(text);
-        }
-    };
-    super::jsonl::for_each_line(path, max_bytes, |line| {
-        if line.replaced {
-            note(
-                &mut file.warnings,
-                format!(
-                    "{}: line {} holds invalid UTF-8; replaced it with U+FFFD",
-                    path.display(),
-                    line.number
-                ),
-            );
-        }
-        match parse_line(line.number, line.text) {
-            Ok(Some(entry)) => file.entries.push(entry),
-            Ok(None) => {}
-            Err(e) => note(
-                &mut file.warnings,
-                format!("{}: {e}; skipped it", path.display()),
-            ),
-        }
-        Ok(())
-    })?;
-    if noted > NAMED_LINE_WARNINGS {
-        file.warnings.push(format!(
-            "{}: {} more lines skipped or repaired",
-            path.display(),
-            noted - NAMED_LINE_WARNINGS
-        ));
-    }
-    Ok(file)
+    let objects = super::jsonl::read_objects(path, max_bytes, "transcript")?;
+    Ok(TranscriptFile {
+        entries: entries_from(objects.lines),
+        warnings: objects.warnings,
+    })
+}
+
+/// Entries of the JSON object lines of a transcript.
+pub fn entries_from(lines: Vec<(usize, Value)>) -> Vec<Entry> {
+    lines
+        .into_iter()
+        .map(|(_, value)| Entry::from_value(value))
+        .collect()
 }
 
 fn parse_line(number: usize, line: &str) -> Result<Option<Entry>> {
-    if line.trim().is_empty() {
-        return Ok(None);
-    }
-    match serde_json::from_str::<Value>(line) {
-        Ok(value @ Value::Object(_)) => Ok(Some(Entry::from_value(value))),
-        Ok(_) => Err(Error::input(format!(
-            "transcript line {number} is not a JSON object"
-        ))),
-        Err(e) => Err(Error::input(format!(
-            "transcript line {number} is not valid JSON: {e}"
-        ))),
-    }
+    Ok(super::jsonl::parse_object(number, line, "transcript")?.map(Entry::from_value))
 }
 
 /// Milliseconds since the epoch of an RFC 3339 timestamp such as
@@ -272,19 +234,37 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// One message of [`to_grouped_messages`]: the OpenCode-shaped message and the
-/// transcript lines it was made of.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GroupedMessage {
-    /// `info.id`: the uuid of the first line.
-    pub id: String,
-    /// The uuids of every line folded into this message (tool result lines included).
-    pub uuids: Vec<String>,
-    /// `"user"` or `"assistant"`.
-    pub role: &'static str,
-    pub created_ms: Option<i64>,
-    /// `{info, parts}`.
-    pub message: Value,
+pub use super::GroupedMessage;
+
+/// The `message.model` of assistant lines Claude Code writes itself.
+pub const SYNTHETIC_MODEL: &str = "<synthetic>";
+
+/// Where the newest exchange starts: the index of the first line of the
+/// newest assistant reply (lines sharing its `message.id`), sidechains and
+/// meta lines aside. Claude Code's compaction keeps that reply and every line
+/// after it word for word (observed with 2.1.197: `compactMetadata.
+/// preservedMessages` names them), so a pinned message from there on is
+/// still in the context after a compaction.
+pub fn newest_exchange_start(entries: &[Entry]) -> Option<usize> {
+    let conversational =
+        |e: &Entry| e.kind == EntryKind::Assistant && !e.is_meta && !e.is_sidechain();
+    let last = entries.iter().rposition(conversational)?;
+    let id = entries
+        .get(last)?
+        .raw
+        .pointer("/message/id")
+        .and_then(Value::as_str);
+    let mut start = last;
+    for (i, e) in entries.iter().enumerate().take(last).rev() {
+        if !conversational(e) {
+            continue;
+        }
+        match (id, e.raw.pointer("/message/id").and_then(Value::as_str)) {
+            (Some(a), Some(b)) if a == b => start = i,
+            _ => break,
+        }
+    }
+    Some(start)
 }
 
 /// OpenCode-shaped `{info, parts}` messages (what mc-transform and the
@@ -463,7 +443,16 @@ impl Builder<'_> {
             let part = match block.get("type").and_then(Value::as_str) {
                 Some("text") => {
                     let text = block.get("text").and_then(Value::as_str).unwrap_or("");
-                    json!({"id": part_id, "type": "text", "text": text})
+                    let mut part = json!({"id": part_id, "type": "text", "text": text});
+                    // Claude Code's own stand-in replies ("No response requested."
+                    // after a /compact), never the model's words.
+                    if message.and_then(|m| m.get("model")).and_then(Value::as_str)
+                        == Some(SYNTHETIC_MODEL)
+                        && let Some(map) = part.as_object_mut()
+                    {
+                        map.insert("synthetic".into(), json!(true));
+                    }
+                    part
                 }
                 Some("thinking") => {
                     let text = block.get("thinking").and_then(Value::as_str).unwrap_or("");
@@ -637,6 +626,7 @@ fn result_text(content: Option<&Value>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     const SESSION: &str = "4b1f0c52-7d1e-4c8e-9a77-2f3c1d9e8a10";
 

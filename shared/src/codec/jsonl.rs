@@ -134,6 +134,81 @@ pub fn for_each_line(
     }
 }
 
+/// A transcript's lines as JSON objects: [`read_objects`].
+#[derive(Debug, Clone, Default)]
+pub struct Objects {
+    /// Each line that holds a JSON object, with its 1-based line number.
+    pub lines: Vec<(usize, serde_json::Value)>,
+    /// Lines skipped (not a JSON object) or repaired (invalid UTF-8 replaced).
+    pub warnings: Vec<String>,
+}
+
+/// How many skipped or repaired lines are named one by one; the rest are counted.
+const NAMED_LINE_WARNINGS: usize = 5;
+
+/// Every line of the file at `path` that holds a JSON object (the file rules
+/// and the cap are [`for_each_line`]'s). Blank lines are skipped silently; a
+/// line that is not a JSON object is skipped with a warning naming it, and a
+/// line with invalid UTF-8 is read with it replaced (and a warning), so a bad
+/// line never makes another one unreadable. `what` names the file kind in
+/// the warnings ("transcript line 3 …", "rollout line 3 …").
+pub fn read_objects(path: &Path, max_bytes: u64, what: &str) -> Result<Objects> {
+    let mut out = Objects::default();
+    let mut noted = 0usize;
+    let mut note = |warnings: &mut Vec<String>, text: String| {
+        noted += 1;
+        if noted <= NAMED_LINE_WARNINGS {
+            warnings.push(text);
+        }
+    };
+    for_each_line(path, max_bytes, |line| {
+        if line.replaced {
+            note(
+                &mut out.warnings,
+                format!(
+                    "{}: line {} holds invalid UTF-8; replaced it with U+FFFD",
+                    path.display(),
+                    line.number
+                ),
+            );
+        }
+        match parse_object(line.number, line.text, what) {
+            Ok(Some(value)) => out.lines.push((line.number, value)),
+            Ok(None) => {}
+            Err(e) => note(
+                &mut out.warnings,
+                format!("{}: {e}; skipped it", path.display()),
+            ),
+        }
+        Ok(())
+    })?;
+    if noted > NAMED_LINE_WARNINGS {
+        out.warnings.push(format!(
+            "{}: {} more lines skipped or repaired",
+            path.display(),
+            noted - NAMED_LINE_WARNINGS
+        ));
+    }
+    Ok(out)
+}
+
+/// One line as a JSON object: `None` for a blank line, an input error naming
+/// the line for anything that is not an object.
+pub fn parse_object(number: usize, line: &str, what: &str) -> Result<Option<serde_json::Value>> {
+    if line.trim().is_empty() {
+        return Ok(None);
+    }
+    match serde_json::from_str::<serde_json::Value>(line) {
+        Ok(value @ serde_json::Value::Object(_)) => Ok(Some(value)),
+        Ok(_) => Err(Error::input(format!(
+            "{what} line {number} is not a JSON object"
+        ))),
+        Err(e) => Err(Error::input(format!(
+            "{what} line {number} is not valid JSON: {e}"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,24 @@
 //! transform only reads through accessors and edits through setters.
 
 pub mod claude;
+pub mod codex;
 pub mod jsonl;
 pub mod opencode;
 
 pub use opencode::{Message, Part, PartKind, Role};
+
+/// One message of a transcript converted to OpenCode's shape (Claude Code's
+/// [`claude::to_grouped_messages`], Codex's [`codex::to_grouped_messages`]),
+/// with the transcript lines it was made of.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupedMessage {
+    /// `info.id`: the id of the first line (a Claude Code line uuid, a Codex item id).
+    pub id: String,
+    /// The ids of every line folded into this message (tool result lines included).
+    pub uuids: Vec<String>,
+    /// `"user"` or `"assistant"`.
+    pub role: &'static str,
+    pub created_ms: Option<i64>,
+    /// `{info, parts}`.
+    pub message: serde_json::Value,
+}

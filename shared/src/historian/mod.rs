@@ -51,6 +51,8 @@ use self::validate::{ChunkView, Folded, Validated};
 
 /// The harness name Claude Code sessions are stored under.
 pub const CLAUDE_CODE: &str = "claude-code";
+/// The harness name Codex sessions are stored under.
+pub const CODEX: &str = "codex";
 
 /// A session to fold, wherever it came from: an envelope, a Claude Code
 /// transcript, an OpenCode server.

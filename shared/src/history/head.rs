@@ -248,6 +248,138 @@ pub fn render_m0(inputs: &M0Inputs<'_>, count: &dyn Fn(&str) -> u64) -> M0 {
     }
 }
 
+/// What a harness's `SessionStart` hook is given of mc's record: the text
+/// (empty when there is nothing to say) and what did not fit.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StartHead {
+    pub text: String,
+    /// Compartments rendered at some tier.
+    pub compartments_shown: usize,
+    /// Compartments left out (archived by age or to fit).
+    pub compartments_left_out: usize,
+    pub memories_shown: usize,
+    pub memories_left_out: usize,
+    pub profile_left_out: bool,
+}
+
+/// The tag a session-start head is wrapped in; a hook finds its own earlier
+/// injections in a transcript by it.
+pub const START_TAG: &str = "mc-history";
+
+/// Length as JavaScript counts it (UTF-16 code units), the unit of Claude
+/// Code's 10,000-character cap on `additionalContext`.
+pub fn utf16_len(text: &str) -> usize {
+    text.encode_utf16().count()
+}
+
+/// mc's head for a harness that cannot rewrite its messages (Claude Code,
+/// Codex), injected by their `SessionStart` hook: the session's compartments
+/// at their decay tiers, the project's memory and the user profile, rendered
+/// by [`render_m0`] with budgets in UTF-16 units, wrapped in `<mc-history>`,
+/// at most `limit` units. Nothing is cut mid-item: the decay curve archives
+/// the oldest compartments and low-priority memories stay out until it fits,
+/// and a closing line says what was left out. Empty when there is nothing
+/// to render (no compartment, memory or profile line) or nothing fits.
+pub fn render_session_start(
+    compartments: &[Compartment],
+    memories: &[Memory],
+    profile: &[ProfileItem],
+    dates: bool,
+    limit: usize,
+) -> StartHead {
+    if compartments.is_empty() && memories.is_empty() && profile.is_empty() {
+        return StartHead::default();
+    }
+    let count = |text: &str| utf16_len(text) as u64;
+    const INTRO: &str = "mc's record of this session and project: history folded by mc's \
+historian (older parts fade; ctx_expand and ctx_search reach the detail) and the project's \
+memory. Context, not a request.";
+    // The wrapper, the intro and the closing note (at most this long).
+    const RESERVED: usize = 520;
+    let room = limit.saturating_sub(RESERVED);
+    let mut memory_budget = (room / 2) as u64;
+    let mut history_budget = room as u64;
+    let mut with_profile = true;
+    for attempt in 0..8 {
+        let shown_profile: &[ProfileItem] = if with_profile { profile } else { &[] };
+        let m0 = render_m0(
+            &M0Inputs {
+                docs: &[],
+                profile: shown_profile,
+                compartments,
+                memories,
+                pinned: &[],
+                history_budget: history_budget.max(1),
+                memory_budget,
+                dates,
+            },
+            &count,
+        );
+        let archived = m0.tiers.get(&5).copied().unwrap_or(0);
+        let head = StartHead {
+            text: String::new(),
+            compartments_shown: compartments.len() - archived.min(compartments.len()),
+            compartments_left_out: archived.min(compartments.len()),
+            memories_shown: m0.memory_ids.len(),
+            memories_left_out: memories.len().saturating_sub(m0.memory_ids.len()),
+            profile_left_out: !with_profile && !profile.is_empty(),
+        };
+        let body = m0
+            .text
+            .split("\n\n")
+            .filter(|section| *section != M0_EMPTY)
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        let mut text = format!("<{START_TAG}>\n{INTRO}");
+        if !body.is_empty() {
+            text.push_str("\n\n");
+            text.push_str(&body);
+        }
+        let mut left = Vec::new();
+        if head.compartments_left_out > 0 {
+            left.push(format!(
+                "{} older compartment(s) of this session",
+                head.compartments_left_out
+            ));
+        }
+        if head.memories_left_out > 0 {
+            left.push(format!(
+                "{} memory(ies) (ctx_memory list shows them)",
+                head.memories_left_out
+            ));
+        }
+        if head.profile_left_out {
+            left.push("the user profile".to_string());
+        }
+        if !left.is_empty() {
+            text.push_str(&format!(
+                "\n\n(Not shown, to stay within {limit} characters: {}.)",
+                left.join(", ")
+            ));
+        }
+        text.push_str(&format!("\n</{START_TAG}>"));
+        if utf16_len(&text) <= limit {
+            if head.compartments_shown == 0 && head.memories_shown == 0 && shown_profile.is_empty()
+            {
+                return StartHead {
+                    text: String::new(),
+                    ..head
+                };
+            }
+            return StartHead { text, ..head };
+        }
+        // Over: tighten what grows, the history first, then the memory, then
+        // leave the profile out.
+        let over = (utf16_len(&text) - limit) as u64 + 64;
+        match attempt {
+            0..=3 => history_budget = history_budget.saturating_sub(over.max(history_budget / 4)),
+            4..=5 => memory_budget = memory_budget.saturating_sub(over.max(memory_budget / 3)),
+            _ => with_profile = false,
+        }
+    }
+    StartHead::default()
+}
+
 pub struct M1Inputs<'a> {
     /// Mutations of memories that m[0] renders, newest last.
     pub updates: &'a [MemoryMutation],
@@ -326,4 +458,87 @@ pub fn render_m1(inputs: &M1Inputs<'_>, count: &dyn Fn(&str) -> u64) -> String {
         "<session-history-since>\n{}\n</session-history-since>",
         blocks.join("\n")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compartment(sequence: i64) -> Compartment {
+        Compartment {
+            sequence,
+            start_ordinal: sequence * 10,
+            end_ordinal: sequence * 10 + 9,
+            start_ms: None,
+            end_ms: None,
+            title: format!("Work item {sequence}"),
+            tiers: [
+                format!("{sequence}: {}", "verbose account of the work. ".repeat(30)),
+                format!("{sequence}: {}", "shorter account. ".repeat(12)),
+                format!("{sequence}: a few lines of it."),
+                format!("{sequence}: one line."),
+            ],
+            importance: 50,
+        }
+    }
+
+    fn memory(id: i64) -> Memory {
+        Memory {
+            id,
+            category: "CONSTRAINTS".into(),
+            content: format!(
+                "Memory {id}: {}",
+                "a durable fact about the project. ".repeat(4)
+            ),
+            status: "active".into(),
+            importance: None,
+        }
+    }
+
+    #[test]
+    fn the_session_start_record_fits_whole_items_and_says_what_it_left_out() {
+        let compartments: Vec<Compartment> = (1..=60).map(compartment).collect();
+        let memories: Vec<Memory> = (1..=120).map(memory).collect();
+        let head = render_session_start(&compartments, &memories, &[], false, 10_000);
+        assert!(utf16_len(&head.text) <= 10_000, "{}", utf16_len(&head.text));
+        assert!(head.text.starts_with("<mc-history>") && head.text.ends_with("</mc-history>"));
+        assert!(
+            head.compartments_shown > 0 && head.memories_shown > 0,
+            "{head:?}"
+        );
+        assert!(head.compartments_left_out > 0 && head.memories_left_out > 0);
+        assert!(
+            head.text.contains(&format!(
+                "{} older compartment(s) of this session",
+                head.compartments_left_out
+            )),
+            "{}",
+            head.text
+        );
+        // Every memory is there whole or not at all.
+        for m in &memories {
+            let line = format!("#{}: {}", m.id, escape(&m.content));
+            let head_of_line = format!("#{}: Memory {}:", m.id, m.id);
+            assert_eq!(
+                head.text.contains(&head_of_line),
+                head.text.contains(&line),
+                "memory {} was cut",
+                m.id
+            );
+        }
+        // The newest compartment is the most vivid.
+        assert!(head.text.contains("Work item 60"));
+        // Small enough: everything, nothing said about leaving out.
+        let small = render_session_start(&compartments[..2], &memories[..2], &[], false, 10_000);
+        assert!(!small.text.contains("Not shown"), "{}", small.text);
+        assert_eq!(
+            (small.compartments_left_out, small.memories_left_out),
+            (0, 0)
+        );
+        // Nothing to say: nothing at all.
+        assert_eq!(
+            render_session_start(&[], &[], &[], false, 10_000),
+            StartHead::default()
+        );
+    }
 }

@@ -17,23 +17,35 @@ pub struct CompactedEvent {
     pub event_id: Option<String>,
 }
 
-/// A `SessionStart` hook input with `source: "compact"` (Claude Code, Codex).
+/// A `SessionStart` hook input (Claude Code, Codex). Which harness sent it is
+/// not told by its fields (Codex's has no `turn_id` here, Claude Code's may
+/// lack `prompt_id`): the caller says, or the transcript does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookInput {
     pub session_id: String,
     /// Codex may send null.
     pub transcript_path: Option<PathBuf>,
     pub cwd: Option<String>,
-    /// Codex sends a `turn_id`; Claude Code does not.
-    pub codex: bool,
+    /// `startup`, `resume`, `clear`, `compact` (or another the harness adds).
+    pub source: String,
+    /// Claude Code's id of the prompt the hook fires in (2.1.196+): the same
+    /// in every hook of one compaction, new for the next one.
+    pub prompt_id: Option<String>,
+}
+
+impl HookInput {
+    pub fn is_compact(&self) -> bool {
+        self.source == "compact"
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     Compacted(CompactedEvent),
-    SessionStartCompact(HookInput),
-    /// Another hook input (another event, or another `SessionStart` source):
-    /// nothing to do, and nothing may be printed (the harness reads stdout).
+    /// A `SessionStart` hook input, of any source.
+    SessionStart(HookInput),
+    /// Another hook input (another event): nothing to do, and nothing may be
+    /// printed (the harness reads stdout).
     OtherHook {
         event: String,
     },
@@ -60,7 +72,7 @@ fn classify_in(value: &Value, directory_hint: Option<&str>) -> Result<Event> {
 
     if let Some(name) = map.get("hook_event_name").and_then(Value::as_str) {
         let source = map.get("source").and_then(Value::as_str);
-        if name != "SessionStart" || source != Some("compact") {
+        if name != "SessionStart" {
             let event = match source {
                 Some(source) => format!("{name}:{source}"),
                 None => name.to_string(),
@@ -70,13 +82,14 @@ fn classify_in(value: &Value, directory_hint: Option<&str>) -> Result<Event> {
         let session_id = str_of(map.get("session_id"))
             .filter(|s| !s.is_empty())
             .ok_or_else(|| Error::input("the SessionStart hook input has no \"session_id\""))?;
-        return Ok(Event::SessionStartCompact(HookInput {
+        return Ok(Event::SessionStart(HookInput {
             session_id,
             transcript_path: str_of(map.get("transcript_path"))
                 .filter(|p| !p.is_empty())
                 .map(PathBuf::from),
-            cwd: str_of(map.get("cwd")),
-            codex: map.contains_key("turn_id"),
+            cwd: str_of(map.get("cwd")).filter(|c| !c.is_empty()),
+            source: source.unwrap_or("startup").to_string(),
+            prompt_id: str_of(map.get("prompt_id")).filter(|p| !p.is_empty()),
         }));
     }
 
@@ -176,11 +189,8 @@ mod tests {
         let startup = json!({"session_id": "s", "transcript_path": "/t", "cwd": "/c",
                              "hook_event_name": "SessionStart", "source": "startup"});
         let e = classify(&startup).unwrap();
-        assert_eq!(
-            e,
-            Event::OtherHook {
-                event: "SessionStart:startup".into()
-            }
+        assert!(
+            matches!(e, Event::SessionStart(HookInput { ref source, .. }) if source == "startup")
         );
         let stop = json!({"session_id": "s", "hook_event_name": "Stop", "stop_hook_active": false});
         assert!(matches!(classify(&stop).unwrap(), Event::OtherHook { event } if event == "Stop"));
@@ -189,25 +199,26 @@ mod tests {
     #[test]
     fn a_compact_session_start_is_a_restore() {
         let input = json!({"session_id": "e93c", "transcript_path": "/p/e93c.jsonl", "cwd": "/p",
-                           "hook_event_name": "SessionStart", "source": "compact", "model": "claude-opus-4-8"});
+                           "prompt_id": "9f1", "hook_event_name": "SessionStart", "source": "compact",
+                           "model": "claude-opus-4-8"});
+        let parsed = classify(&input).unwrap();
         assert_eq!(
-            classify(&input).unwrap(),
-            Event::SessionStartCompact(HookInput {
+            parsed,
+            Event::SessionStart(HookInput {
                 session_id: "e93c".into(),
                 transcript_path: Some("/p/e93c.jsonl".into()),
                 cwd: Some("/p".into()),
-                codex: false,
+                source: "compact".into(),
+                prompt_id: Some("9f1".into()),
             })
         );
-        let codex = json!({"session_id": "019a", "turn_id": "t", "transcript_path": null,
+        // Codex's compact SessionStart has no turn_id, and a null transcript may come.
+        let codex = json!({"session_id": "019a", "transcript_path": null,
                            "hook_event_name": "SessionStart", "source": "compact"});
         assert!(matches!(
             classify(&codex).unwrap(),
-            Event::SessionStartCompact(HookInput {
-                transcript_path: None,
-                codex: true,
-                ..
-            })
+            Event::SessionStart(HookInput { transcript_path: None, prompt_id: None, ref source, .. })
+                if source == "compact"
         ));
     }
 

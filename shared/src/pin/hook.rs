@@ -1,61 +1,122 @@
-//! Restoration for Claude Code and Codex: a `SessionStart` hook with
-//! `source: "compact"` prints the pinned messages as `additionalContext`.
+//! `SessionStart` for Claude Code and Codex: after a compaction the pinned
+//! messages the harness did not keep, and mc's record of the session (its
+//! compartments, the project's memory), printed as `additionalContext`; at
+//! `startup` and `resume` that record alone, once per context.
 //!
+//! Neither harness lets a hook rewrite its messages, so what mc adds after a
+//! compaction is what survives of a session beyond the harness's one summary.
 //! The pins are in mc's database; their text is in the session transcript,
-//! whose pre-compaction lines stay in the file. Before printing, the hook
-//! claims the compaction in mc's database ([`claim`]), so of several hooks
-//! that fire for one compaction only one prints. The cursor (which compaction
-//! was answered) is in mc's database too, and is recorded, with the claim
-//! marked done, only once the hook output is out.
+//! whose pre-compaction lines stay in the file.
+//!
+//! **Which compaction.** Claude Code (observed with 2.1.197) runs the
+//! `SessionStart(compact)` hook before it writes that compaction's
+//! `compact_boundary` and summary lines, so the transcript cannot name it;
+//! the hook input's `prompt_id` can (the same in every hook of one
+//! compaction, new for the next). Codex writes its `compacted` line first;
+//! its window id names it. Only without either does the hook fall back on
+//! the transcript's marks and the time.
+//!
+//! **What the harness kept.** Claude Code keeps the newest exchange word for
+//! word (the newest assistant reply and every line after it: after a manual
+//! `/compact` the last reply, after an automatic one also the prompt that
+//! triggered it); Codex keeps every earlier user message. A pin among those
+//! is in the context already and is not printed again.
+//!
+//! **Once.** Before printing, the hook claims the compaction in mc's database
+//! ([`claim`]), so of several hooks that fire for one compaction (a replay,
+//! Codex's `resume` and `compact` of one start) only one prints; the claim
+//! is marked done, and the cursor recorded, only once the output is out. At
+//! `resume` mc's record is printed only if the current context holds none
+//! yet: hook output stays in the context until the next compaction, so
+//! printing it at every resume would pile it up.
 
 use std::path::Path;
 
 use rusqlite::Connection;
-use serde_json::json;
+use serde_json::{Value, json};
 
-use crate::codec::claude::Entry;
+use crate::codec::claude::{self, Entry, EntryKind};
+use crate::codec::codex;
 use crate::error::Result;
+use crate::history::head::{self, START_TAG, utf16_len};
 use crate::store::Store;
 
 use super::claim::{self, Claim, Found, Outcome};
-use super::local::{self, Transcript};
-use super::text::{self, HOOK_CONTEXT_LIMIT};
-use super::{Harness, HookInput, RestoreReport};
+use super::local::{self, Lines, Transcript};
+use super::text::{self, HOOK_CONTEXT_LIMIT, PinnedText};
+use super::{Harness, HookInput, Pin, RestoreReport};
 
-/// Restorers that see no mark of their compaction in the transcript (it is
-/// written after the hook fires, or the harness writes none, as Codex) cannot
-/// name it; a claim any restorer of the session made less than this long ago
-/// is then taken for the same compaction: 30 s. Hooks answering one
-/// compaction start within moments of each other, while two compactions of
-/// one session are a summary call and a refilled context apart.
+/// Restorers that see no mark of their compaction (an old Claude Code
+/// without `prompt_id` whose transcript lags, a Codex rollout without a
+/// `compacted` line) cannot name it; a claim any restorer of the session
+/// made less than this long ago is then taken for the same compaction: 30 s.
+/// Hooks answering one compaction start within moments of each other, while
+/// two compactions of one session are a summary call and a refilled context
+/// apart.
 pub const UNMARKED_WINDOW_MS: i64 = 30_000;
 
-/// The compaction a hook fires for, as far as the transcript shows it. The
-/// transcript is written asynchronously, so its marks may not be there yet.
+/// The first words of a pin restoration (see [`text::PREAMBLE`]); a hook
+/// finds its earlier restorations in a transcript by them.
+const RESTORATION_MARK: &str = "Pinned context, restored after compaction.";
+
+/// A compaction a hook answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Compaction {
-    /// Uuids that identify it: its `compact_boundary` and `isCompactSummary` lines.
+    /// Names that identify it: `prompt:<id>` (Claude Code), `codex:<window>`
+    /// (Codex), or its `compact_boundary` and `isCompactSummary` uuids.
     pub marks: Vec<String>,
     /// When it happened (the boundary's or the summary's timestamp).
     pub at_ms: Option<i64>,
-    /// What to record: the summary's uuid, else the boundary's, else `at:<now>`.
+    /// What to record: the first mark, else `at:<now>`.
     pub cursor: String,
+    /// What the harness carried on word for word.
+    kept: Kept,
+}
+
+/// What a harness kept through a compaction.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct Kept {
+    /// Line ids in the context after it.
+    ids: Vec<String>,
+    /// Texts in the context after it (earlier hook output, kept messages).
+    texts: Vec<String>,
+}
+
+impl Kept {
+    fn holds(&self, pin: &PinnedText) -> bool {
+        self.ids.contains(&pin.id) || self.texts.iter().any(|t| t.contains(pin.text.as_str()))
+    }
+
+    fn holds_history(&self) -> bool {
+        self.texts
+            .iter()
+            .any(|t| t.contains(&format!("<{START_TAG}>")))
+    }
 }
 
 impl Compaction {
     /// The key a restorer claims the compaction by: the boundary's uuid (the
     /// first mark the transcript gets, so restorers that read it a moment
-    /// apart agree), else the summary's parent, else the summary's, else the
-    /// cursor (`at:<now>`).
+    /// apart agree), else the one mark, else the cursor (`at:<now>`).
     fn claim_key(&self) -> &str {
         self.marks
             .last()
             .map_or(self.cursor.as_str(), String::as_str)
     }
+
+    fn named(mark: String, at_ms: Option<i64>, kept: Kept) -> Compaction {
+        Compaction {
+            cursor: mark.clone(),
+            marks: vec![mark],
+            at_ms,
+            kept,
+        }
+    }
 }
 
-/// The newest compaction in `entries`. A summary line older than the newest
-/// boundary belongs to an earlier compaction and is not counted.
+/// The newest compaction in a Claude Code transcript, by its marks. A
+/// summary line older than the newest boundary belongs to an earlier
+/// compaction and is not counted.
 pub fn newest_compaction(entries: &[Entry], now_ms: i64) -> Compaction {
     let last = |pred: fn(&Entry) -> bool| entries.iter().enumerate().rev().find(|(_, e)| pred(e));
     let boundary = last(|e| e.is_compact_boundary);
@@ -65,9 +126,13 @@ pub fn newest_compaction(entries: &[Entry], now_ms: i64) -> Compaction {
         (_, summary) => summary.map(|(_, e)| e),
     };
     let boundary = boundary.map(|(_, e)| e);
-    let mut marks = Vec::new();
+    let mut marks: Vec<String> = Vec::new();
+    let prompt = summary
+        .and_then(|s| s.raw.get("promptId").and_then(Value::as_str))
+        .map(|p| format!("prompt:{p}"));
     for uuid in [
         summary.map(|s| s.uuid.as_str()),
+        prompt.as_deref(),
         summary.and_then(|s| s.parent_uuid.as_deref()),
         boundary.map(|b| b.uuid.as_str()),
     ]
@@ -88,6 +153,7 @@ pub fn newest_compaction(entries: &[Entry], now_ms: i64) -> Compaction {
             .and_then(|b| b.timestamp_ms)
             .or(summary.and_then(|s| s.timestamp_ms)),
         cursor,
+        kept: Kept::default(),
     }
 }
 
@@ -122,13 +188,14 @@ fn same_compaction(row: &claim::Row, compaction: &Compaction, now_ms: i64) -> bo
 /// so) or is being answered (another restorer's live claim).
 fn answered(
     conn: &Connection,
-    row: i64,
+    row: Option<i64>,
     harness: &str,
     session_id: &str,
     compaction: &Compaction,
     now_ms: i64,
 ) -> Result<Option<Outcome>> {
-    if let Some(stored) = local::cursor(conn, row)?
+    if let Some(row) = row
+        && let Some(stored) = local::cursor(conn, row)?
         && already_restored(&stored, compaction)
     {
         return Ok(Some(Outcome::Done(stored)));
@@ -148,6 +215,231 @@ fn answered(
     })
 }
 
+// ---------------------------------------------------------------------------
+// What a transcript says
+
+/// The texts of the `SessionStart` context Claude Code recorded in `entries`
+/// (its `hook_additional_context` attachments).
+fn claude_hook_texts<'a>(entries: impl Iterator<Item = &'a Entry>) -> Vec<String> {
+    entries
+        .filter(|e| e.kind == EntryKind::Other)
+        .filter_map(|e| e.raw.get("attachment"))
+        .filter(|a| a.get("type").and_then(Value::as_str) == Some("hook_additional_context"))
+        .flat_map(|a| match a.get("content") {
+            Some(Value::Array(items)) => items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect(),
+            Some(Value::String(text)) => vec![text.clone()],
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+/// The text of a line's message (user or assistant), for "what was kept".
+fn claude_line_text(entry: &Entry) -> Option<String> {
+    match entry.raw.pointer("/message/content") {
+        Some(Value::String(text)) => Some(text.clone()),
+        Some(Value::Array(blocks)) => Some(
+            blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n\n"),
+        ),
+        _ => None,
+    }
+}
+
+/// What Claude Code keeps of the context from line `start` on (the newest
+/// exchange at compaction time), or the lines a written boundary names.
+fn claude_kept<'a>(lines: impl Iterator<Item = &'a Entry> + Clone) -> Kept {
+    let mut texts = claude_hook_texts(lines.clone());
+    texts.extend(lines.clone().filter_map(claude_line_text));
+    Kept {
+        ids: lines
+            .map(|e| e.uuid.clone())
+            .filter(|u| !u.is_empty())
+            .collect(),
+        texts,
+    }
+}
+
+/// The boundary line of the compaction whose summary carries `prompt_id`.
+fn claude_boundary_of<'a>(entries: &'a [Entry], prompt_id: &str) -> Option<&'a Entry> {
+    let summary = entries.iter().rev().find(|e| {
+        e.is_compact_summary && e.raw.get("promptId").and_then(Value::as_str) == Some(prompt_id)
+    })?;
+    let parent = summary.parent_uuid.as_deref()?;
+    entries
+        .iter()
+        .find(|e| e.is_compact_boundary && e.uuid == parent)
+}
+
+/// The uuids a written `compact_boundary` says Claude Code kept.
+fn claude_preserved(boundary: &Entry) -> Vec<String> {
+    let meta = boundary.raw.get("compactMetadata");
+    meta.and_then(|m| m.pointer("/preservedMessages/allUuids"))
+        .or_else(|| meta.and_then(|m| m.pointer("/preservedMessages/uuids")))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect()
+}
+
+/// What the context after a written boundary holds: the lines it kept and
+/// every line after it.
+fn claude_context_after(entries: &[Entry], boundary: usize) -> Vec<&Entry> {
+    let Some(b) = entries.get(boundary) else {
+        return entries.iter().collect();
+    };
+    let preserved = claude_preserved(b);
+    entries
+        .iter()
+        .enumerate()
+        .filter(|(i, e)| *i >= boundary || preserved.contains(&e.uuid))
+        .map(|(_, e)| e)
+        .collect()
+}
+
+/// The compaction a Claude Code `SessionStart(compact)` fires for.
+fn claude_compaction(entries: &[Entry], input: &HookInput, now_ms: i64) -> Compaction {
+    let Some(prompt_id) = &input.prompt_id else {
+        // No prompt id (before 2.1.196): the transcript's marks, else the time.
+        let mut c = newest_compaction(entries, now_ms);
+        let boundary = entries.iter().rev().find(|e| e.is_compact_boundary);
+        c.kept = match boundary {
+            // Written already: it names what it kept.
+            Some(b) if c.marks.contains(&b.uuid) => {
+                let preserved = claude_preserved(b);
+                claude_kept(entries.iter().filter(|e| preserved.contains(&e.uuid)))
+            }
+            _ => match claude::newest_exchange_start(entries) {
+                Some(start) => claude_kept(entries.get(start..).unwrap_or_default().iter()),
+                None => Kept::default(),
+            },
+        };
+        return c;
+    };
+    let mark = format!("prompt:{prompt_id}");
+    // Written already (a replay, or a Claude Code that writes first): the
+    // boundary names what it kept.
+    if let Some(boundary) = claude_boundary_of(entries, prompt_id) {
+        let preserved = claude_preserved(boundary);
+        let kept = claude_kept(entries.iter().filter(|e| preserved.contains(&e.uuid)));
+        let mut c = Compaction::named(mark, boundary.timestamp_ms, kept);
+        c.marks.push(boundary.uuid.clone());
+        return c;
+    }
+    let kept = match claude::newest_exchange_start(entries) {
+        Some(start) => claude_kept(entries.get(start..).unwrap_or_default().iter()),
+        None => Kept::default(),
+    };
+    Compaction::named(mark, None, kept)
+}
+
+/// The newest compaction of a Claude Code transcript that no restoration
+/// of mc's followed (its compact hook did not run, or failed), if any.
+fn claude_unanswered(entries: &[Entry]) -> Option<Compaction> {
+    let boundary = entries.iter().rposition(|e| e.is_compact_boundary)?;
+    let after = entries.get(boundary..)?;
+    let answered = claude_hook_texts(after.iter())
+        .iter()
+        .any(|t| t.contains(RESTORATION_MARK) || t.contains(&format!("<{START_TAG}>")));
+    if answered {
+        return None;
+    }
+    // What it kept and everything since is in the context.
+    let kept = claude_kept(claude_context_after(entries, boundary).into_iter());
+    let mut c = newest_compaction(entries, 0);
+    c.kept = kept;
+    Some(c)
+}
+
+/// Whether the current context of a Claude Code transcript holds mc's record.
+fn claude_context_has_history(entries: &[Entry]) -> bool {
+    let context = match entries.iter().rposition(|e| e.is_compact_boundary) {
+        Some(boundary) => claude_context_after(entries, boundary),
+        None => entries.iter().collect(),
+    };
+    claude_hook_texts(context.into_iter())
+        .iter()
+        .any(|t| t.contains(&format!("<{START_TAG}>")))
+}
+
+/// The developer messages (where Codex puts hook output) after `ordinal`.
+fn codex_hook_texts(lines: &[codex::Line], after: i64) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| l.kind == codex::LineKind::ResponseItem && l.ordinal > after)
+        .filter(|l| l.payload.get("role").and_then(Value::as_str) == Some("developer"))
+        .flat_map(|l| {
+            l.payload
+                .get("content")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c.get("text").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+fn codex_compaction(c: codex::Compaction) -> Compaction {
+    let kept = Kept {
+        ids: c.kept_ids,
+        texts: c.kept_texts,
+    };
+    Compaction::named(c.key, c.at_ms, kept)
+}
+
+/// The newest Codex compaction no restoration of mc's followed, if any.
+fn codex_unanswered(lines: &[codex::Line]) -> Option<Compaction> {
+    let c = codex::newest_compaction(lines)?;
+    let answered = codex_hook_texts(lines, c.ordinal)
+        .iter()
+        .any(|t| t.contains(RESTORATION_MARK) || t.contains(&format!("<{START_TAG}>")));
+    if answered {
+        return None;
+    }
+    // What it kept and every item since is in the context.
+    let ordinal = c.ordinal;
+    let mut compaction = codex_compaction(c);
+    for line in lines.iter().filter(|l| l.ordinal > ordinal) {
+        compaction.kept.ids.push(codex::item_id(line));
+    }
+    Some(compaction)
+}
+
+fn codex_context_has_history(lines: &[codex::Line]) -> bool {
+    let after = codex::newest_compaction(lines).map_or(i64::MIN, |c| c.ordinal);
+    codex_hook_texts(lines, after)
+        .iter()
+        .any(|t| t.contains(&format!("<{START_TAG}>")))
+}
+
+// ---------------------------------------------------------------------------
+// The hook
+
+/// How the hook reads and answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HookOptions<'a> {
+    /// Read the pinned texts here instead of the hook input's `transcript_path`.
+    pub transcript: Option<&'a Path>,
+    /// The transcript size cap (`transcript.max_bytes`).
+    pub max_transcript_bytes: u64,
+    /// Build the output, claim nothing, record nothing.
+    pub dry_run: bool,
+    /// Add mc's record of the session (compartments, memory, profile).
+    pub history: bool,
+    /// Render compartment dates (`transform.temporal_awareness`).
+    pub dates: bool,
+}
+
 /// A restoration whose output is about to go out: the claim to finish and
 /// the cursor to record once it is out ([`commit`]), or to give back if it
 /// could not be printed ([`release`]).
@@ -159,23 +451,63 @@ pub struct Pending {
     pub cursor: String,
 }
 
-/// How the hook reads and answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HookOptions<'a> {
-    /// Read the pinned texts here instead of the hook input's `transcript_path`.
-    pub transcript: Option<&'a Path>,
-    /// The transcript size cap (`transcript.max_bytes`).
-    pub max_transcript_bytes: u64,
-    /// Build the output, claim nothing, record nothing.
-    pub dry_run: bool,
+/// mc's record for the session's context: its compartments, the memory of
+/// its project and the profile, within `limit` UTF-16 units.
+fn history(
+    conn: &Connection,
+    harness: Harness,
+    session_id: &str,
+    cwd: Option<&str>,
+    dates: bool,
+    limit: usize,
+    now_ms: i64,
+) -> Result<head::StartHead> {
+    use crate::history::store;
+    let session = crate::domain::sessions::find_session(conn, harness.as_str(), session_id)?;
+    let compartments: Vec<_> = match &session {
+        Some(s) => store::load_compartments(conn, s.id)?
+            .into_iter()
+            .map(|c| c.compartment)
+            .collect(),
+        None => Vec::new(),
+    };
+    let project = session
+        .as_ref()
+        .and_then(|s| s.project_identity.clone())
+        .or_else(|| cwd.map(|c| crate::identity::project_identity(Path::new(c))));
+    let memories = match &project {
+        Some(p) => store::live_memories(conn, p, now_ms)?,
+        None => Vec::new(),
+    };
+    let profile = store::profile(conn)?;
+    Ok(head::render_session_start(
+        &compartments,
+        &memories,
+        &profile,
+        dates,
+        limit,
+    ))
 }
 
-/// Build the hook's answer for a compact `SessionStart`: the pinned messages
-/// found in the transcript, chronological, within 10,000 characters. Nothing
-/// to say (no pins, none found, already answered, being answered by another
-/// hook) is a report with no `hook_output`. Unless this is a dry run, the
-/// compaction is claimed before the answer is returned; [`commit`] finishes
-/// the claim and records the cursor once the output is out.
+/// The transcript at `path`, if there is a file there yet (Claude Code
+/// writes it only after the first prompt, so a `startup` hook finds none).
+fn load_if_there(path: &Path, sid: &str, max: u64, needed: bool) -> Result<Option<Transcript>> {
+    if !needed && std::fs::symlink_metadata(path).is_err() {
+        return Ok(None);
+    }
+    Transcript::load(path, sid, max).map(Some)
+}
+
+/// Build the hook's answer for a `SessionStart`:
+///
+/// - after a compaction (`compact`, or a `resume` that finds a compaction no
+///   restoration followed): the pinned messages the harness did not keep,
+///   chronological, then mc's record of the session, within 10,000
+///   characters, once per compaction (claimed before it is returned unless
+///   this is a dry run; [`commit`] finishes the claim once the output is out);
+/// - otherwise mc's record alone, unless the current context already holds it.
+///
+/// Nothing to say is a report with no `hook_output` and a `reason`.
 pub fn restore(
     store: &mut Store,
     harness: Harness,
@@ -184,38 +516,170 @@ pub fn restore(
     now_ms: i64,
 ) -> Result<RestoreReport> {
     let sid = input.session_id.as_str();
-    let name = harness.as_str();
     let none = |reason| RestoreReport::none(reason, Some(sid));
-    let answer = |outcome: Outcome| match outcome {
-        Outcome::Done(key) => {
-            let mut report = none("already_restored");
-            report.compaction = Some(key);
-            report
+    let row = local::session_row(store.conn(), harness.as_str(), sid)?;
+    let pins = match row {
+        Some(row) => crate::history::store::pins(store.conn(), row)?,
+        None => Vec::new(),
+    };
+    let compact = input.is_compact();
+    let path = options.transcript.or(input.transcript_path.as_deref());
+    let mut warnings = Vec::new();
+    let transcript = match path {
+        // A compaction with pins needs their texts: a missing file is an error.
+        Some(path) => load_if_there(
+            path,
+            sid,
+            options.max_transcript_bytes,
+            compact && !pins.is_empty(),
+        )?,
+        None => {
+            if compact && !pins.is_empty() {
+                let mut report = none("no_transcript");
+                report.warnings.push(
+                    "the hook input names no transcript_path, so the pinned texts cannot be found"
+                        .into(),
+                );
+                return Ok(report);
+            }
+            None
         }
-        Outcome::InProgress | Outcome::Won(_) => none("in_progress"),
     };
-    let Some(row) = local::session_row(store.conn(), name, sid)? else {
-        return Ok(none("no_pins"));
-    };
-    let pins = crate::history::store::pins(store.conn(), row)?;
-    if pins.is_empty() {
-        return Ok(none("no_pins"));
+    if let Some(t) = &transcript {
+        warnings.extend(t.warnings.iter().cloned());
     }
-    let Some(path) = options.transcript.or(input.transcript_path.as_deref()) else {
-        let mut report = none("no_transcript");
-        report.warnings.push(
-            "the hook input names no transcript_path, so the pinned texts cannot be found".into(),
-        );
+    // The transcript tells who wrote it; the caller's word counts otherwise.
+    let (harness, row, pins) = match transcript.as_ref().map(Transcript::harness) {
+        Some(told) if told != harness => {
+            let row = local::session_row(store.conn(), told.as_str(), sid)?;
+            let pins = match row {
+                Some(row) => crate::history::store::pins(store.conn(), row)?,
+                None => Vec::new(),
+            };
+            (told, row, pins)
+        }
+        _ => (harness, row, pins),
+    };
+    let name = harness.as_str();
+    let compaction = match (&transcript, compact) {
+        (Some(t), true) => Some(match &t.lines {
+            Lines::Claude(entries) => claude_compaction(entries, input, now_ms),
+            Lines::Codex(lines) => codex::newest_compaction(lines)
+                .map(codex_compaction)
+                .unwrap_or_else(|| newest_compaction(&[], now_ms)),
+        }),
+        (None, true) => Some(match &input.prompt_id {
+            Some(p) => Compaction::named(format!("prompt:{p}"), None, Kept::default()),
+            None => newest_compaction(&[], now_ms),
+        }),
+        // A resumed session whose compaction no hook answered (the hook was
+        // not set up then, or failed): answered now.
+        (Some(t), false) if input.source == "resume" => match &t.lines {
+            Lines::Claude(entries) => claude_unanswered(entries),
+            Lines::Codex(lines) => codex_unanswered(lines),
+        },
+        (_, false) => None,
+    };
+    let cwd = input
+        .cwd
+        .clone()
+        .or_else(|| transcript.as_ref().and_then(Transcript::cwd));
+    if let Some(compaction) = compaction {
+        match answered(store.conn(), row, name, sid, &compaction, now_ms)? {
+            Some(outcome) if compact => {
+                let mut report = match outcome {
+                    Outcome::Done(key) => {
+                        let mut report = none("already_restored");
+                        report.compaction = Some(key);
+                        report
+                    }
+                    Outcome::InProgress | Outcome::Won(_) => none("in_progress"),
+                };
+                report.warnings = warnings;
+                return Ok(report);
+            }
+            Some(_) => {}
+            None => {
+                let mut report = after_compaction(
+                    store,
+                    harness,
+                    input,
+                    &options,
+                    row,
+                    &pins,
+                    transcript.as_ref(),
+                    &compaction,
+                    cwd.as_deref(),
+                    now_ms,
+                )?;
+                warnings.append(&mut report.warnings);
+                report.warnings = warnings;
+                return Ok(report);
+            }
+        }
+    }
+    // No compaction to answer: mc's record alone, once per context.
+    let in_context = transcript.as_ref().is_some_and(|t| match &t.lines {
+        Lines::Claude(entries) => claude_context_has_history(entries),
+        Lines::Codex(lines) => codex_context_has_history(lines),
+    });
+    let mut report = none(if in_context {
+        "already_in_context"
+    } else {
+        "nothing_to_send"
+    });
+    report.warnings = warnings;
+    if in_context || !options.history {
         return Ok(report);
-    };
-    let transcript = Transcript::load(path, sid, options.max_transcript_bytes)?;
-    let compaction = newest_compaction(&transcript.entries, now_ms);
-    if let Some(outcome) = answered(store.conn(), row, name, sid, &compaction, now_ms)? {
-        return Ok(answer(outcome));
     }
-    let (found, missing) = local::texts_from_transcript(&transcript, &pins);
-    let mut report = none("nothing_to_send");
-    report.warnings = transcript.warnings;
+    let head = history(
+        store.conn(),
+        harness,
+        sid,
+        cwd.as_deref(),
+        options.dates,
+        HOOK_CONTEXT_LIMIT,
+        now_ms,
+    )?;
+    if head.text.is_empty() {
+        return Ok(report);
+    }
+    report.action = if options.dry_run {
+        "dry_run"
+    } else {
+        "restored"
+    };
+    report.reason = None;
+    report.hook_output = Some(output(&head.text));
+    report.context_chars = utf16_len(&head.text);
+    Ok(report)
+}
+
+fn output(text: &str) -> Value {
+    json!({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": text}})
+}
+
+/// The answer to a compaction nobody answered yet: pins, then mc's record.
+#[allow(clippy::too_many_arguments)]
+fn after_compaction(
+    store: &mut Store,
+    harness: Harness,
+    input: &HookInput,
+    options: &HookOptions<'_>,
+    row: Option<i64>,
+    pins: &[Pin],
+    transcript: Option<&Transcript>,
+    compaction: &Compaction,
+    cwd: Option<&str>,
+    now_ms: i64,
+) -> Result<RestoreReport> {
+    let sid = input.session_id.as_str();
+    let name = harness.as_str();
+    let mut report = RestoreReport::none("nothing_to_send", Some(sid));
+    let (found, missing) = match transcript {
+        Some(t) => local::texts_from_transcript(t, pins),
+        None => (Vec::new(), pins.iter().map(|p| p.id.clone()).collect()),
+    };
     if !missing.is_empty() {
         report.warnings.push(format!(
             "skipped {} pinned message(s) the transcript does not hold (or that have no text): {}",
@@ -224,43 +688,72 @@ pub fn restore(
         ));
     }
     report.missing = missing;
-    if found.is_empty() {
+    let (kept, to_print): (Vec<PinnedText>, Vec<PinnedText>) =
+        found.into_iter().partition(|p| compaction.kept.holds(p));
+    report.kept = kept.into_iter().map(|p| p.id).collect();
+    let mut text = String::new();
+    if !to_print.is_empty() {
+        let fitted = text::fit(&to_print, HOOK_CONTEXT_LIMIT);
+        if !fitted.omitted.is_empty() {
+            report.warnings.push(format!(
+                "left out the {} oldest pinned message(s) to stay within {HOOK_CONTEXT_LIMIT} characters",
+                fitted.omitted.len()
+            ));
+        }
+        if let Some(cut) = &fitted.cut {
+            report.warnings.push(format!(
+                "pinned message {cut} was cut to fit {HOOK_CONTEXT_LIMIT} characters"
+            ));
+        }
+        report.restored = fitted.kept;
+        report.omitted = fitted.omitted;
+        text = fitted.text;
+    }
+    if options.history && !compaction.kept.holds_history() {
+        let room = HOOK_CONTEXT_LIMIT.saturating_sub(utf16_len(&text) + 2);
+        let head = history(store.conn(), harness, sid, cwd, options.dates, room, now_ms)?;
+        if !head.text.is_empty() {
+            if !text.is_empty() {
+                text.push_str("\n\n");
+            }
+            text.push_str(&head.text);
+        }
+    }
+    if text.is_empty() {
         return Ok(report);
-    }
-    let fitted = text::fit(&found, HOOK_CONTEXT_LIMIT);
-    if !fitted.omitted.is_empty() {
-        report.warnings.push(format!(
-            "left out the {} oldest pinned message(s) to stay within {HOOK_CONTEXT_LIMIT} characters",
-            fitted.omitted.len()
-        ));
-    }
-    if let Some(cut) = &fitted.cut {
-        report.warnings.push(format!(
-            "pinned message {cut} was cut to fit {HOOK_CONTEXT_LIMIT} characters"
-        ));
     }
     if !options.dry_run {
         // The claim: looked for again and inserted in one write transaction,
         // so of the hooks racing for this compaction exactly one gets here.
         let outcome = store.write(|tx| {
-            if let Some(outcome) = answered(tx, row, name, sid, &compaction, now_ms)? {
+            if let Some(outcome) = answered(tx, row, name, sid, compaction, now_ms)? {
                 return Ok(outcome);
             }
             claim::take(tx, name, sid, compaction.claim_key(), now_ms, |r| {
-                same_compaction(r, &compaction, now_ms)
+                same_compaction(r, compaction, now_ms)
             })
         })?;
         let claim = match outcome {
             Outcome::Won(claim) => claim,
-            other => {
-                let mut lost = answer(other);
+            Outcome::Done(key) => {
+                let mut lost = RestoreReport::none("already_restored", Some(sid));
+                lost.compaction = Some(key);
+                lost.warnings = report.warnings;
+                return Ok(lost);
+            }
+            Outcome::InProgress => {
+                let mut lost = RestoreReport::none("in_progress", Some(sid));
                 lost.warnings = report.warnings;
                 return Ok(lost);
             }
         };
+        let session = match row {
+            Some(row) => row,
+            None => local::ensure_session(store, name, sid, cwd.map(Path::new), now_ms)?,
+        };
         report.pending = Some(Pending {
             claim,
-            session: row,
+            session,
             cursor: compaction.cursor.clone(),
         });
     }
@@ -271,11 +764,8 @@ pub fn restore(
     };
     report.reason = None;
     report.compaction = Some(compaction.cursor.clone());
-    report.restored = fitted.kept;
-    report.omitted = fitted.omitted;
-    report.hook_output = Some(json!({
-        "hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": fitted.text}
-    }));
+    report.context_chars = utf16_len(&text);
+    report.hook_output = Some(output(&text));
     Ok(report)
 }
 
@@ -408,17 +898,53 @@ mod tests {
             std::fs::write(self.dir.path().join("t.jsonl"), text.join("\n")).unwrap();
         }
 
+        fn run(
+            &mut self,
+            harness: Harness,
+            source: &str,
+            prompt: Option<&str>,
+            now: i64,
+        ) -> RestoreReport {
+            let input = HookInput {
+                session_id: SID.into(),
+                transcript_path: Some(self.dir.path().join("t.jsonl")),
+                cwd: Some(self.dir.path().display().to_string()),
+                source: source.into(),
+                prompt_id: prompt.map(str::to_string),
+            };
+            let options = HookOptions {
+                transcript: None,
+                max_transcript_bytes: 1 << 20,
+                dry_run: false,
+                history: true,
+                dates: false,
+            };
+            let report = restore(&mut self.store, harness, &input, options, now).unwrap();
+            commit(&mut self.store, &report, now).unwrap();
+            report
+        }
+
+        fn pin(&mut self, harness: &str, id: &str, role: &str, at: i64) {
+            let row = local::ensure_session(&mut self.store, harness, SID, None, T0).unwrap();
+            self.store
+                .write(|tx| crate::history::store::pin(tx, row, id, role, at).map(|_| ()))
+                .unwrap();
+        }
+
         fn restore(&mut self, now: i64, dry_run: bool) -> RestoreReport {
             let input = HookInput {
                 session_id: SID.into(),
                 transcript_path: Some(self.dir.path().join("t.jsonl")),
                 cwd: None,
-                codex: false,
+                source: "compact".into(),
+                prompt_id: None,
             };
             let options = HookOptions {
                 transcript: None,
                 max_transcript_bytes: 1 << 20,
                 dry_run,
+                history: false,
+                dates: false,
             };
             restore(&mut self.store, Harness::ClaudeCode, &input, options, now).unwrap()
         }
@@ -540,5 +1066,181 @@ mod tests {
         assert_eq!(both.claim_key(), "b2");
         assert_eq!(both.cursor, "s2");
         assert_eq!(newest_compaction(&[], 5).claim_key(), "at:5");
+    }
+
+    fn context(report: &RestoreReport) -> String {
+        report
+            .hook_output
+            .as_ref()
+            .and_then(|o| o.pointer("/hookSpecificOutput/additionalContext"))
+            .and_then(|c| c.as_str())
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    fn reply(uuid: &str, parent: &str, api_id: &str, text: &str, ts: &str) -> serde_json::Value {
+        json!({"type": "assistant", "uuid": uuid, "parentUuid": parent, "timestamp": ts, "sessionId": SID,
+               "message": {"id": api_id, "role": "assistant", "model": "claude-opus-4-8",
+                           "content": [{"type": "text", "text": text}]}})
+    }
+
+    fn user(uuid: &str, text: &str, ts: &str) -> serde_json::Value {
+        json!({"type": "user", "uuid": uuid, "parentUuid": null, "timestamp": ts, "sessionId": SID,
+               "message": {"role": "user", "content": text}})
+    }
+
+    #[test]
+    fn each_compaction_is_named_by_its_prompt_id_while_the_transcript_lags() {
+        // Claude Code runs SessionStart(compact) before it writes the
+        // compaction's marks: the transcript never shows them here.
+        let mut hooks = Hooks::new();
+        hooks.write(&[
+            pinned_message("2026-03-02T10:00:00Z"),
+            reply("a-1", "u-rule", "msg_1", "Noted.", "2026-03-02T10:00:01Z"),
+            user("u-2", "Next.", "2026-03-02T10:00:02Z"),
+            reply("a-2", "u-2", "msg_2", "Done.", "2026-03-02T10:00:03Z"),
+        ]);
+        let now = T0 + 3_700_000;
+        let first = hooks.run(Harness::ClaudeCode, "compact", Some("p-1"), now);
+        assert!(context(&first).contains("Rule: keep answers short."));
+        assert_eq!(first.compaction.as_deref(), Some("prompt:p-1"));
+        // A replay of that hook: nothing.
+        let replay = hooks.run(Harness::ClaudeCode, "compact", Some("p-1"), now + 1_000);
+        assert_eq!(replay.reason, Some("already_restored"));
+        // The next compaction, seconds later and with the same transcript (a
+        // time cursor took it for a replay): printed again.
+        let second = hooks.run(Harness::ClaudeCode, "compact", Some("p-2"), now + 2_000);
+        assert!(
+            context(&second).contains("Rule: keep answers short."),
+            "{second:?}"
+        );
+    }
+
+    #[test]
+    fn a_pin_claude_code_keeps_through_the_compaction_is_not_printed_again() {
+        let mut hooks = Hooks::new();
+        hooks.pin("claude-code", "a-1", "assistant", T0 + 1_000);
+        let mut lines = vec![
+            pinned_message("2026-03-02T10:00:00Z"),
+            reply(
+                "a-1",
+                "u-rule",
+                "msg_1",
+                "Plan: keep 0001.",
+                "2026-03-02T10:00:01Z",
+            ),
+        ];
+        hooks.write(&lines);
+        // The pinned reply is the newest exchange: Claude Code keeps it word for word.
+        let report = hooks.run(Harness::ClaudeCode, "compact", Some("p-1"), T0 + 9_000);
+        let text = context(&report);
+        assert!(text.contains("Rule: keep answers short."), "{text}");
+        assert!(!text.contains("Plan: keep 0001."), "{text}");
+        assert_eq!(report.kept, ["a-1"]);
+        // A turn later it is in the part the next compaction summarises.
+        lines.push(user("u-2", "Next.", "2026-03-02T10:00:02Z"));
+        lines.push(reply(
+            "a-2",
+            "u-2",
+            "msg_2",
+            "Done.",
+            "2026-03-02T10:00:03Z",
+        ));
+        hooks.write(&lines);
+        let report = hooks.run(Harness::ClaudeCode, "compact", Some("p-2"), T0 + 99_000);
+        assert!(context(&report).contains("Plan: keep 0001."));
+        assert!(report.kept.is_empty());
+    }
+
+    fn rollout(extra: &[serde_json::Value]) -> Vec<serde_json::Value> {
+        let line = |ordinal: i64, kind: &str, payload: serde_json::Value| json!({"timestamp": "2026-03-02T10:00:00.000Z", "ordinal": ordinal, "type": kind, "payload": payload});
+        let mut lines = vec![
+            line(
+                0,
+                "session_meta",
+                json!({"id": SID, "cwd": "/home/dev/shop"}),
+            ),
+            line(
+                1,
+                "response_item",
+                json!({"type": "message", "id": "msg_u1", "role": "user",
+                 "content": [{"type": "input_text", "text": "Rule one: keep answers short."}]}),
+            ),
+            line(
+                2,
+                "response_item",
+                json!({"type": "message", "id": "msg_a1", "role": "assistant",
+                 "content": [{"type": "output_text", "text": "Plan: keep 0001."}]}),
+            ),
+            line(
+                3,
+                "compacted",
+                json!({"message": "Summary.", "window_id": "w-1",
+                 "replacement_history": [{"type": "message", "id": "msg_u1", "role": "user",
+                     "content": [{"type": "input_text", "text": "Rule one: keep answers short."}]}]}),
+            ),
+        ];
+        lines.extend(extra.iter().cloned());
+        lines
+    }
+
+    #[test]
+    fn codex_keeps_the_user_s_messages_and_mc_prints_the_rest_once() {
+        let mut hooks = Hooks::new();
+        hooks.pin("codex", "msg_u1", "user", T0);
+        hooks.pin("codex", "msg_a1", "assistant", T0 + 1);
+        hooks.write(&rollout(&[]));
+        // Codex fires resume, then compact, before the turn: one of them prints.
+        let resume = hooks.run(Harness::ClaudeCode, "resume", None, T0 + 5_000);
+        let text = context(&resume);
+        assert!(text.contains("Plan: keep 0001."), "{resume:?}");
+        assert!(!text.contains("Rule one"), "Codex kept it: {text}");
+        assert_eq!(resume.compaction.as_deref(), Some("codex:w-1"));
+        assert_eq!(resume.kept, ["msg_u1"]);
+        let compact = hooks.run(Harness::Codex, "compact", None, T0 + 5_100);
+        assert_eq!(compact.reason, Some("already_restored"));
+        assert!(compact.hook_output.is_none());
+    }
+
+    #[test]
+    fn mc_s_record_is_printed_once_per_context() {
+        let mut hooks = Hooks::new();
+        let project = crate::identity::project_identity(hooks.dir.path());
+        hooks
+            .store
+            .write(|tx| {
+                crate::history::store::write_memory(
+                    tx,
+                    &project,
+                    "CONSTRAINTS",
+                    "Never log keys.",
+                    None,
+                    "user",
+                    T0,
+                )
+                .map(|_| ())
+            })
+            .unwrap();
+        // Startup: no transcript yet; the project's memory is worth saying.
+        let startup = hooks.run(Harness::ClaudeCode, "startup", None, T0);
+        let text = context(&startup);
+        assert!(
+            text.starts_with("<mc-history>") && text.contains("Never log keys."),
+            "{text}"
+        );
+        assert!(
+            !text.contains("Rule:"),
+            "pins come back after a compaction only"
+        );
+        // Claude Code recorded that context in the transcript: a resume adds none.
+        let recorded = json!({"type": "attachment", "uuid": "at-1", "parentUuid": null, "sessionId": SID,
+            "attachment": {"type": "hook_additional_context", "content": [text], "hookEvent": "SessionStart"}});
+        hooks.write(&[pinned_message("2026-03-02T10:00:00Z"), recorded]);
+        let resume = hooks.run(Harness::ClaudeCode, "resume", None, T0 + 1);
+        assert_eq!(resume.reason, Some("already_in_context"));
+        // Without it (another harness's resume, say), it is printed.
+        hooks.write(&[pinned_message("2026-03-02T10:00:00Z")]);
+        let resume = hooks.run(Harness::ClaudeCode, "resume", None, T0 + 2);
+        assert!(context(&resume).contains("Never log keys."));
     }
 }

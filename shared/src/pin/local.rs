@@ -6,7 +6,7 @@ use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::codec::claude::{self, GroupedMessage};
+use crate::codec::{GroupedMessage, claude, codex};
 use crate::domain::sessions;
 use crate::error::{Error, Result};
 use crate::history::store as history;
@@ -142,10 +142,20 @@ pub fn set_cursor(conn: &Connection, session: i64, cursor: &str, now_ms: i64) ->
     Ok(())
 }
 
-/// A Claude Code transcript, read for pinning or restoring.
+/// The lines of a transcript, as its harness writes them.
+#[derive(Debug, Clone)]
+pub enum Lines {
+    /// A Claude Code session JSONL.
+    Claude(Vec<claude::Entry>),
+    /// A Codex rollout.
+    Codex(Vec<codex::Line>),
+}
+
+/// A session transcript (Claude Code's JSONL or Codex's rollout), read for
+/// pinning or restoring.
 #[derive(Debug, Clone)]
 pub struct Transcript {
-    pub entries: Vec<claude::Entry>,
+    pub lines: Lines,
     pub messages: Vec<GroupedMessage>,
     /// Lines that could not be read (a line being written while we read).
     pub warnings: Vec<String>,
@@ -153,31 +163,79 @@ pub struct Transcript {
 
 impl Transcript {
     /// Read the transcript at `path`: a regular file of at most `max_bytes`,
-    /// line by line (see [`claude::read_transcript`]). A line that cannot be
-    /// read is skipped with a warning; the file itself must be readable.
+    /// line by line (see [`crate::codec::jsonl::read_objects`]). A line that
+    /// cannot be read is skipped with a warning; the file itself must be
+    /// readable. Which harness wrote it is told by its first line (a Codex
+    /// rollout starts with `session_meta`), so a wrong `--harness` cannot make
+    /// a rollout look empty. A transcript of another session is refused.
     pub fn load(path: &Path, session_id: &str, max_bytes: u64) -> Result<Transcript> {
-        let file = claude::read_transcript(path, max_bytes)?;
-        let messages = claude::to_grouped_messages(&file.entries, session_id);
-        Ok(Transcript {
-            entries: file.entries,
-            messages,
-            warnings: file.warnings,
-        })
+        let objects = crate::codec::jsonl::read_objects(path, max_bytes, "transcript")?;
+        let rollout = objects
+            .lines
+            .first()
+            .is_some_and(|(_, v)| v.get("type").and_then(|t| t.as_str()) == Some("session_meta"));
+        let transcript = if rollout {
+            let lines = codex::lines_from(objects.lines);
+            if let Some(owner) = codex::session_id(&lines)
+                && owner != session_id
+            {
+                return Err(other_session(path, &owner, session_id));
+            }
+            Transcript {
+                messages: codex::to_grouped_messages(&lines, session_id),
+                lines: Lines::Codex(lines),
+                warnings: objects.warnings,
+            }
+        } else {
+            let entries = claude::entries_from(objects.lines);
+            let mut owners = entries.iter().filter_map(|e| e.session_id.as_deref());
+            if let Some(owner) = owners.clone().next()
+                && !owners.any(|o| o == session_id)
+            {
+                return Err(other_session(path, owner, session_id));
+            }
+            Transcript {
+                messages: claude::to_grouped_messages(&entries, session_id),
+                lines: Lines::Claude(entries),
+                warnings: objects.warnings,
+            }
+        };
+        Ok(transcript)
     }
 
-    /// The message a line uuid belongs to (a reply spans several lines).
-    fn message_of(&self, uuid: &str) -> Option<&GroupedMessage> {
+    /// Which harness wrote it.
+    pub fn harness(&self) -> super::Harness {
+        match self.lines {
+            Lines::Claude(_) => super::Harness::ClaudeCode,
+            Lines::Codex(_) => super::Harness::Codex,
+        }
+    }
+
+    /// The message a line id belongs to (a reply spans several lines).
+    pub fn message_of(&self, uuid: &str) -> Option<&GroupedMessage> {
         self.messages
             .iter()
             .find(|m| m.uuids.iter().any(|u| u == uuid))
     }
 
     /// The working directory the session ran in.
-    pub fn cwd(&self) -> Option<&str> {
-        self.entries
-            .iter()
-            .find_map(|e| e.raw.get("cwd").and_then(|c| c.as_str()))
+    pub fn cwd(&self) -> Option<String> {
+        match &self.lines {
+            Lines::Claude(entries) => entries
+                .iter()
+                .find_map(|e| e.raw.get("cwd").and_then(|c| c.as_str()))
+                .map(str::to_string),
+            Lines::Codex(lines) => codex::cwd(lines),
+        }
     }
+}
+
+fn other_session(path: &Path, owner: &str, wanted: &str) -> Error {
+    Error::input(format!(
+        "transcript {} belongs to session {owner}, not {wanted}",
+        path.display()
+    ))
+    .with_hint("pass the transcript of the session you name (or leave --session out)")
 }
 
 /// `pin`, `unpin` or `list` against mc's database alone. Role and creation
@@ -241,6 +299,16 @@ pub fn run(
                 .filter(|n| current.iter().any(|p| &p.id == n))
                 .unwrap_or_else(|| given.clone());
             let pinned = current.iter().any(|p| p.id == id);
+            let mut warnings = warnings;
+            if !pinned {
+                warnings.push(match &transcript {
+                    Some(_) => format!("no pin of session {session_id:?} has id {given:?}; nothing unpinned"),
+                    None => format!(
+                        "no pin of session {session_id:?} has id {given:?}; nothing unpinned (a line \
+                         of a reply other than its first is found with --transcript FILE)"
+                    ),
+                });
+            }
             match row {
                 Some(row) if pinned && !dry_run => {
                     store.write(|tx| history::unpin(tx, row, &id))?;
@@ -264,11 +332,8 @@ pub fn run(
                 super::sort_chronologically(&mut pins);
                 return Ok(outcome(pins, warnings));
             }
-            let dir = transcript
-                .as_ref()
-                .and_then(Transcript::cwd)
-                .map(Path::new)
-                .or(project_dir);
+            let cwd = transcript.as_ref().and_then(Transcript::cwd);
+            let dir = cwd.as_deref().map(Path::new).or(project_dir);
             let row = ensure_session(store, harness, session_id, dir, now_ms)?;
             store.write(|tx| history::pin(tx, row, &pin.id, &pin.role, pin.created_at))?;
             Ok(outcome(history::pins(store.conn(), row)?, warnings))
@@ -286,11 +351,19 @@ fn resolve(
     let session = &request.session_id;
     let (id, mut role, mut created) = match &request.target {
         Some(Target::Id(id)) => match transcript.and_then(|t| t.message_of(id)) {
-            Some(m) => (m.id.clone(), Some(m.role.to_string()), m.created_ms),
+            Some(m) => {
+                if let Some(what) = not_pinnable(&m.message) {
+                    return Err(Error::input(format!(
+                        "message {id:?} is {what}, not a message of the conversation"
+                    ))
+                    .with_hint("pin a message the user or the agent wrote"));
+                }
+                (m.id.clone(), Some(m.role.to_string()), m.created_ms)
+            }
             None => {
                 if transcript.is_some() {
                     return Err(Error::input(format!(
-                        "the transcript has no message with uuid {id:?}"
+                        "the transcript has no message with id {id:?}"
                     )));
                 }
                 let seen = match row {
@@ -362,13 +435,48 @@ fn resolve(
     })
 }
 
-/// A user line Claude Code writes for a slash command or its output.
+/// A user line Claude Code writes for a slash command, a `!` shell command
+/// or their output (`mc-pin` run from inside the session, say).
 fn is_command_echo(message: &serde_json::Value) -> bool {
     let text = message_text(message);
     message.pointer("/info/role").and_then(|r| r.as_str()) == Some("user")
-        && ["<command-", "<local-command-"]
+        && ["<command-", "<local-command-", "<bash-"]
             .iter()
             .any(|p| text.starts_with(p))
+}
+
+/// What a message the harness wrote itself is, when it is not the user's or
+/// the agent's: a compaction summary or mark, a stand-in reply, context text.
+fn not_pinnable(message: &serde_json::Value) -> Option<&'static str> {
+    if message.pointer("/info/summary").and_then(|s| s.as_bool()) == Some(true) {
+        return Some("the harness's compaction summary");
+    }
+    let parts = message
+        .get("parts")
+        .and_then(|p| p.as_array())
+        .map_or(&[][..], Vec::as_slice);
+    let kind = |p: &serde_json::Value| p.get("type").and_then(|t| t.as_str()).map(str::to_string);
+    if parts
+        .iter()
+        .any(|p| kind(p).as_deref() == Some("compaction"))
+    {
+        return Some("the harness's compaction mark");
+    }
+    let texts: Vec<&serde_json::Value> = parts
+        .iter()
+        .filter(|p| kind(p).as_deref() == Some("text"))
+        .collect();
+    if !texts.is_empty()
+        && texts
+            .iter()
+            .all(|p| p.get("synthetic").and_then(|s| s.as_bool()) == Some(true))
+    {
+        return Some("text the harness wrote itself");
+    }
+    if message_text(message).is_empty() {
+        return Some("a message without text");
+    }
+    None
 }
 
 /// The text of each pin found in the transcript, chronological; the ids of the

@@ -9,11 +9,13 @@
 //! - [`opencode`]: pin, unpin, list and restore against a running OpenCode server.
 //! - [`hook`]: restore for Claude Code and Codex `SessionStart` hooks.
 //! - [`claim`]: one restorer per compaction (a row only one process can insert).
+//! - [`locate`]: where Claude Code and Codex keep a session's transcript.
 
 pub mod claim;
 pub mod event;
 pub mod hook;
 pub mod local;
+pub mod locate;
 pub mod metadata;
 pub mod opencode;
 pub mod text;
@@ -207,6 +209,12 @@ pub struct RestoreReport {
     /// Pins left out to fit the hook's size limit.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub omitted: Vec<String>,
+    /// Pins the harness kept through the compaction itself (not printed again).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<String>,
+    /// A hook's `additionalContext`, in UTF-16 units (what Claude Code caps).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub context_chars: usize,
     /// What a dry run would have sent.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub requests: Vec<PlannedRequest>,
@@ -232,12 +240,18 @@ impl RestoreReport {
             restored: Vec::new(),
             missing: Vec::new(),
             omitted: Vec::new(),
+            kept: Vec::new(),
+            context_chars: 0,
             requests: Vec::new(),
             hook_output: None,
             pending: None,
             warnings: Vec::new(),
         }
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Pins in the order restoration and answers use: by creation time, then id.

@@ -15,8 +15,8 @@ const NAMED_OMISSIONS: usize = 12;
 pub const PREAMBLE: &str = "\
 Pinned context, restored after compaction.
 
-The conversation was just compacted. The messages below come from the part the summary \
-replaced; the user pinned them because they must stay in context. Some were written by the \
+The conversation was just compacted. The user pinned the messages below because they must \
+stay in context word for word, and the compaction did not keep them. Some were written by the \
 user, some by you. They are here so you can carry on with the work that was under way before \
 the compaction; they are not a new request.
 

@@ -668,6 +668,24 @@ pub fn session_variable(harness: &str) -> Option<&'static str> {
     }
 }
 
+/// The session a harness names in a `tools/call`'s `_meta`, if it does.
+/// Codex (observed with 0.169.0) sends `_meta["x-codex-turn-metadata"]` with
+/// the `session_id` (and `thread_id`) of every call, so one server serves
+/// every session of its folder.
+pub fn session_from_meta(harness: &str, meta: &Value) -> Option<String> {
+    match harness {
+        "codex" => {
+            let turn = meta.get("x-codex-turn-metadata")?;
+            turn.get("session_id")
+                .or_else(|| turn.get("thread_id"))
+                .and_then(Value::as_str)
+                .filter(|s| !s.trim().is_empty())
+                .map(str::to_string)
+        }
+        _ => None,
+    }
+}
+
 /// The tools served over MCP for one project and harness.
 pub struct ToolServer<'a> {
     pub store: Store,
@@ -684,11 +702,22 @@ impl mcp::Tools for ToolServer<'_> {
     }
 
     fn call(&mut self, name: &str, arguments: &Value) -> Result<Answer> {
+        self.call_with_meta(name, arguments, &Value::Null)
+    }
+
+    fn call_with_meta(&mut self, name: &str, arguments: &Value, meta: &Value) -> Result<Answer> {
         let now_ms = (self.clock)();
-        let session_id = match &self.session {
-            SessionSource::Fixed(id) => id.clone(),
-            SessionSource::Harness { session_id } => Some(session_id.clone()),
-            SessionSource::Current { project_dir } => {
+        // The call's own word on its session (Codex) comes after --session.
+        let from_meta = match &self.session {
+            SessionSource::Fixed(Some(_)) => None,
+            _ => session_from_meta(&self.harness, meta),
+        };
+        let named = from_meta.is_some() || matches!(self.session, SessionSource::Harness { .. });
+        let session_id = match (&self.session, from_meta) {
+            (_, Some(id)) => Some(id),
+            (SessionSource::Fixed(id), None) => id.clone(),
+            (SessionSource::Harness { session_id }, None) => Some(session_id.clone()),
+            (SessionSource::Current { project_dir }, None) => {
                 sessions::current_session(self.store.conn(), &self.harness, project_dir)?
                     .map(|c| c.session_id)
             }
@@ -698,7 +727,7 @@ impl mcp::Tools for ToolServer<'_> {
             harness: self.harness.clone(),
             session_id,
         };
-        if matches!(self.session, SessionSource::Harness { .. }) && TOOL_NAMES.contains(&name) {
+        if named && TOOL_NAMES.contains(&name) {
             super::ensure_session(&mut self.store, &scope, now_ms)?;
         }
         let ctx = Context {
@@ -774,5 +803,41 @@ mod tests {
             Some("CLAUDE_CODE_SESSION_ID")
         );
         assert_eq!(session_variable("opencode"), None);
+    }
+
+    #[test]
+    fn codex_names_the_session_of_each_call_in_its_meta() {
+        use crate::mcp::Tools;
+        let mut s = server(SessionSource::Current {
+            project_dir: "/p".into(),
+        });
+        s.harness = "codex".into();
+        let meta = |sid: &str| json!({"callId": "call_1", "x-codex-turn-metadata": {"session_id": sid, "thread_id": sid}});
+        let write = json!({"action": "write", "content": "note of A"});
+        let a = s
+            .call_with_meta("ctx_note", &write, &meta("thread-a"))
+            .unwrap();
+        assert!(!a.is_error, "{}", a.text);
+        let write = json!({"action": "write", "content": "note of B"});
+        assert!(
+            !s.call_with_meta("ctx_note", &write, &meta("thread-b"))
+                .unwrap()
+                .is_error
+        );
+        let list = json!({"action": "list"});
+        let listed = s
+            .call_with_meta("ctx_note", &list, &meta("thread-a"))
+            .unwrap();
+        assert!(
+            listed.text.contains("note of A") && !listed.text.contains("note of B"),
+            "{}",
+            listed.text
+        );
+        for sid in ["thread-a", "thread-b"] {
+            let row = sessions::find_session(s.store.conn(), "codex", sid).unwrap();
+            assert_eq!(row.unwrap().project_identity.as_deref(), Some("git:p"));
+        }
+        assert_eq!(session_from_meta("claude-code", &meta("x")), None);
+        assert_eq!(session_from_meta("codex", &json!({"callId": "c"})), None);
     }
 }

@@ -1384,7 +1384,8 @@ fn non_compact_sources_and_other_hooks_produce_nothing() {
     let transcript = env.path("session.jsonl");
     write_jsonl(&transcript, &cc_transcript(&[]));
     cc_pin(&env, &transcript, &["--message", "u-rule"]);
-    for source in ["startup", "resume", "clear", "fork"] {
+    // No history or memory for the project, and no compaction to answer.
+    for source in ["startup", "clear", "fork"] {
         let out = hook(&env, &hook_input(&transcript, source));
         assert!(out.status.success(), "{source}: {}", stderr(&out));
         assert!(out.stdout.is_empty(), "{source}: {}", stdout(&out));
@@ -1402,8 +1403,15 @@ fn non_compact_sources_and_other_hooks_produce_nothing() {
         assert!(out.stdout.is_empty(), "{input}: {}", stdout(&out));
     }
     assert_eq!(db_cursor(&env), None, "no cursor was recorded");
-    // The compact source still works afterwards.
-    assert!(additional_context(&hook(&env, &hook_input(&transcript, "compact"))).contains("Rule:"));
+    // A resume finds the transcript's compaction answered by no hook (the
+    // hook was not set up then) and answers it; the compact hook of that
+    // compaction, and the next resume, then add nothing.
+    assert!(additional_context(&hook(&env, &hook_input(&transcript, "resume"))).contains("Rule:"));
+    for source in ["compact", "resume"] {
+        let out = hook(&env, &hook_input(&transcript, source));
+        assert!(out.status.success(), "{source}: {}", stderr(&out));
+        assert!(out.stdout.is_empty(), "{source}: {}", stdout(&out));
+    }
 }
 
 #[test]
@@ -1440,12 +1448,23 @@ fn claude_code_hook_never_exits_2_and_dry_run_advances_no_cursor() {
         r#"{"hook_event_name": "SessionStart", "source": "compact"}"#,
     );
     assert_eq!(code(&out), 1);
-    // A session with no pins: nothing, exit 0.
-    let other = hook_input(&transcript, "compact")
+    // A session with no pins and no transcript yet: nothing, exit 0.
+    let other = hook_input(&env.path("other.jsonl"), "compact")
         .replace(CC_SESSION, "00000000-0000-0000-0000-000000000000");
     let out = hook(&env, &other);
     assert!(
         out.status.success() && out.stdout.is_empty(),
+        "{}",
+        stderr(&out)
+    );
+    // Another session's transcript is refused, naming both (exit 1, not 2).
+    let foreign = hook_input(&transcript, "compact")
+        .replace(CC_SESSION, "00000000-0000-0000-0000-000000000000");
+    let out = hook(&env, &foreign);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_one_error_line(&out);
+    assert!(
+        stderr(&out).contains(&format!("belongs to session {CC_SESSION}, not 00000000-")),
         "{}",
         stderr(&out)
     );
@@ -1663,4 +1682,87 @@ fn a_pinned_message_survives_a_ctx_reduce_drop_and_an_emergency_drop() {
         after["pass"]
     );
     assert_dropped(&after, "call_0_1", pinned_tag);
+}
+
+#[test]
+fn claude_code_pins_refuse_what_the_harness_wrote_and_find_the_transcript_themselves() {
+    let env = pin_env();
+    // Where Claude Code keeps it: ~/.claude/projects/<folder>/<session>.jsonl.
+    let folder = env.home().join(".claude/projects/-home-dev-shop");
+    std::fs::create_dir_all(&folder).unwrap();
+    let transcript = folder.join(format!("{CC_SESSION}.jsonl"));
+    let mut lines = cc_transcript(&[]);
+    // After resuming into a /compact, Claude Code writes a stand-in reply.
+    lines.push(cc_line(
+        "assistant",
+        "a-synthetic",
+        Some("s-1"),
+        "2026-11-30T10:05:00.000Z",
+        json!({"message": {"id": "msg_syn", "role": "assistant", "model": "<synthetic>",
+               "content": [{"type": "text", "text": "No response requested."}]}}),
+    ));
+    write_jsonl(&transcript, &lines);
+    let base = ["--harness", "claude-code", "--session", CC_SESSION];
+    let args = |extra: &[&'static str]| -> Vec<&str> {
+        base.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    for (id, what) in [
+        ("s-1", "compaction summary"),
+        ("cb-1", "compaction mark"),
+        ("a-synthetic", "wrote itself"),
+    ] {
+        let out = env.pin(&[&["pin"][..], &args(&["--message"]), &[id]].concat(), "");
+        assert_eq!(code(&out), 2, "{id}: {}", stderr(&out));
+        assert!(stderr(&out).contains(what), "{id}: {}", stderr(&out));
+    }
+    // No --transcript: found by the session id; the stand-in reply is skipped.
+    let answer = env.pin_ok(
+        &[&["pin"][..], &args(&["--last", "assistant"])].concat(),
+        "",
+    );
+    assert_eq!(answer["pins"][0]["id"], "a-3", "{answer}");
+    let answer = env.pin_ok(&[&["pin"][..], &args(&["--message", "a-2"])].concat(), "");
+    assert_eq!(answer["pins"][0]["id"], "a-1", "{answer}");
+    // Unpinning by a line of the reply other than its first finds the reply.
+    let answer = env.pin_ok(&[&["unpin"][..], &args(&["--message", "a-2"])].concat(), "");
+    let ids: Vec<&str> = answer["pins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["a-3"]);
+    // An id no pin has changes nothing, and says so.
+    let out = env.pin(
+        &[&["unpin"][..], &args(&["--message", "nope"])].concat(),
+        "",
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no pin of session"),
+        "{}",
+        stderr(&out)
+    );
+    // Another session's transcript is refused.
+    let path = transcript.display().to_string();
+    let out = env.pin(
+        &[
+            "pin",
+            "--harness",
+            "claude-code",
+            "--session",
+            "00000000-0000-0000-0000-000000000000",
+            "--last",
+            "user",
+            "--transcript",
+            &path,
+        ],
+        "",
+    );
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("belongs to session"),
+        "{}",
+        stderr(&out)
+    );
 }
