@@ -551,19 +551,7 @@ impl Builder<'_> {
         else {
             return;
         };
-        if is_error {
-            state.insert("status".into(), json!("error"));
-            state.insert("error".into(), json!(text));
-        } else {
-            state.insert("status".into(), json!("completed"));
-            state.insert("output".into(), json!(text));
-        }
-        if let (Some(ts), Some(time)) = (
-            entry.timestamp_ms,
-            state.get_mut("time").and_then(Value::as_object_mut),
-        ) {
-            time.insert("end".into(), json!(ts));
-        }
+        super::close_tool_state(state, text, is_error, entry.timestamp_ms);
     }
 
     fn summary(&mut self, entry: &Entry) {

@@ -572,19 +572,7 @@ impl Builder<'_> {
         else {
             return;
         };
-        if failed {
-            state.insert("status".into(), json!("error"));
-            state.insert("error".into(), json!(text));
-        } else {
-            state.insert("status".into(), json!("completed"));
-            state.insert("output".into(), json!(text));
-        }
-        if let (Some(ts), Some(time)) = (
-            line.timestamp_ms,
-            state.get_mut("time").and_then(Value::as_object_mut),
-        ) {
-            time.insert("end".into(), json!(ts));
-        }
+        super::close_tool_state(state, text, failed, line.timestamp_ms);
     }
 
     fn compacted(&mut self, line: &Line) {

@@ -27,3 +27,24 @@ pub struct GroupedMessage {
     /// `{info, parts}`.
     pub message: serde_json::Value,
 }
+
+/// A transcript's tool result written into the OpenCode-shaped tool part it
+/// answers: `completed` with its output, or `error` with it, and the end time.
+pub(crate) fn close_tool_state(
+    state: &mut serde_json::Map<String, serde_json::Value>,
+    text: String,
+    failed: bool,
+    end_ms: Option<i64>,
+) {
+    use serde_json::{Value, json};
+    if failed {
+        state.insert("status".into(), json!("error"));
+        state.insert("error".into(), json!(text));
+    } else {
+        state.insert("status".into(), json!("completed"));
+        state.insert("output".into(), json!(text));
+    }
+    if let (Some(ts), Some(time)) = (end_ms, state.get_mut("time").and_then(Value::as_object_mut)) {
+        time.insert("end".into(), json!(ts));
+    }
+}
