@@ -239,6 +239,13 @@ pub fn working_dir() -> Option<PathBuf> {
     std::env::current_dir().ok()
 }
 
+/// Whether this process runs inside a program the historian started as its
+/// model (see [`mc_core::llm::HISTORIAN_CHILD_ENV`]): harness hooks then do
+/// nothing, so the historian's own call leaves no trace on the folder.
+pub fn inside_historian_child() -> bool {
+    std::env::var_os(mc_core::llm::HISTORIAN_CHILD_ENV).is_some_and(|v| !v.is_empty())
+}
+
 /// The proxy variables (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`,
 /// either case) of this process, for the clients mc-core builds.
 pub fn proxy_env() -> mc_core::llm::ProxyEnv {

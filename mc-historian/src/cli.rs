@@ -286,6 +286,10 @@ fn run_hook(args: &Args, hook: &HookArgs) -> ExitCode {
 
 fn hook_inner(args: &Args, hook: &HookArgs) -> Result<(), Failure> {
     let text = mc_cli::read_stdin("expected a hook input (JSON) on stdin")?;
+    if mc_cli::inside_historian_child() {
+        // The historian's own model call ending: nothing of the user's to fold.
+        return Ok(());
+    }
     let input = mc_cli::parse_json(&text, "the hook input")?;
     let field = |key: &str| {
         input

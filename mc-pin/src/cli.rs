@@ -428,6 +428,9 @@ fn restore(args: &Args, flags: &RestoreArgs, harness: Option<Harness>) -> Result
             )?;
             Ok(())
         }
+        // The historian's own `claude -p` / `codex exec`: no record, no pins, and
+        // not the folder's current session.
+        Event::SessionStart(_) if mc_cli::inside_historian_child() => Ok(()),
         Event::SessionStart(input) => {
             // The transcript tells Codex's rollouts apart; the flag says otherwise.
             let harness = match harness {

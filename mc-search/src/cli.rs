@@ -593,6 +593,10 @@ fn canonical(dir: &Path) -> String {
 
 fn session_start(args: &Args) -> Result<(), Failure> {
     let text = mc_cli::read_stdin("expected a SessionStart hook input as JSON on stdin")?;
+    if mc_cli::inside_historian_child() {
+        // The historian's own `claude -p` / `codex exec`: not the folder's session.
+        return Ok(write_json(&json!({}), false)?);
+    }
     let input = mc_cli::parse_json(&text, "the hook input")?;
     let session_id = args
         .at

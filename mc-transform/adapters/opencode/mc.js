@@ -412,6 +412,9 @@ async function searchTools(directory) {
 }
 
 export const McContext = async ({ client, serverUrl, directory }) => {
+  // An `opencode run` the historian started as its model (MC_HISTORIAN_CHILD):
+  // its call is the historian's own, left as OpenCode sends it.
+  if (process.env.MC_HISTORIAN_CHILD) return {}
   const extraTools = await searchTools(directory)
   const server = String(serverUrl ?? "").replace(/\/$/, "")
   const limits = new Map() // "provider/model" -> {context, output}

@@ -4,7 +4,10 @@
 //! The prompt is the system prompt, a blank line, then the user message.
 //! `{model}` in an argument becomes the model part of `provider/model`. The
 //! program inherits the environment (its own login, its own keys), runs at
-//! most the call timeout, and is killed after that.
+//! most the call timeout, and is killed after that. It also gets
+//! [`HISTORIAN_CHILD_ENV`]: a harness run as the historian's model (`claude -p`
+//! fires its hooks, `pi -p` loads its extensions) carries it to mc's hooks
+//! there, which then stay out of the way.
 
 use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
@@ -14,6 +17,12 @@ use serde_json::{Value, json};
 
 use super::{Completion, ErrorKind, LlmError, Prompt, Target, excerpt};
 use crate::tokens;
+
+/// Set on every program the historian runs. mc's harness hooks and adapters
+/// inside that program do nothing when they see it: the historian's own call
+/// must not become the folder's current session, receive mc's record, or
+/// start another historian.
+pub const HISTORIAN_CHILD_ENV: &str = "MC_HISTORIAN_CHILD";
 
 /// The program's standard input for `prompt`.
 pub(super) fn stdin_text(prompt: &Prompt) -> String {
@@ -58,6 +67,7 @@ pub(super) fn call(
     };
     let mut child = Command::new(program)
         .args(args)
+        .env(HISTORIAN_CHILD_ENV, "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

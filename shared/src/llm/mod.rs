@@ -30,6 +30,7 @@ pub(crate) mod http;
 mod openai;
 pub(crate) mod opencode;
 
+pub use command::HISTORIAN_CHILD_ENV;
 pub use opencode::{ModelPrice, ServerModels, opencode_models};
 
 use std::collections::BTreeMap;

@@ -545,7 +545,7 @@ fn the_command_provider_runs_a_real_program() {
     write_script(
         &script,
         &format!(
-            "printf '%s\\n' \"$@\" > '{dir}/args.txt'\ncat > '{dir}/stdin.txt'\ncat '{dir}/answer.xml'\n"
+            "printf '%s\\n' \"$@\" > '{dir}/args.txt'\nprintf '%s' \"$MC_HISTORIAN_CHILD\" > '{dir}/child.txt'\ncat > '{dir}/stdin.txt'\ncat '{dir}/answer.xml'\n"
         ),
     );
     env.user_config(json!({
@@ -576,6 +576,8 @@ fn the_command_provider_runs_a_real_program() {
         std::fs::read_to_string(env.path("args.txt")).unwrap(),
         "--model\nhaiku\n"
     );
+    // Hooks of a harness run as the model see it and stay out of the way.
+    assert_eq!(std::fs::read_to_string(env.path("child.txt")).unwrap(), "1");
     assert_eq!(
         std::fs::read_to_string(env.path("stdin.txt")).unwrap(),
         request["stdin"].as_str().unwrap(),

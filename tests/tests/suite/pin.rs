@@ -1073,6 +1073,47 @@ fn claude_code_restore_prints_the_pins_from_the_transcript_once() {
     assert_eq!(db_cursor(&env).as_deref(), Some("cb-2"));
 }
 
+/// `claude -p` / `codex exec` run as the historian's model fire the user's
+/// hooks too; the variable the historian sets on them makes mc's hooks there
+/// print nothing and record nothing.
+#[test]
+fn hooks_inside_the_historians_own_program_leave_no_trace() {
+    let env = pin_env();
+    let transcript = env.path("session.jsonl");
+    write_jsonl(&transcript, &cc_transcript(&[]));
+    cc_pin(&env, &transcript, &["--message", "u-rule"]);
+    let input = hook_input(&transcript, "compact");
+    let current = |env: &TestEnv| -> i64 {
+        let store = mc_core::store::Store::open(&env.db(), &Default::default()).unwrap();
+        store
+            .conn()
+            .query_row("SELECT count(*) FROM current_sessions", [], |r| r.get(0))
+            .unwrap()
+    };
+    let as_child = |bin: &str, args: &[&str]| {
+        let mut command = env.db_command(bin, args);
+        command.env("MC_HISTORIAN_CHILD", "1");
+        mc_tests::pipe(&mut command, input.as_bytes()).unwrap()
+    };
+
+    let out = as_child("mc-pin", &["restore", "--harness", "claude-code"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.stdout.is_empty(), "{}", stdout(&out));
+    let out = as_child("mc-search", &["session-start", "--harness", "claude-code"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "{}");
+    assert_eq!(
+        current(&env),
+        0,
+        "the historian's call became the folder's session"
+    );
+
+    // The same input in the user's own session restores and records.
+    let context = additional_context(&hook(&env, &input));
+    assert!(context.contains("Rule: never edit"), "{context}");
+    assert_eq!(current(&env), 1);
+}
+
 #[test]
 fn racing_hooks_print_each_compaction_once() {
     let printed = |outs: &[Output]| {
