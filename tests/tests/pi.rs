@@ -1,0 +1,195 @@
+//! End to end against the real Pi (npm `@mariozechner/pi-coding-agent`, pinned
+//! in `tests/e2e/package.json`; `scripts/test` installs it) with mc's extension
+//! (`mc-transform/adapters/pi/mc.ts`): Pi runs offline against a fake
+//! Anthropic provider of ours on 127.0.0.1 that records every request body,
+//! driven by `pi -p` (each prompt a process of its own on one session file:
+//! every prompt after the first is a resume) and `pi --mode rpc`. One binary
+//! for every real-Pi test; a test is skipped (with a note) only where Pi is
+//! not installed, never under CI.
+
+use mc_tests::fake_provider::{Recorded, Reply, Usage};
+use mc_tests::pi::{Options, Pi};
+use serde_json::{Value, json};
+
+fn tool(name: &str, input: Value) -> Reply {
+    Reply::Tool {
+        name: name.into(),
+        input,
+    }
+}
+
+/// A request's messages with Pi's `cache_control` marks taken out (Pi moves
+/// them to the newest user message on every call), as JSON text per message.
+fn wire(request: &Recorded) -> Vec<String> {
+    let mut messages = request.body["messages"].clone();
+    for message in messages.as_array_mut().into_iter().flatten() {
+        for block in message["content"].as_array_mut().into_iter().flatten() {
+            if let Some(block) = block.as_object_mut() {
+                block.remove("cache_control");
+            }
+        }
+    }
+    messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(Value::to_string)
+        .collect()
+}
+
+/// Every request repeats the messages of the one before it, byte for byte.
+fn assert_prefixes(requests: &[Recorded]) {
+    for pair in requests.windows(2) {
+        let (before, after) = (wire(&pair[0]), wire(&pair[1]));
+        assert!(after.len() >= before.len(), "the conversation shrank");
+        for (i, (a, b)) in before.iter().zip(&after).enumerate() {
+            assert_eq!(a, b, "message {i} changed between two requests");
+        }
+        assert_eq!(
+            pair[0].body["system"], pair[1].body["system"],
+            "the system prompt changed"
+        );
+    }
+}
+
+fn system_text(request: &Recorded) -> String {
+    request.body["system"].to_string()
+}
+
+fn file_lines(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("line {i} of the big file: fn example_{i}() {{ return {i}; }}\n"))
+        .collect()
+}
+
+#[test]
+fn tags_reach_the_provider_and_every_call_repeats_the_one_before() {
+    let Some(pi) = Pi::start(
+        "tags_reach_the_provider_and_every_call_repeats_the_one_before",
+        Options::default(),
+    ) else {
+        return;
+    };
+    std::fs::write(pi.project.join("big.txt"), file_lines(300)).unwrap();
+    let session = pi.session("tags");
+    pi.provider
+        .push(tool("read", json!({"path": "big.txt"})), None);
+    pi.provider.push(Reply::Text("Read it.".into()), None);
+    pi.prompt(&session, "Read big.txt please.");
+    // A second process on the same session file: a resume.
+    pi.provider.push(Reply::Text("Sure.".into()), None);
+    pi.prompt(&session, "Now summarise it.");
+
+    let requests = pi.provider.agent_requests();
+    assert_eq!(requests.len(), 3, "two calls, then one");
+    let first = wire(&requests[0]);
+    assert!(
+        first.iter().any(|m| m.contains("§1§ Read big.txt please.")),
+        "the prompt carries its tag: {first:?}"
+    );
+    let results = requests[1].tool_results();
+    assert!(
+        results[0].text.starts_with("§2§ line 1 of the big file"),
+        "the tool output carries its tag: {:?}",
+        &results[0].text[..40.min(results[0].text.len())]
+    );
+    assert!(system_text(&requests[0]).contains("## Context management (mc)"));
+    assert!(system_text(&requests[0]).contains("ctx_reduce"));
+    let tools: Vec<&str> = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(tools.contains(&"ctx_reduce"), "{tools:?}");
+    assert!(
+        tools.contains(&"ctx_memory"),
+        "mc-search's tools too: {tools:?}"
+    );
+    // Below the threshold every call repeats the previous one's bytes, across
+    // the resume too (Pi's cache marks aside).
+    assert_prefixes(&requests);
+    // Pi's own record holds no tags: the transform is per call.
+    let record = std::fs::read_to_string(&session).unwrap();
+    assert!(!record.contains('§'), "the session file is untouched");
+}
+
+#[test]
+fn a_reduce_then_a_busting_pass_drops_and_later_calls_replay_it() {
+    let Some(pi) = Pi::start(
+        "a_reduce_then_a_busting_pass_drops_and_later_calls_replay_it",
+        Options {
+            context_window: 20_000,
+            reserve_tokens: 1_000,
+            mc_config: Some(r#"{"transform": {"protected_tags": 1}}"#.into()),
+            ..Options::default()
+        },
+    ) else {
+        return;
+    };
+    std::fs::write(pi.project.join("big.txt"), file_lines(200)).unwrap();
+    let session = pi.session("reduce");
+    pi.provider
+        .push(tool("read", json!({"path": "big.txt"})), None);
+    pi.provider.push(Reply::Text("Read it.".into()), None);
+    pi.prompt(&session, "Read big.txt please.");
+    // The agent drops the read; its next calls are above the execute
+    // threshold (69 % of the window less the output cap), below the band
+    // where a pass may bust mid-turn (85 %).
+    let high = Usage {
+        input: 11_000,
+        output: 10,
+        ..Usage::default()
+    };
+    pi.provider
+        .push(tool("ctx_reduce", json!({"drop": "2"})), Some(high));
+    pi.provider.push(Reply::Text("Dropped.".into()), Some(high));
+    pi.prompt(&session, "You can drop the file now.");
+    pi.provider.push(Reply::Text("Fine.".into()), None);
+    pi.prompt(&session, "Go on.");
+    pi.provider.push(Reply::Text("Ok.".into()), None);
+    pi.prompt(&session, "And on.");
+
+    let requests = pi.provider.agent_requests();
+    assert_eq!(requests.len(), 6);
+    let answer = requests[3].tool_results().last().unwrap().text.clone();
+    assert!(answer.contains("queued §2§"), "{answer}");
+    // Mid-turn (right after the ctx_reduce call) nothing moves yet, even
+    // above the threshold; the next prompt's call busts and drops; the one
+    // after, below the threshold again, replays the drop.
+    let whole = requests[3].tool_results()[0].text.clone();
+    assert!(
+        whole.starts_with("§2§ line 1"),
+        "{}",
+        &whole[..60.min(whole.len())]
+    );
+    for (i, request) in requests.iter().enumerate().skip(4) {
+        let read = &request.tool_results()[0];
+        assert_eq!(read.text, "[dropped §2§]", "request {i}");
+    }
+    // The call itself stays, with its result right after it.
+    assert_eq!(requests[5].tool_uses()[0].1, "read");
+    assert_prefixes(&requests[4..]);
+}
+
+#[test]
+fn a_broken_database_leaves_pi_working() {
+    let Some(pi) = Pi::start("a_broken_database_leaves_pi_working", Options::default()) else {
+        return;
+    };
+    // The database path is a folder: every mc command fails.
+    std::fs::create_dir_all(pi.file("not-a-db")).unwrap();
+    let session = pi.session("broken");
+    pi.provider.push(Reply::Text("Still here.".into()), None);
+    let db = pi.file("not-a-db").display().to_string();
+    let out = pi.prompt_env(&session, "Hello there.", &[("MC_DB", db.as_str())]);
+    assert!(out.contains("Still here."), "{out}");
+    let requests = pi.provider.agent_requests();
+    assert_eq!(requests.len(), 1);
+    let sent = requests[0].body["messages"].to_string();
+    assert!(sent.contains("Hello there."), "{sent}");
+    assert!(
+        !sent.contains('§'),
+        "the messages went out untouched: {sent}"
+    );
+}
