@@ -137,13 +137,29 @@ fn pi_envelope() -> Value {
 #[test]
 fn pi_codec_over_arbitrary_and_mutated_messages() {
     let sample = pi_envelope()["messages"].clone();
+    // A session file's entries mutated too: parent links, types, timestamps.
+    let session: Value = include_str!("../testdata/pi/session.jsonl")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect();
+    let session_changes = fuzz::changes(6);
     property(
         "pi_codec_over_arbitrary_and_mutated_messages",
         256,
-        (fuzz::json(), fuzz::changes(6)),
-        |(arbitrary, changes)| {
-            for value in [arbitrary, changes.apply(&sample)] {
+        (fuzz::json(), fuzz::changes(6), session_changes),
+        |(arbitrary, changes, entries)| {
+            for value in [arbitrary, changes.apply(&sample), entries.apply(&session)] {
                 let Value::Array(items) = value else { continue };
+                // The same values as a session file's lines.
+                let lines = items.iter().cloned().enumerate().collect();
+                let file = crate::codec::pi::SessionFile::from_lines(lines);
+                for whole in [false, true] {
+                    let _ = crate::codec::pi::to_grouped_messages(&file, "s", whole);
+                }
+                let _ = (
+                    file.newest_compaction(),
+                    crate::codec::pi::last_model(&file),
+                );
                 let text = serde_json::to_string(&items).unwrap_or_default();
                 if let Ok((messages, layout)) = crate::codec::pi::decode(items, Some("s")) {
                     // Untouched, the messages come back byte for byte.

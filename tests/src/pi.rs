@@ -45,7 +45,8 @@ pub struct Options {
     pub reserve_tokens: u64,
     /// Load mc's extension.
     pub with_mc: bool,
-    /// mc's config (JSONC text), if any.
+    /// mc's config (JSONC text), if any; `{PROVIDER}` in it becomes the fake
+    /// provider's root URL (for a historian model it plays).
     pub mc_config: Option<String>,
 }
 
@@ -118,7 +119,8 @@ impl Pi {
                                    "keepRecentTokens": 2000},
                     "quietStartup": true}),
         );
-        std::fs::write(pi.mc_config(), options.mc_config.unwrap_or("{}".into())).unwrap();
+        let config = options.mc_config.unwrap_or("{}".into());
+        std::fs::write(pi.mc_config(), config.replace("{PROVIDER}", &root)).unwrap();
         let git = |args: &[&str]| {
             let out = crate::pipe(pi.sealed("git").args(args), b"").unwrap();
             assert!(out.status.success(), "git {args:?}");
@@ -175,9 +177,19 @@ impl Pi {
             .env("NO_PROXY", "127.0.0.1,localhost")
             .env("MC_DB", &self.db)
             .env("MC_CONFIG", self.mc_config())
-            .env("PATH", crate::path_with_bins())
+            .env("PATH", self.path())
             .current_dir(&self.project);
         command
+    }
+
+    /// mc's binaries, then `pi`'s folder (the historian's harness default
+    /// runs `pi -p`), then the rest.
+    fn path(&self) -> std::ffi::OsString {
+        let with_bins = crate::path_with_bins();
+        let pi_dir = self.bin.parent().map(Path::to_path_buf).unwrap_or_default();
+        let mut dirs: Vec<PathBuf> = std::env::split_paths(&with_bins).collect();
+        dirs.insert(1.min(dirs.len()), pi_dir);
+        std::env::join_paths(dirs).unwrap_or(with_bins)
     }
 
     fn pi(&self, session: &Path) -> Command {

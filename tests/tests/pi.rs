@@ -193,3 +193,232 @@ fn a_broken_database_leaves_pi_working() {
         "the messages went out untouched: {sent}"
     );
 }
+
+/// `mc-pin args` in Pi's environment; must succeed; its JSON.
+fn mc_pin(pi: &Pi, args: &[&str]) -> Value {
+    let out = mc_tests::pipe(pi.command(mc_tests::bin_path("mc-pin")).args(args), b"").unwrap();
+    assert!(
+        out.status.success(),
+        "mc-pin {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The restorations mc stored in the session file (hidden custom messages).
+fn restorations(session: &std::path::Path) -> usize {
+    std::fs::read_to_string(session)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| {
+            l.contains(r#""type":"custom_message""#) && l.contains(r#""customType":"mc-pin""#)
+        })
+        .count()
+}
+
+fn wait_for_restorations(session: &std::path::Path, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while restorations(session) < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no restoration {n} in the session file after 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// The agent request that carries `prompt` as its newest user message.
+fn request_for<'a>(requests: &'a [Recorded], prompt: &str) -> &'a Recorded {
+    requests
+        .iter()
+        .find(|r| r.count(prompt) > 0)
+        .unwrap_or_else(|| panic!("no request carries {prompt:?}"))
+}
+
+#[test]
+fn a_pin_comes_back_exactly_once_after_a_manual_and_an_automatic_compaction() {
+    // Pi compacts on its own above 100k - 40k tokens; mc's threshold
+    // (65 % of the window less the output cap) is not reached at 62k.
+    let Some(pi) = Pi::start(
+        "a_pin_comes_back_exactly_once_after_a_manual_and_an_automatic_compaction",
+        Options {
+            context_window: 100_000,
+            reserve_tokens: 40_000,
+            ..Options::default()
+        },
+    ) else {
+        return;
+    };
+    const PINNED: &str = "Always run the migrations before the tests, pinned please.";
+    let filler = |n: u32| format!("Step {n}: {}", "lorem ipsum dolor sit amet ".repeat(400));
+    let session = pi.session("pins");
+    let mut rpc = pi.rpc(&session);
+    rpc.prompt(PINNED);
+    let transcript = session.display().to_string();
+    let pins = mc_pin(
+        &pi,
+        &[
+            "pin",
+            "--harness",
+            "pi",
+            "--transcript",
+            &transcript,
+            "--last",
+            "user",
+        ],
+    );
+    let id = pins["pins"][0]["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("pi-u"), "{pins}");
+    rpc.prompt(&filler(1));
+    rpc.prompt(&filler(2));
+    // A manual compaction (Pi's /compact, here over RPC).
+    let answer = rpc.compact();
+    assert_eq!(answer["success"], true, "{answer}");
+    wait_for_restorations(&session, 1);
+    rpc.prompt("After the first compaction.");
+    // An automatic one: the reply reports usage above Pi's threshold.
+    pi.provider.push(
+        Reply::Text("Big.".into()),
+        Some(Usage {
+            input: 62_000,
+            output: 10,
+            ..Usage::default()
+        }),
+    );
+    rpc.prompt(&filler(3));
+    let end = rpc.until(120, |e| e["type"] == "compaction_end");
+    assert_eq!(end["reason"], "threshold", "{end}");
+    assert!(end["result"].is_object(), "the compaction succeeded: {end}");
+    wait_for_restorations(&session, 2);
+    rpc.prompt("After the second compaction.");
+    rpc.prompt("And later.");
+    rpc.finish();
+
+    let requests = pi.provider.agent_requests();
+    // Before any compaction the pinned prompt is there as itself.
+    assert_eq!(request_for(&requests, "Step 2:").count(PINNED), 1);
+    // After each compaction it is summarised away and restored exactly once,
+    // and stays once on the calls after.
+    for prompt in [
+        "After the first compaction.",
+        "After the second compaction.",
+        "And later.",
+    ] {
+        let request = request_for(&requests, prompt);
+        assert_eq!(
+            request.count(PINNED),
+            1,
+            "{prompt}: {}",
+            request.body["messages"]
+        );
+        assert!(request.count("Pinned context, restored after compaction.") <= 1);
+    }
+    assert_eq!(restorations(&session), 2, "one restoration per compaction");
+    // A replay of the compaction's hook restores nothing more.
+    let replay = json!({"hook_event_name": "SessionStart", "source": "compact",
+        "session_id": pi_session_id(&session), "transcript_path": transcript});
+    let out = mc_tests::pipe(
+        pi.command(mc_tests::bin_path("mc-pin")).args([
+            "restore",
+            "--harness",
+            "pi",
+            "--pins-only",
+        ]),
+        replay.to_string().as_bytes(),
+    )
+    .unwrap();
+    assert!(out.status.success());
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+fn pi_session_id(session: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(session).unwrap();
+    let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    header["id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn the_historian_folds_the_session_file_through_pi_and_the_next_busting_call_carries_the_head() {
+    // No historian model in mc's config: the run folds through the harness's
+    // own `pi -p` (on PATH), on the session's model, which the fake plays.
+    let Some(pi) = Pi::start(
+        "the_historian_folds_the_session_file_through_pi_and_the_next_busting_call_carries_the_head",
+        Options {
+            context_window: 20_000,
+            reserve_tokens: 1_000,
+            ..Options::default()
+        },
+    ) else {
+        return;
+    };
+    let session = pi.session("historian");
+    for i in 0..8 {
+        // The last reply is above the execute threshold: the next call busts.
+        let usage = (i == 7).then_some(Usage {
+            input: 11_000,
+            output: 10,
+            ..Usage::default()
+        });
+        pi.provider.push(Reply::Text(format!("Answer {i}.")), usage);
+        // ~2,000 tokens each: more than the historian's protected tail (40 %
+        // of the window) to fold.
+        let text = format!("Task number {i}: {}", "do the thing carefully ".repeat(500));
+        pi.prompt(&session, &text);
+    }
+    let transcript = session.display().to_string();
+    let out = mc_tests::pipe(
+        pi.command(mc_tests::bin_path("mc-historian")).args([
+            "run",
+            "--harness",
+            "pi",
+            "--transcript",
+            &transcript,
+            "--context-limit",
+            "20000",
+        ]),
+        b"",
+    )
+    .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert!(
+        out.status.success() && report["status"] == "published",
+        "mc-historian run: {report}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(report["model_source"], "harness_default", "{report}");
+    // The historian's call through pi -p: no tools, none of mc's extension.
+    let folds = pi.provider.historian_requests();
+    assert!(!folds.is_empty(), "the fold went through the fake provider");
+    for fold in &folds {
+        assert!(
+            !fold.body["system"]
+                .to_string()
+                .contains("Context management (mc)")
+        );
+        assert_eq!(
+            fold.count("§"),
+            0,
+            "no pass ran inside the historian's call"
+        );
+    }
+    pi.provider.push(Reply::Text("Next.".into()), None);
+    pi.prompt(&session, "What is next?");
+    let requests = pi.provider.agent_requests();
+    let last = requests.last().unwrap();
+    // The head: m[0] (the frozen baseline), m[1] (what changed since), where
+    // a compartment published between two busting passes arrives.
+    let head = format!("{}{}", last.body["messages"][0], last.body["messages"][1]);
+    assert!(head.contains("<session-history>"), "{head}");
+    assert!(
+        head.contains("Folded messages"),
+        "the compartment is in the head: {head}"
+    );
+    // What the compartment covers left the wire; the rest is there.
+    assert_eq!(last.count("Task number 0:"), 0, "{}", last.body["messages"]);
+    assert_eq!(last.count("Task number 7:"), 1);
+    assert_eq!(last.count("What is next?"), 1);
+}

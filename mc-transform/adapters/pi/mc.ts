@@ -404,24 +404,32 @@ export default async function mc(pi: any) {
 
   // After Pi compacts (by hand or on its own): the pinned messages the
   // compaction summarised away come back once, hidden, before the next call.
-  pi.on("session_compact", async (event: any, ctx: any) => {
+  pi.on("session_compact", async (_event: any, ctx: any) => {
     const file = ctx.sessionManager?.getSessionFile?.()
+    if (!file) return // an in-memory session: mc-pin has nothing to read the pins from
+    // Asked as a SessionStart(compact) hook: mc-pin names the compaction by
+    // its entry in the session file, claims it (one restore per compaction)
+    // and prints the pins the compaction summarised away. mc's record is
+    // left out: every pass renders it into the call anyway.
     const input = JSON.stringify({
-      type: "session_compact",
+      hook_event_name: "SessionStart",
+      source: "compact",
       session_id: ctx.sessionManager.getSessionId(),
-      transcript: file,
-      compaction: event.compactionEntry,
-      project_dir: ctx.cwd,
+      transcript_path: file,
+      cwd: ctx.cwd,
     })
-    const result = await run(bin("mc-pin", "MC_PIN_BIN"), ["restore", "--harness", "pi"], input, TRANSFORM_TIMEOUT_MS)
+    const result = await run(bin("mc-pin", "MC_PIN_BIN"), ["restore", "--harness", "pi", "--pins-only"], input, TRANSFORM_TIMEOUT_MS)
     if (result.code !== 0) {
       console.error(`mc: mc-pin restore failed: ${failureText(result.stderr)}`)
       return
     }
+    if (!result.stdout.trim()) return
     try {
-      const answer = JSON.parse(result.stdout)
-      if (answer.action === "restored" && typeof answer.text === "string" && answer.text) {
-        await pi.sendMessage({ customType: "mc-pin", content: answer.text, display: false })
+      const restored = JSON.parse(result.stdout)?.hookSpecificOutput?.additionalContext
+      if (typeof restored === "string" && restored) {
+        // Stored in the session as a hidden custom message: it enters the
+        // context of the next model call, once.
+        await pi.sendMessage({ customType: "mc-pin", content: restored, display: false })
       }
     } catch (error) {
       console.error(`mc: mc-pin restore printed no JSON: ${error}`)

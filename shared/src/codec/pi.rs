@@ -531,6 +531,229 @@ pub fn encode(messages: Vec<Message>, mut layout: Layout) -> Vec<Value> {
     out
 }
 
+/// A Pi session file (JSON Lines, format v3): a `session` header, then
+/// entries that form a tree through `id` / `parentId`.
+#[derive(Debug, Clone, Default)]
+pub struct SessionFile {
+    /// The header's session id (what `getSessionId()` answers).
+    pub id: Option<String>,
+    /// The folder the session ran in.
+    pub cwd: Option<String>,
+    /// Every entry with an id, in file order.
+    pub entries: Vec<Map<String, Value>>,
+}
+
+/// Whether a file's first line is a Pi session header.
+pub fn is_header(first: &Value) -> bool {
+    first.get("type").and_then(Value::as_str) == Some("session")
+}
+
+impl SessionFile {
+    /// From the lines of a session file (see [`super::jsonl::read_objects`]).
+    pub fn from_lines(lines: Vec<(usize, Value)>) -> SessionFile {
+        let mut file = SessionFile::default();
+        for (_, value) in lines {
+            let Value::Object(map) = value else { continue };
+            if map.get("type").and_then(Value::as_str) == Some("session") {
+                if file.id.is_none() {
+                    file.id = map.get("id").and_then(Value::as_str).map(str::to_string);
+                    file.cwd = map.get("cwd").and_then(Value::as_str).map(str::to_string);
+                }
+                continue;
+            }
+            if map.get("id").and_then(Value::as_str).is_some() {
+                file.entries.push(map);
+            }
+        }
+        file
+    }
+
+    /// The current branch, root first: from the newest entry (Pi's leaf
+    /// when it loads the file) up through `parentId`.
+    pub fn branch(&self) -> Vec<&Map<String, Value>> {
+        let by_id: BTreeMap<&str, &Map<String, Value>> = self
+            .entries
+            .iter()
+            .filter_map(|e| Some((e.get("id")?.as_str()?, e)))
+            .collect();
+        let mut path = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut current = self.entries.last();
+        while let Some(entry) = current {
+            let Some(id) = entry.get("id").and_then(Value::as_str) else {
+                break;
+            };
+            if !seen.insert(id) {
+                break; // a cycle: stop rather than loop
+            }
+            path.push(entry);
+            current = entry
+                .get("parentId")
+                .and_then(Value::as_str)
+                .and_then(|p| by_id.get(p).copied());
+        }
+        path.reverse();
+        path
+    }
+
+    /// The newest `compaction` entry on the current branch.
+    pub fn newest_compaction(&self) -> Option<&Map<String, Value>> {
+        self.branch()
+            .into_iter()
+            .rev()
+            .find(|e| e.get("type").and_then(Value::as_str) == Some("compaction"))
+    }
+
+    /// The messages on the current branch as Pi builds them for the model,
+    /// each with its entry id. `whole`: every message of the branch, the
+    /// ones a compaction summarised too (each compaction's summary where the
+    /// compaction is); else what the model sees, as Pi builds its context:
+    /// the newest compaction's summary, the entries it kept, then the rest.
+    pub fn messages(&self, whole: bool) -> Vec<(Value, String)> {
+        let branch = self.branch();
+        let entry_id = |e: &Map<String, Value>| {
+            e.get("id")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        let compaction_at = if whole {
+            None
+        } else {
+            branch
+                .iter()
+                .rposition(|e| e.get("type").and_then(Value::as_str) == Some("compaction"))
+        };
+        let mut out = Vec::new();
+        let Some(at) = compaction_at else {
+            for entry in &branch {
+                if let Some(m) = entry_message(entry, true) {
+                    out.push((m, entry_id(entry)));
+                }
+            }
+            return out;
+        };
+        let (before, rest) = branch.split_at(at);
+        let Some((compaction, after)) = rest.split_first() else {
+            return out;
+        };
+        if let Some(m) = entry_message(compaction, true) {
+            out.push((m, entry_id(compaction)));
+        }
+        let first_kept = compaction.get("firstKeptEntryId").and_then(Value::as_str);
+        let kept_from = before
+            .iter()
+            .position(|e| e.get("id").and_then(Value::as_str) == first_kept)
+            .unwrap_or(before.len());
+        let kept = before.get(kept_from..).unwrap_or_default();
+        for entry in kept.iter().chain(after) {
+            // Earlier compactions inside the kept range are not messages here.
+            if let Some(m) = entry_message(entry, false) {
+                out.push((m, entry_id(entry)));
+            }
+        }
+        out
+    }
+}
+
+/// The message an entry puts in the context, as Pi builds it.
+fn entry_message(entry: &Map<String, Value>, compaction: bool) -> Option<Value> {
+    let ms = || {
+        entry
+            .get("timestamp")
+            .and_then(Value::as_str)
+            .and_then(super::claude::parse_timestamp)
+    };
+    let field = |k: &str| entry.get(k).cloned();
+    let mut m = Map::new();
+    let mut put = |k: &str, v: Option<Value>| {
+        if let Some(v) = v {
+            m.insert(k.into(), v);
+        }
+    };
+    match entry.get("type").and_then(Value::as_str)? {
+        "message" => return entry.get("message").filter(|v| v.is_object()).cloned(),
+        "custom_message" => {
+            put("role", Some(json!("custom")));
+            put("customType", field("customType"));
+            put("content", field("content"));
+            put("display", field("display"));
+            put("details", field("details"));
+            put("timestamp", ms().map(Value::from));
+        }
+        "branch_summary"
+            if entry
+                .get("summary")
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty()) =>
+        {
+            put("role", Some(json!("branchSummary")));
+            put("summary", field("summary"));
+            put("fromId", field("fromId"));
+            put("timestamp", ms().map(Value::from));
+        }
+        "compaction" if compaction => {
+            put("role", Some(json!("compactionSummary")));
+            put("summary", field("summary"));
+            put("tokensBefore", field("tokensBefore"));
+            put("timestamp", ms().map(Value::from));
+        }
+        _ => return None,
+    }
+    Some(Value::Object(m))
+}
+
+/// A session file's messages in the internal shape, each with the entries
+/// it was made of (its own and its tool results'), for pins and the
+/// historian. `whole` as in [`SessionFile::messages`].
+pub fn to_grouped_messages(
+    file: &SessionFile,
+    session_id: &str,
+    whole: bool,
+) -> Vec<super::GroupedMessage> {
+    let (values, entry_ids): (Vec<Value>, Vec<String>) = file.messages(whole).into_iter().unzip();
+    let Ok((messages, layout)) = decode(values, Some(session_id)) else {
+        return Vec::new();
+    };
+    messages
+        .into_iter()
+        .filter_map(|message| {
+            let id = message.id()?.to_string();
+            let role = match message.role() {
+                super::Role::User => "user",
+                super::Role::Assistant => "assistant",
+                super::Role::Other => return None,
+            };
+            let index = *layout.by_id.get(&id)?;
+            let mut uuids = vec![id.clone()];
+            uuids.extend(entry_ids.get(index).cloned());
+            for (_, result) in layout.results.get(&index).into_iter().flatten() {
+                uuids.extend(entry_ids.get(*result).cloned());
+            }
+            Some(super::GroupedMessage {
+                created_ms: message.created_ms(),
+                id,
+                uuids,
+                role,
+                message: message.encode(),
+            })
+        })
+        .collect()
+}
+
+/// The model the session used last: `(provider, id)` of its newest
+/// assistant message on the branch.
+pub fn last_model(file: &SessionFile) -> Option<(String, String)> {
+    file.branch().into_iter().rev().find_map(|e| {
+        let m = e.get("message")?;
+        (m.get("role")?.as_str()? == "assistant").then_some(())?;
+        Some((
+            m.get("provider")?.as_str()?.to_string(),
+            m.get("model")?.as_str()?.to_string(),
+        ))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -702,6 +925,76 @@ mod tests {
                    "timestamp": 0})
         );
         assert_eq!(out[1]["role"], "compactionSummary");
+    }
+
+    fn session_file() -> SessionFile {
+        let text = include_str!("../../testdata/pi/session.jsonl");
+        let lines = text
+            .lines()
+            .enumerate()
+            .map(|(i, l)| (i + 1, serde_json::from_str(l).unwrap()))
+            .collect();
+        SessionFile::from_lines(lines)
+    }
+
+    #[test]
+    fn a_session_file_gives_pis_context_and_the_whole_branch() {
+        let file = session_file();
+        assert_eq!(
+            file.id.as_deref(),
+            Some("3c9e1f2a-8d7b-4f4e-9a51-0d2c6e7b1a90")
+        );
+        assert_eq!(file.cwd.as_deref(), Some("/home/me/repo"));
+        // What the model sees: the summary, the kept reply, then the rest;
+        // not the abandoned branch.
+        let context = file.messages(false);
+        let entries: Vec<_> = context.iter().map(|(_, e)| e.as_str()).collect();
+        assert_eq!(entries, ["f6a7b8c9", "d4e5f6a7", "d0e1f2a3", "a7b8c9d0"]);
+        assert_eq!(
+            context[0].0,
+            json!({"role": "compactionSummary", "summary": "User is hardening login...",
+                   "tokensBefore": 152000, "timestamp": 1_764_774_600_000_i64})
+        );
+        assert_eq!(context[2].0["role"], "custom");
+        assert_eq!(context[2].0["timestamp"], 1_764_774_601_000_i64);
+        // The whole branch, for pins: the summarised messages too.
+        let whole = to_grouped_messages(&file, "s", true);
+        let ids: Vec<_> = whole.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "pi-u1764770401000",
+                "pi-a1764770405000",
+                "pi-a1764770409000",
+                "pi-c1764774600000",
+                "pi-x1764774601000",
+                "pi-u1764774660000"
+            ]
+        );
+        // A message is found by its own id or by any entry it was made of.
+        assert_eq!(
+            whole[1].uuids,
+            ["pi-a1764770405000", "b2c3d4e5", "c3d4e5f6"]
+        );
+        assert_eq!(whole[1].message["parts"][0]["state"]["output"], "ok");
+        // The context's messages have the identities the pass gives them.
+        let seen: Vec<Value> = context.into_iter().map(|(m, _)| m).collect();
+        let grouped: Vec<_> = to_grouped_messages(&file, "s", false)
+            .into_iter()
+            .map(|m| m.id)
+            .collect();
+        let (decoded, _) = decode(seen, Some("s")).unwrap();
+        let pass_ids: Vec<_> = decoded
+            .iter()
+            .filter_map(|m| m.id().map(str::to_string))
+            .collect();
+        assert_eq!(grouped, pass_ids);
+        assert_eq!(
+            last_model(&file),
+            Some(("anthropic".into(), "claude-sonnet-4-5".into()))
+        );
+        let compaction = file.newest_compaction().unwrap();
+        assert_eq!(compaction["id"], "f6a7b8c9");
     }
 
     #[test]
