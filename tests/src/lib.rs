@@ -8,6 +8,7 @@
 //!   [`pipe_within`] kills it when it runs too long; [`pipe_all`] runs
 //!   several at once, all started before any input is written.
 
+pub mod bench;
 pub mod claude;
 pub mod codex;
 pub mod env;

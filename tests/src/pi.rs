@@ -43,11 +43,18 @@ pub struct Options {
     /// Pi's `compaction.reserveTokens`: it compacts on its own when a reply's
     /// usage passes `context_window - reserve`.
     pub reserve_tokens: u64,
+    /// Pi's `compaction.keepRecentTokens`: what a compaction keeps word for word.
+    pub keep_recent_tokens: u64,
     /// Load mc's extension.
     pub with_mc: bool,
     /// mc's config (JSONC text), if any; `{PROVIDER}` in it becomes the fake
     /// provider's root URL (for a historian model it plays).
     pub mc_config: Option<String>,
+    /// More extensions loaded before and after mc's (a timing pair, say):
+    /// Pi runs an event's handlers in load order.
+    pub extensions_around: (Vec<PathBuf>, Vec<PathBuf>),
+    /// More environment for Pi and what it starts.
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for Options {
@@ -55,8 +62,11 @@ impl Default for Options {
         Options {
             context_window: 200_000,
             reserve_tokens: 16_384,
+            keep_recent_tokens: 20_000,
             with_mc: true,
             mc_config: None,
+            extensions_around: (Vec::new(), Vec::new()),
+            env: Vec::new(),
         }
     }
 }
@@ -70,6 +80,8 @@ pub struct Pi {
     pub project: PathBuf,
     pub db: PathBuf,
     with_mc: bool,
+    extensions_around: (Vec<PathBuf>, Vec<PathBuf>),
+    env: Vec<(String, String)>,
 }
 
 impl Pi {
@@ -100,6 +112,8 @@ impl Pi {
             project,
             db,
             with_mc: options.with_mc,
+            extensions_around: options.extensions_around,
+            env: options.env,
         };
         std::fs::create_dir_all(pi.agent_dir()).unwrap();
         std::fs::create_dir_all(pi.home()).unwrap();
@@ -116,7 +130,7 @@ impl Pi {
         write_json(
             &pi.agent_dir().join("settings.json"),
             &json!({"compaction": {"enabled": true, "reserveTokens": options.reserve_tokens,
-                                   "keepRecentTokens": 2000},
+                                   "keepRecentTokens": options.keep_recent_tokens},
                     "quietStartup": true}),
         );
         let config = options.mc_config.unwrap_or("{}".into());
@@ -179,6 +193,9 @@ impl Pi {
             .env("MC_CONFIG", self.mc_config())
             .env("PATH", self.path())
             .current_dir(&self.project);
+        for (name, value) in &self.env {
+            command.env(name, value);
+        }
         command
     }
 
@@ -198,8 +215,14 @@ impl Pi {
             .args(["--provider", "fake", "--model", MODEL, "--session"])
             .arg(session)
             .args(["--no-skills", "--no-prompt-templates", "--no-context-files"]);
+        for path in &self.extensions_around.0 {
+            command.arg("-e").arg(path);
+        }
         if self.with_mc {
             command.arg("-e").arg(extension());
+        }
+        for path in &self.extensions_around.1 {
+            command.arg("-e").arg(path);
         }
         command
     }
@@ -300,10 +323,42 @@ impl Rpc {
         }
     }
 
-    /// `prompt`, then wait for the agent to finish (and any compaction after it).
+    /// `prompt`, then wait for the agent to finish.
     pub fn prompt(&mut self, text: &str) {
         self.send(json!({"type": "prompt", "message": text}));
         self.until(120, |e| e["type"] == "agent_end");
+    }
+
+    /// Wait until Pi is not compacting (an automatic compaction starts right
+    /// after `agent_end`); returns whether it was.
+    pub fn settle(&mut self) -> bool {
+        self.send(json!({"type": "get_state"}));
+        let state = self.until(60, |e| {
+            e["type"] == "response" && e["command"] == "get_state"
+        });
+        let compacting = state["data"]["isCompacting"] == true
+            || self
+                .seen
+                .iter()
+                .rev()
+                .take_while(|e| e["type"] != "agent_end")
+                .any(|e| e["type"] == "compaction_start");
+        if compacting
+            && !self
+                .seen
+                .iter()
+                .rev()
+                .take_while(|e| e["type"] != "compaction_start")
+                .any(|e| e["type"] == "compaction_end")
+        {
+            self.until(300, |e| e["type"] == "compaction_end");
+        }
+        compacting
+    }
+
+    /// The process id of `pi` (the parent of the resident mc-transform).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// `compact`, and wait for its answer.

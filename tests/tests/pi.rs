@@ -244,6 +244,7 @@ fn a_pin_comes_back_exactly_once_after_a_manual_and_an_automatic_compaction() {
         Options {
             context_window: 100_000,
             reserve_tokens: 40_000,
+            keep_recent_tokens: 2_000,
             ..Options::default()
         },
     ) else {

@@ -5,7 +5,8 @@
 // line frozen until a pass busts the cache anyway), starts the historian
 // when a pass says a fold is due, puts pinned messages back after Pi
 // compacts (`session_compact` → `mc-pin restore --harness pi`, sent as a
-// hidden custom message), and gives the agent its tools: ctx_reduce, and
+// hidden custom message), hands a provider's "prompt is too long" to
+// `mc-transform overflow`, and gives the agent its tools: ctx_reduce, and
 // ctx_search, ctx_memory, ctx_note and ctx_expand from mc-search.
 //
 // mc-transform runs resident (`mc-transform serve`, one per Pi process): each
@@ -400,6 +401,24 @@ export default async function mc(pi: any) {
       warnOnce(`mc-transform system failed: ${error}`)
       return undefined
     }
+  })
+
+  // A reply that failed: a provider's "prompt is too long" goes to
+  // `mc-transform overflow`, which learns the model's limit and makes the
+  // session's next pass an emergency (anything else it answers as unrecognised).
+  pi.on("message_end", async (event: any, ctx: any) => {
+    const m = event?.message
+    if (m?.role !== "assistant" || m.stopReason !== "error" || !m.errorMessage) return
+    const model = ctx.model
+      ? { provider: ctx.model.provider, id: ctx.model.id, context_limit: ctx.model.contextWindow, output_limit: ctx.model.maxTokens }
+      : undefined
+    const request = JSON.stringify({ harness: "pi", session_id: ctx.sessionManager.getSessionId(), model, error: m.errorMessage })
+    const result = await mcTransform("overflow", request, ["overflow"], request)
+    if (result.code !== 0) return
+    try {
+      const answer = JSON.parse(result.stdout)
+      if (answer.recognised) console.error("mc: the provider rejected the prompt as too long; the next call drops to fit")
+    } catch {}
   })
 
   // After Pi compacts (by hand or on its own): the pinned messages the
