@@ -423,3 +423,53 @@ fn the_historian_folds_the_session_file_through_pi_and_the_next_busting_call_car
     assert_eq!(last.count("Task number 7:"), 1);
     assert_eq!(last.count("What is next?"), 1);
 }
+
+#[test]
+fn a_prompt_too_long_teaches_mc_the_limit_and_the_next_pass_recovers() {
+    let Some(pi) = Pi::start(
+        "a_prompt_too_long_teaches_mc_the_limit_and_the_next_pass_recovers",
+        Options::default(),
+    ) else {
+        return;
+    };
+    let session = pi.session("overflow");
+    pi.provider.push(Reply::Text("Fine.".into()), None);
+    pi.prompt(&session, "First.");
+    // The provider rejects the next call as too long; Pi compacts and retries.
+    pi.provider
+        .push(Reply::prompt_too_long(250_000, 180_000), None);
+    pi.provider.push(Reply::Text("Recovered.".into()), None);
+    let mut rpc = pi.rpc(&session);
+    rpc.prompt("Second.");
+    let end = rpc.until(120, |e| e["type"] == "compaction_end");
+    assert_eq!(end["reason"], "overflow", "{end}");
+    rpc.until(120, |e| e["type"] == "agent_end");
+    rpc.finish();
+    let requests = pi.provider.agent_requests();
+    assert_eq!(
+        requests.len(),
+        3,
+        "the first call, the rejected one, the retry"
+    );
+    let id = pi_session_id(&session);
+    let out = mc_tests::pipe(
+        pi.command(mc_tests::bin_path("mc-transform")).args([
+            "status",
+            "--harness",
+            "pi",
+            "--session",
+            &id,
+        ]),
+        b"",
+    )
+    .unwrap();
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        status["learned_limit"]["context_limit"], 180_000,
+        "the limit the error stated is mc's for this model: {status}"
+    );
+    assert_eq!(status["learned_limit"]["model"], "fake/mock-model");
+    // The retried call's pass was the recovery.
+    assert_eq!(status["overflow_pending"], false, "{status}");
+    assert_eq!(status["context_window"], 180_000 - 4_096, "{status}");
+}
