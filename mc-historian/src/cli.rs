@@ -30,7 +30,7 @@ A compartment summarises a finished piece of work at four levels of detail (p1 v
 curve instead of the raw messages. Facts become project memory.
 
 Input: the mc-transform envelope (JSON) on stdin, or --transcript FILE (a Claude Code
-session JSONL), or --opencode-url URL --session ID (a running OpenCode server).
+session JSONL, a Codex rollout or a Pi session file), or --opencode-url URL --session ID (a running OpenCode server).
 Models and providers come from the user config (historian.model, providers). Without
 one, the model the session's harness already uses: an OpenCode session's server
 (--opencode-url, else OPENCODE_URL) folds in a hidden child session; a Claude Code,
@@ -85,12 +85,13 @@ struct HookArgs {
 /// Where the session comes from. Without flags: the envelope on stdin.
 #[derive(ClapArgs, Debug)]
 struct Source {
-    /// A session transcript: a Claude Code session JSONL or a Codex rollout
-    /// (told apart by its first line)
+    /// A session transcript: a Claude Code session JSONL, a Codex rollout or
+    /// a Pi session file (told apart by its first line)
     #[arg(long, value_name = "FILE", conflicts_with = "opencode_url")]
     transcript: Option<PathBuf>,
-    /// The harness the transcript comes from: claude-code or codex [default:
-    /// from the transcript]; a rollout is read as Codex's whatever this says
+    /// The harness the transcript comes from: claude-code, codex or pi
+    /// [default: from the transcript]; a rollout is read as Codex's whatever
+    /// this says
     #[arg(long, value_name = "H", requires = "transcript")]
     harness: Option<String>,
     /// A running OpenCode server to fetch the session's messages from
@@ -206,10 +207,10 @@ fn from_transcript(
     max_bytes: u64,
 ) -> Result<Loaded, Failure> {
     if let Some(h) = harness
-        && !matches!(h, "claude-code" | "claude" | "codex")
+        && !matches!(h, "claude-code" | "claude" | "codex" | "pi")
     {
         return Err(Failure::input(anyhow!(
-            "unknown harness {h:?} for a transcript (claude-code or codex)"
+            "unknown harness {h:?} for a transcript (claude-code, codex or pi)"
         )));
     }
     // A regular file within the cap, read line by line; a line that cannot be
@@ -224,6 +225,34 @@ fn from_transcript(
         Failure::input(anyhow!("transcript {} names no session", path.display()))
             .with_hints(["pass --session ID".to_string()])
     };
+    let pi_file = objects
+        .lines
+        .first()
+        .is_some_and(|(_, v)| mc_core::codec::pi::is_header(v));
+    if pi_file || harness == Some("pi") {
+        // A Pi session file: what the model sees on the current branch, with
+        // the identities mc-transform gave those messages.
+        let file = mc_core::codec::pi::SessionFile::from_lines(objects.lines);
+        let session_id = session
+            .map(str::to_string)
+            .or_else(|| file.id.clone())
+            .ok_or_else(no_session)?;
+        let messages = mc_core::codec::pi::to_grouped_messages(&file, &session_id, false)
+            .into_iter()
+            .map(|m| m.message)
+            .collect();
+        let mut input = Input::from_messages(mc_core::codec::PI, &session_id, messages)
+            .map_err(|e| Failure::input(e.into()))?;
+        input.project_dir = file.cwd.clone().map(PathBuf::from);
+        if let Some((provider, id)) = mc_core::codec::pi::last_model(&file) {
+            input.model.provider = Some(provider);
+            input.model.id = Some(id);
+        }
+        return Ok(Loaded {
+            input,
+            now_ms: None,
+        });
+    }
     let (harness, session_id, messages, project_dir, window) = if rollout {
         let lines = codex::lines_from(objects.lines);
         let session_id = session

@@ -78,7 +78,7 @@ enum Command {
 
 #[derive(ClapArgs, Debug)]
 struct TargetArgs {
-    /// Harness of the session: opencode, claude-code or codex [default: the one
+    /// Harness of the session: opencode, claude-code, codex or pi [default: the one
     /// running this command (CLAUDECODE, CODEX_SESSION_ID), else opencode]
     #[arg(long)]
     harness: Option<String>,
@@ -86,7 +86,8 @@ struct TargetArgs {
     /// session the harness names in the environment, else the folder's newest]
     #[arg(long, value_name = "ID")]
     session: Option<String>,
-    /// The message: an OpenCode message id, a Claude Code transcript line uuid, a Codex item id
+    /// The message: an OpenCode message id, a Claude Code transcript line uuid, a Codex item
+    /// id, a Pi entry id
     #[arg(long, value_name = "ID", conflicts_with = "last")]
     message: Option<String>,
     /// Pin the newest message of this role that has text
@@ -98,8 +99,8 @@ struct TargetArgs {
     /// The message's creation time in epoch milliseconds, when no server or transcript can tell it
     #[arg(long, value_name = "MS")]
     created_at: Option<i64>,
-    /// The session's transcript (Claude Code JSONL, Codex rollout) [default:
-    /// where the harness keeps it]
+    /// The session's transcript (Claude Code JSONL, Codex rollout, Pi session
+    /// file) [default: where Claude Code or Codex keeps it]
     #[arg(long, value_name = "FILE")]
     transcript: Option<PathBuf>,
     /// The OpenCode server [default: $OPENCODE_URL]
@@ -259,6 +260,12 @@ fn request_of(
         .or_else(|| match harness {
             Harness::ClaudeCode => var("CLAUDE_CODE_SESSION_ID"),
             Harness::Codex => codex_env.clone(),
+            // A Pi session file names its session in its first line.
+            Harness::Pi => flags
+                .transcript
+                .as_deref()
+                .or(fields.transcript.as_deref().map(Path::new))
+                .and_then(pi_session_of),
             Harness::OpenCode => None,
         })
         .or_else(|| {
@@ -321,6 +328,20 @@ fn request_of(
         max_transcript_bytes: config.transcript.max_bytes,
     };
     Ok((request, url, flags.directory.clone().or(fields.directory)))
+}
+
+/// The session id in a Pi session file's header (its first line).
+fn pi_session_of(path: &Path) -> Option<String> {
+    use std::io::{BufRead, Read};
+    let file = std::fs::File::open(path).ok()?;
+    let mut first = String::new();
+    std::io::BufReader::new(file.take(64 * 1024))
+        .read_line(&mut first)
+        .ok()?;
+    let header: Value = serde_json::from_str(&first).ok()?;
+    mc_core::codec::pi::is_header(&header)
+        .then(|| header.get("id")?.as_str().map(str::to_string))
+        .flatten()
 }
 
 fn run_pins(args: &Args, action: Action, flags: &TargetArgs) -> Result<(), Failure> {
@@ -434,7 +455,7 @@ fn restore(args: &Args, flags: &RestoreArgs, harness: Option<Harness>) -> Result
         Event::SessionStart(input) => {
             // The transcript tells Codex's rollouts apart; the flag says otherwise.
             let harness = match harness {
-                Some(h @ (Harness::ClaudeCode | Harness::Codex)) => h,
+                Some(h @ (Harness::ClaudeCode | Harness::Codex | Harness::Pi)) => h,
                 _ => Harness::ClaudeCode,
             };
             restore_hook(args, flags, harness, &input).map_err(|mut f| {

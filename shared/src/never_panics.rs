@@ -121,7 +121,55 @@ fn envelope_samples() -> Vec<Value> {
     if let Some(text) = fuzz::sample("mc-transform-envelope.json") {
         out.push(serde_json::from_str(&text).expect("the sample envelope is JSON"));
     }
+    out.push(pi_envelope());
     out
+}
+
+/// A Pi envelope: the codec's test context (every role Pi sends).
+fn pi_envelope() -> Value {
+    let messages: Value = serde_json::from_str(include_str!("../testdata/pi/context.json"))
+        .expect("the Pi sample is JSON");
+    json!({"harness": "pi", "session_id": "pi-session", "now_ms": NOW,
+           "model": {"provider": "anthropic", "id": "m", "context_limit": 200_000},
+           "messages": messages})
+}
+
+#[test]
+fn pi_codec_over_arbitrary_and_mutated_messages() {
+    let sample = pi_envelope()["messages"].clone();
+    // A session file's entries mutated too: parent links, types, timestamps.
+    let session: Value = include_str!("../testdata/pi/session.jsonl")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect();
+    let session_changes = fuzz::changes(6);
+    property(
+        "pi_codec_over_arbitrary_and_mutated_messages",
+        256,
+        (fuzz::json(), fuzz::changes(6), session_changes),
+        |(arbitrary, changes, entries)| {
+            for value in [arbitrary, changes.apply(&sample), entries.apply(&session)] {
+                let Value::Array(items) = value else { continue };
+                // The same values as a session file's lines.
+                let lines = items.iter().cloned().enumerate().collect();
+                let file = crate::codec::pi::SessionFile::from_lines(lines);
+                for whole in [false, true] {
+                    let _ = crate::codec::pi::to_grouped_messages(&file, "s", whole);
+                }
+                let _ = (
+                    file.newest_compaction(),
+                    crate::codec::pi::last_model(&file),
+                );
+                let text = serde_json::to_string(&items).unwrap_or_default();
+                if let Ok((messages, layout)) = crate::codec::pi::decode(items, Some("s")) {
+                    // Untouched, the messages come back byte for byte.
+                    let back = crate::codec::pi::encode(messages, layout);
+                    prop_assert_eq!(serde_json::to_string(&back).unwrap_or_default(), text);
+                }
+            }
+            Ok(())
+        },
+    );
 }
 
 /// What `mc-transform` does with one stdin document: parse, pass, and on
@@ -766,7 +814,7 @@ fn the_historian_property_reaches_publish() {
         historian_on(&mut store, &input, &model);
         assert!(model.calls.get() > 0, "the model was asked");
         let session =
-            crate::domain::sessions::find_session(store.conn(), "opencode", &input.session_id)
+            crate::domain::sessions::find_session(store.conn(), &input.harness, &input.session_id)
                 .unwrap()
                 .unwrap();
         assert!(
@@ -1609,7 +1657,8 @@ fn found_a_pass_with_extreme_numbers_answers() {
             let out = run_pass(&mut store, envelope, &TransformConfig::default(), now)
                 .unwrap_or_else(|e| panic!("{path:?} = {value}: {e}"));
             assert!(!out.messages.is_empty(), "{path:?} = {value}");
-            let status = transform::status(&store, "opencode", &session)
+            let harness = sample["harness"].as_str().unwrap_or("opencode");
+            let status = transform::status(&store, harness, &session)
                 .unwrap()
                 .unwrap();
             let status = serde_json::to_value(status).unwrap().to_string();

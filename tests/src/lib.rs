@@ -8,6 +8,7 @@
 //!   [`pipe_within`] kills it when it runs too long; [`pipe_all`] runs
 //!   several at once, all started before any input is written.
 
+pub mod bench;
 pub mod claude;
 pub mod codex;
 pub mod env;
@@ -18,6 +19,7 @@ pub mod fake_responses;
 pub mod generate;
 pub mod mcp_client;
 pub mod opencode;
+pub mod pi;
 pub mod relay;
 pub mod serve;
 

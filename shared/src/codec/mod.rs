@@ -9,8 +9,44 @@ pub mod claude;
 pub mod codex;
 pub mod jsonl;
 pub mod opencode;
+pub mod pi;
 
 pub use opencode::{Message, Part, PartKind, Role};
+
+/// The wire shape of an envelope's messages, kept to write the pass's output
+/// back in the shape the harness sent.
+#[derive(Debug, Clone)]
+pub enum Wire {
+    /// OpenCode's `{info, parts}`: the internal model itself.
+    OpenCode,
+    /// Pi's agent messages ([`pi`]).
+    Pi(pi::Layout),
+}
+
+impl Wire {
+    /// Decode an envelope's messages by its `harness` (`session_id` names the
+    /// session for harnesses whose messages do not).
+    pub fn decode(
+        harness: &str,
+        session_id: Option<&str>,
+        values: Vec<serde_json::Value>,
+    ) -> crate::error::Result<(Vec<Message>, Wire)> {
+        match harness {
+            PI => pi::decode(values, session_id).map(|(m, layout)| (m, Wire::Pi(layout))),
+            _ => opencode::decode_all(values).map(|m| (m, Wire::OpenCode)),
+        }
+    }
+
+    pub fn encode(self, messages: Vec<Message>) -> Vec<serde_json::Value> {
+        match self {
+            Wire::OpenCode => opencode::encode_all(messages),
+            Wire::Pi(layout) => pi::encode(messages, layout),
+        }
+    }
+}
+
+/// The harness name of Pi in envelopes, sessions and commands.
+pub const PI: &str = "pi";
 
 /// One message of a transcript converted to OpenCode's shape (Claude Code's
 /// [`claude::to_grouped_messages`], Codex's [`codex::to_grouped_messages`]),

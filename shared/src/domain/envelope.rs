@@ -70,7 +70,7 @@ pub struct Envelope {
     pub messages: Vec<Value>,
 }
 
-pub const SUPPORTED_HARNESSES: &[&str] = &["opencode"];
+pub const SUPPORTED_HARNESSES: &[&str] = &["opencode", "pi"];
 
 /// The `harness` (default `opencode`) and the required `session_id` of a
 /// subcommand's request; `what` names the request in the error.

@@ -306,17 +306,27 @@ fn program_argv(
             (argv, id)
         }
         _ => {
-            // Pi takes provider/id.
+            // Pi takes provider/id. Checked against pi 0.73.1: without
+            // --no-extensions it would load the user's extensions (mc's own
+            // among them: a pass and a historian inside the historian), and
+            // without the rest it would put skills, prompt templates and the
+            // project's AGENTS.md into the prompt; no session file is written.
             let model = match (&session.provider, &id) {
                 (Some(p), Some(m)) if !p.is_empty() => Some(format!("{p}/{m}")),
                 (_, m) => m.clone(),
             };
-            let mut argv = vec![
-                exe,
-                "-p".to_string(),
-                "--no-session".to_string(),
-                "--no-tools".to_string(),
-            ];
+            let mut argv = vec![exe, "-p".to_string()];
+            argv.extend(
+                [
+                    "--no-session",
+                    "--no-tools",
+                    "--no-extensions",
+                    "--no-skills",
+                    "--no-prompt-templates",
+                    "--no-context-files",
+                ]
+                .map(str::to_string),
+            );
             if let Some(m) = &model {
                 argv.extend(["--model".to_string(), m.clone()]);
             }
@@ -518,6 +528,23 @@ mod tests {
         assert!(c.reason.contains("/opt/bin/claude -p"), "{}", c.reason);
         let c = choose(&config(None), &BTreeMap::new(), "pi", &sonnet(), &env());
         assert_eq!(c.chain, ["pi/anthropic/claude-sonnet-4-5"]);
+        // Nothing of the user's Pi setup joins the historian's call: not
+        // mc's own extension, not skills, templates or AGENTS.md.
+        assert_eq!(
+            c.providers["pi"].command.as_deref().unwrap(),
+            [
+                "/opt/bin/pi",
+                "-p",
+                "--no-session",
+                "--no-tools",
+                "--no-extensions",
+                "--no-skills",
+                "--no-prompt-templates",
+                "--no-context-files",
+                "--model",
+                "anthropic/claude-sonnet-4-5"
+            ]
+        );
         // Codex is not on PATH here.
         let c = choose(&config(None), &BTreeMap::new(), "codex", &sonnet(), &env());
         assert_eq!(c.source, ModelSource::None);

@@ -72,7 +72,11 @@ pub struct Input {
 impl Input {
     /// From the transform's envelope.
     pub fn from_envelope(envelope: Envelope) -> Result<Input> {
-        let messages = decode_all(envelope.messages)?;
+        let (messages, _) = crate::codec::Wire::decode(
+            &envelope.harness,
+            envelope.session_id.as_deref(),
+            envelope.messages,
+        )?;
         let session_id = envelope
             .session_id
             .or_else(|| session_from_messages(&messages))

@@ -114,6 +114,28 @@ impl Compaction {
     }
 }
 
+/// The newest compaction on a Pi session's branch, named by its entry id,
+/// with the messages Pi kept after it (those pins are not repeated).
+fn pi_compaction(file: &crate::codec::pi::SessionFile, session_id: &str) -> Option<Compaction> {
+    let entry = file.newest_compaction()?;
+    let id = entry.get("id")?.as_str()?;
+    let at_ms = entry
+        .get("timestamp")
+        .and_then(Value::as_str)
+        .and_then(claude::parse_timestamp);
+    // What the model sees after it: a pin among those, or inside an earlier
+    // restoration Pi kept, is not repeated.
+    let context = crate::codec::pi::to_grouped_messages(file, session_id, false);
+    let kept = Kept {
+        texts: context
+            .iter()
+            .map(|m| super::message_text(&m.message))
+            .collect(),
+        ids: context.into_iter().map(|m| m.id).collect(),
+    };
+    Some(Compaction::named(format!("pi:{id}"), at_ms, kept))
+}
+
 /// The newest compaction in a Claude Code transcript, by its marks. A
 /// summary line older than the newest boundary belongs to an earlier
 /// compaction and is not counted.
@@ -567,6 +589,9 @@ pub fn restore(
             Lines::Codex(lines) => codex::newest_compaction(lines)
                 .map(codex_compaction)
                 .unwrap_or_else(|| newest_compaction(&[], now_ms)),
+            Lines::Pi(file) => {
+                pi_compaction(file, sid).unwrap_or_else(|| newest_compaction(&[], now_ms))
+            }
         }),
         (None, true) => Some(match &input.prompt_id {
             Some(p) => Compaction::named(format!("prompt:{p}"), None, Kept::default()),
@@ -577,6 +602,8 @@ pub fn restore(
         (Some(t), false) if input.source == "resume" => match &t.lines {
             Lines::Claude(entries) => claude_unanswered(entries),
             Lines::Codex(lines) => codex_unanswered(lines),
+            // Pi's extension answers each compaction as it happens.
+            Lines::Pi(_) => None,
         },
         (_, false) => None,
     };
@@ -622,6 +649,8 @@ pub fn restore(
     let in_context = transcript.as_ref().is_some_and(|t| match &t.lines {
         Lines::Claude(entries) => claude_context_has_history(entries),
         Lines::Codex(lines) => codex_context_has_history(lines),
+        // mc-transform renders mc's record into every call of a Pi session.
+        Lines::Pi(_) => true,
     });
     let mut report = none(if in_context {
         "already_in_context"

@@ -149,6 +149,8 @@ pub enum Lines {
     Claude(Vec<claude::Entry>),
     /// A Codex rollout.
     Codex(Vec<codex::Line>),
+    /// A Pi session file.
+    Pi(crate::codec::pi::SessionFile),
 }
 
 /// A session transcript (Claude Code's JSONL or Codex's rollout), read for
@@ -174,7 +176,24 @@ impl Transcript {
             .lines
             .first()
             .is_some_and(|(_, v)| v.get("type").and_then(|t| t.as_str()) == Some("session_meta"));
-        let transcript = if rollout {
+        let pi_file = objects
+            .lines
+            .first()
+            .is_some_and(|(_, v)| crate::codec::pi::is_header(v));
+        let transcript = if pi_file {
+            let file = crate::codec::pi::SessionFile::from_lines(objects.lines);
+            if let Some(owner) = &file.id
+                && owner != session_id
+            {
+                return Err(other_session(path, owner, session_id));
+            }
+            // Every message of the branch: a pin's text outlives Pi's compactions.
+            Transcript {
+                messages: crate::codec::pi::to_grouped_messages(&file, session_id, true),
+                lines: Lines::Pi(file),
+                warnings: objects.warnings,
+            }
+        } else if rollout {
             let lines = codex::lines_from(objects.lines);
             if let Some(owner) = codex::session_id(&lines)
                 && owner != session_id
@@ -208,6 +227,7 @@ impl Transcript {
         match self.lines {
             Lines::Claude(_) => super::Harness::ClaudeCode,
             Lines::Codex(_) => super::Harness::Codex,
+            Lines::Pi(_) => super::Harness::Pi,
         }
     }
 
@@ -226,6 +246,7 @@ impl Transcript {
                 .find_map(|e| e.raw.get("cwd").and_then(|c| c.as_str()))
                 .map(str::to_string),
             Lines::Codex(lines) => codex::cwd(lines),
+            Lines::Pi(file) => file.cwd.clone(),
         }
     }
 }

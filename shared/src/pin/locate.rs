@@ -211,7 +211,8 @@ pub fn transcript(
     match harness {
         Harness::ClaudeCode => claude_transcript(homes.claude.as_deref()?, session, cwd),
         Harness::Codex => codex_rollout(homes.codex.as_deref()?, session),
-        Harness::OpenCode => None,
+        // Pi's extension names the session file itself.
+        Harness::OpenCode | Harness::Pi => None,
     }
 }
 
@@ -220,7 +221,7 @@ pub fn newest_session(homes: &Homes, harness: Harness, cwd: &Path) -> Option<(St
     match harness {
         Harness::ClaudeCode => claude_newest(homes.claude.as_deref()?, cwd),
         Harness::Codex => codex_newest(homes.codex.as_deref()?, cwd),
-        Harness::OpenCode => None,
+        Harness::OpenCode | Harness::Pi => None,
     }
 }
 

@@ -35,6 +35,7 @@ pub enum Harness {
     OpenCode,
     ClaudeCode,
     Codex,
+    Pi,
 }
 
 impl Harness {
@@ -43,8 +44,9 @@ impl Harness {
             "opencode" => Ok(Harness::OpenCode),
             "claude-code" | "claude" => Ok(Harness::ClaudeCode),
             "codex" => Ok(Harness::Codex),
+            "pi" => Ok(Harness::Pi),
             other => Err(Error::input(format!(
-                "unknown harness {other:?} (one of opencode, claude-code, codex)"
+                "unknown harness {other:?} (one of opencode, claude-code, codex, pi)"
             ))),
         }
     }
@@ -55,6 +57,7 @@ impl Harness {
             Harness::OpenCode => "opencode",
             Harness::ClaudeCode => "claude-code",
             Harness::Codex => "codex",
+            Harness::Pi => "pi",
         }
     }
 }
@@ -362,10 +365,15 @@ mod tests {
 
     #[test]
     fn harness_names_round_trip() {
-        for h in [Harness::OpenCode, Harness::ClaudeCode, Harness::Codex] {
+        for h in [
+            Harness::OpenCode,
+            Harness::ClaudeCode,
+            Harness::Codex,
+            Harness::Pi,
+        ] {
             assert_eq!(Harness::parse(h.as_str()).unwrap(), h);
         }
-        assert!(Harness::parse("pi").is_err());
+        assert!(Harness::parse("aider").is_err());
         assert!(check_role("system").is_err());
     }
 }

@@ -8,8 +8,7 @@ use std::path::Path;
 use rusqlite::{Transaction, params};
 use serde_json::Value;
 
-use crate::codec::opencode::{decode_all, encode_all};
-use crate::codec::{Message, Part, PartKind, Role};
+use crate::codec::{Message, Part, PartKind, Role, Wire};
 use crate::config::TransformConfig;
 use crate::error::Result;
 use crate::history::head::PinnedText;
@@ -55,7 +54,7 @@ pub fn run_pass(
         messages,
         ..
     } = envelope;
-    let mut messages = decode_all(messages)?;
+    let (mut messages, wire) = Wire::decode(&harness, session_id.as_deref(), messages)?;
     let session_id = session_id.or_else(|| session_from_messages(&messages));
     let Some(session_id) = session_id else {
         let mut report = PassReport::passthrough(
@@ -64,7 +63,7 @@ pub fn run_pass(
         );
         report.reason = "no_session";
         return Ok(PassOutput {
-            messages: encode_all(messages),
+            messages: wire.encode(messages),
             system,
             pass: report,
         });
@@ -102,7 +101,7 @@ pub fn run_pass(
         // Nothing was kept: the adapter runs the historian, then the pass again.
         Applied::Wait(due) => {
             return Ok(PassOutput {
-                messages: encode_all(messages),
+                messages: wire.encode(messages),
                 system,
                 pass: PassReport::wait(facts.usage_percent, due.reason),
             });
@@ -141,7 +140,7 @@ pub fn run_pass(
     }
     warnings.extend(recovery.warning(facts.window));
     Ok(PassOutput {
-        messages: encode_all(messages),
+        messages: wire.encode(messages),
         system: outcome.system,
         pass: PassReport {
             decision: outcome.schedule.decision,

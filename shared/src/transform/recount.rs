@@ -8,7 +8,7 @@ use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
 use crate::codec::PartKind;
-use crate::codec::opencode::decode_all;
+use crate::codec::Wire;
 use crate::error::Result;
 use crate::store::Store;
 use crate::tokens;
@@ -32,7 +32,11 @@ pub struct RecountResult {
 }
 
 pub fn recount(store: &mut Store, envelope: Envelope) -> Result<RecountResult> {
-    let messages = decode_all(envelope.messages)?;
+    let (messages, _) = Wire::decode(
+        &envelope.harness,
+        envelope.session_id.as_deref(),
+        envelope.messages,
+    )?;
     let mut result = RecountResult::default();
     let Some(session_id) = envelope
         .session_id

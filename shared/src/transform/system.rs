@@ -16,7 +16,13 @@ use crate::store::Store;
 use crate::domain::envelope::session_key;
 use crate::domain::sessions;
 
-const DATE_PREFIX: &str = "Today's date:";
+/// The date lines harnesses write: OpenCode's, Pi's.
+const DATE_PREFIXES: [&str; 2] = ["Today's date:", "Current date:"];
+
+fn is_date_line(line: &str) -> bool {
+    let line = line.trim_start();
+    DATE_PREFIXES.iter().any(|p| line.starts_with(p))
+}
 /// Marks our section, so it is appended once.
 const HEADING: &str = "## Context management (mc)";
 
@@ -60,6 +66,11 @@ pub struct SystemRequest {
     pub session_id: String,
     /// The system parts as the harness built them.
     pub system: Value,
+    /// For a session no pass has seen yet, render what a new session's first
+    /// pass will make it (guidance, the date as shown) instead of returning
+    /// the parts unchanged: for a harness whose system hook runs before the
+    /// first pass of a session (Pi's `before_agent_start`).
+    pub render_unknown: bool,
 }
 
 impl SystemRequest {
@@ -79,10 +90,15 @@ impl SystemRequest {
                 ));
             }
         };
+        let render_unknown = map
+            .get("render_unknown")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         Ok(SystemRequest {
             harness,
             session_id,
             system,
+            render_unknown,
         })
     }
 }
@@ -109,6 +125,19 @@ pub fn system_hook(
     store.write(|tx| {
         let Some(session) = sessions::find_session(tx, &request.harness, &request.session_id)?
         else {
+            if request.render_unknown {
+                let guidance = guidance_for(config, false, true);
+                let today = config
+                    .system_prompt_guidance
+                    .then(|| today_line(&request.system))
+                    .flatten();
+                return Ok(SystemOutput {
+                    system: render(&request.system, guidance.as_deref(), today.as_deref()),
+                    known_session: false,
+                    guidance: guidance.is_some(),
+                    today,
+                });
+            }
             return Ok(SystemOutput {
                 system: request.system.clone(),
                 known_session: false,
@@ -142,7 +171,7 @@ pub fn today_line(system: &Value) -> Option<String> {
         .iter()
         .filter_map(Value::as_str)
         .flat_map(str::lines)
-        .find(|l| l.trim_start().starts_with(DATE_PREFIX))
+        .find(|l| is_date_line(l))
         .map(|l| l.trim().to_string())
 }
 
@@ -160,15 +189,9 @@ pub fn render(system: &Value, guidance: Option<&str>, today: Option<&str>) -> Va
             continue;
         };
         let mut text = match today {
-            Some(line) if text.contains(DATE_PREFIX) => text
+            Some(line) if DATE_PREFIXES.iter().any(|p| text.contains(p)) => text
                 .split('\n')
-                .map(|l| {
-                    if l.trim_start().starts_with(DATE_PREFIX) {
-                        line
-                    } else {
-                        l
-                    }
-                })
+                .map(|l| if is_date_line(l) { line } else { l })
                 .collect::<Vec<_>>()
                 .join("\n"),
             _ => text.to_string(),
@@ -220,6 +243,21 @@ mod tests {
             out
         );
         assert_ne!(hash(&out), hash(&system));
+    }
+
+    #[test]
+    fn pis_current_date_line_is_frozen_too() {
+        let system =
+            json!(["You are pi.\nCurrent date: 2026-12-02\nCurrent working directory: /r"]);
+        assert_eq!(
+            today_line(&system).as_deref(),
+            Some("Current date: 2026-12-02")
+        );
+        let out = render(&system, None, Some("Current date: 2026-12-01"));
+        assert_eq!(
+            out,
+            json!(["You are pi.\nCurrent date: 2026-12-01\nCurrent working directory: /r"])
+        );
     }
 
     #[test]

@@ -979,3 +979,101 @@ fn an_overflow_drops_again_on_a_sample_the_emergency_latch_has_seen() {
     assert_eq!(out.pass.reason, "overflow");
     assert!(!out.pass.dropped.is_empty(), "{:?}", out.pass);
 }
+
+/// A Pi session (its `context` event's messages) of `turns` turns: prompt,
+/// a read with its result, an answer.
+fn pi_session(turns: usize) -> Vec<Value> {
+    let mut out = Vec::new();
+    for t in 0..turns as i64 {
+        let at = T0 + t * 60_000;
+        out.push(
+            json!({"role": "user", "content": format!("please do step {t}"), "timestamp": at}),
+        );
+        out.push(json!({"role": "assistant", "content": [
+                {"type": "text", "text": format!("reading {t}")},
+                {"type": "toolCall", "id": format!("toolu_{t}"), "name": "read", "arguments": {"path": format!("src/{t}.rs")}}],
+            "api": "anthropic-messages", "provider": "anthropic", "model": "m",
+            "usage": {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 15,
+                      "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}},
+            "stopReason": "toolUse", "timestamp": at + 1000}));
+        out.push(
+            json!({"role": "toolResult", "toolCallId": format!("toolu_{t}"), "toolName": "read",
+            "content": [{"type": "text", "text": format!("fn f{t}() {{}}\n").repeat(200)}],
+            "details": {"n": t}, "isError": false, "timestamp": at + 1500}),
+        );
+        out.push(json!({"role": "assistant", "content": [{"type": "text", "text": format!("done {t}")}],
+            "api": "anthropic-messages", "provider": "anthropic", "model": "m",
+            "usage": {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 15,
+                      "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}},
+            "stopReason": "stop", "timestamp": at + 2000}));
+    }
+    out
+}
+
+fn pi_pass(store: &mut Store, messages: &[Value], percent: u64, now_ms: i64) -> PassOutput {
+    let mut envelope = envelope(messages, percent, now_ms);
+    envelope.harness = "pi".into();
+    run_pass(store, envelope, &config(), now_ms).unwrap()
+}
+
+#[test]
+fn pi_messages_are_tagged_replayed_and_dropped_in_their_own_shape() {
+    let mut store = Store::open_in_memory().unwrap();
+    // Eight turns: 32 tags, so the first read is older than the protected 20.
+    let messages = pi_session(8);
+    let now = T0 + 8 * 60_000;
+    let first = pi_pass(&mut store, &messages, 30, now);
+    // Tags in Pi's own fields; the roles Pi sends; the results after their calls.
+    let out = &first.messages;
+    let roles: Vec<_> = out.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(
+        &roles[roles.len() - 4..],
+        ["user", "assistant", "toolResult", "assistant"]
+    );
+    let prompt = out.iter().find(|m| m["content"] == "§1§ please do step 0");
+    assert!(prompt.is_some(), "{out:#?}");
+    let result = out.iter().find(|m| m["toolCallId"] == "toolu_0").unwrap();
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("§3§ fn f0()"), "{text}");
+    assert_eq!(result["details"], json!({"n": 0}));
+    // Deferred passes repeat every byte.
+    let again = pi_pass(&mut store, &messages, 30, now + 1000);
+    assert_eq!(bytes(&again.messages), bytes(&first.messages));
+    assert_eq!(again.pass.bust, Bust::None);
+    // A queued drop waits for a busting pass, then stays.
+    let tag: i64 = 3;
+    let request = ReduceRequest {
+        harness: "pi".into(),
+        session_id: SESSION.into(),
+        drop: vec![tag],
+    };
+    reduce(&mut store, &request, &config(), T0).unwrap();
+    let deferred = pi_pass(&mut store, &messages, 30, now + 2000);
+    assert_eq!(bytes(&deferred.messages), bytes(&first.messages));
+    let executed = pi_pass(&mut store, &messages, 70, now + 3000);
+    assert_eq!(
+        executed.pass.decision,
+        Decision::Execute,
+        "{:?}",
+        executed.pass
+    );
+    let result = executed
+        .messages
+        .iter()
+        .find(|m| m["toolCallId"] == "toolu_0")
+        .unwrap();
+    assert_eq!(
+        result["content"],
+        json!([{"type": "text", "text": "[dropped §3§]"}])
+    );
+    let replay = pi_pass(&mut store, &messages, 30, now + 4000);
+    assert_eq!(bytes(&replay.messages), bytes(&executed.messages));
+    // Every toolCall still has its result right after it.
+    for (i, m) in replay.messages.iter().enumerate() {
+        for call in m["content"].as_array().into_iter().flatten() {
+            if call["type"] == "toolCall" {
+                assert_eq!(replay.messages[i + 1]["toolCallId"], call["id"]);
+            }
+        }
+    }
+}

@@ -350,6 +350,7 @@ fn system_hook_freezes_the_date_until_a_busting_pass() {
         harness: "opencode".into(),
         session_id: SESSION.into(),
         system: json!([format!("Agent.\nToday's date: {date}"), "Skills."]),
+        render_unknown: false,
     };
     let expect = |date: &str| {
         json!([
@@ -361,6 +362,14 @@ fn system_hook_freezes_the_date_until_a_busting_pass() {
     let unknown = system_hook(&mut f.store, &request("Mon Nov 30 2026"), &f.config).unwrap();
     assert!(!unknown.known_session);
     assert_eq!(unknown.system, request("Mon Nov 30 2026").system);
+    // Pi asks before its first pass: it gets what the known session will get.
+    let early = SystemRequest {
+        render_unknown: true,
+        ..request("Mon Nov 30 2026")
+    };
+    let early = system_hook(&mut f.store, &early, &f.config).unwrap();
+    assert!(!early.known_session && early.guidance);
+    assert_eq!(early.system, expect("Mon Nov 30 2026"));
 
     let first = f.warm();
     assert_eq!(first.system, None, "no system in the envelope, none out");
@@ -414,6 +423,7 @@ fn system_hook_without_guidance_leaves_the_prompt_alone() {
         harness: "opencode".into(),
         session_id: SESSION.into(),
         system: json!(["Agent.\nToday's date: Mon Nov 30 2026"]),
+        render_unknown: false,
     };
     let out = system_hook(&mut f.store, &request, &f.config).unwrap();
     assert!(out.known_session && !out.guidance);

@@ -18,6 +18,7 @@
 
 use std::process::ExitCode;
 
+use mc_tests::bench::{cache_share, growth_only_share, misses, percentiles, serve_rss};
 use mc_tests::fake_provider::{Recorded, Reply, common_prefix};
 use mc_tests::opencode::{OpenCode, Options, cache_key, tool_results};
 
@@ -146,37 +147,6 @@ fn spent_reads(requests: &[Recorded], keep: usize) -> Vec<u64> {
         .filter_map(|(_, text)| text.strip_prefix('§')?.split('§').next()?.parse().ok())
         .collect();
     tags[..tags.len().saturating_sub(keep)].to_vec()
-}
-
-/// The resident set (now, peak) in KiB of the child of `parent` running
-/// `mc-transform serve`, if there is one (Linux).
-fn serve_rss(parent: u32) -> Option<(u64, u64)> {
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let serves = args.first().is_some_and(|a| a.ends_with(b"mc-transform"))
-            && args.iter().any(|a| *a == b"serve");
-        if ppid != Some(parent) || !serves {
-            continue;
-        }
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let kib = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        };
-        return Some((kib("VmRSS:")?, kib("VmHWM:")?));
-    }
-    None
 }
 
 fn drive(mode: Mode, script: Script, mc_config: Option<&str>) -> Run {
@@ -346,39 +316,6 @@ fn historian_summary(run: &Run) -> String {
     )
 }
 
-/// Share of request bytes (as a cache keys them) that the previous request's prefix covers.
-fn cache_share(keys: &[String]) -> f64 {
-    let total: usize = keys.iter().skip(1).map(String::len).sum();
-    let served: usize = keys
-        .windows(2)
-        .map(|w| common_prefix(w[0].as_bytes(), w[1].as_bytes()))
-        .sum();
-    served as f64 / total.max(1) as f64
-}
-
-/// The share if every request extended the previous one (no bust at all):
-/// what is left of the loss is new content, which no prefix cache serves.
-/// The smaller mc keeps the context, the larger a share the new bytes are.
-fn growth_only_share(keys: &[String]) -> f64 {
-    let lens: Vec<usize> = keys.iter().map(String::len).collect();
-    let total: usize = lens.iter().skip(1).sum();
-    let served: usize = lens.windows(2).map(|w| w[0].min(w[1])).sum();
-    served as f64 / total.max(1) as f64
-}
-
-/// The requests whose previous request's prefix covered less than 90 % (why the share drops).
-fn misses(keys: &[String]) -> Vec<String> {
-    keys.windows(2)
-        .enumerate()
-        .filter_map(|(i, w)| {
-            let shared = common_prefix(w[0].as_bytes(), w[1].as_bytes());
-            let share = shared as f64 / w[1].len() as f64;
-            (share < 0.9)
-                .then(|| format!("#{} {:.0}% of {}k", i + 1, share * 100.0, w[1].len() / 4000))
-        })
-        .collect()
-}
-
 /// One line per request: its size, the share the previous request's prefix
 /// covers, and where the two first differ (to see what breaks the cache).
 fn detail(label: &str, keys: &[String]) {
@@ -406,20 +343,6 @@ fn max_tokens(requests: &[Recorded]) -> u64 {
         .map(|r| r.raw.len() as u64 / 4)
         .max()
         .unwrap_or(0)
-}
-
-/// (median, p90) of `values` (sorted in place; the first value is read before).
-fn percentiles(values: &mut [f64]) -> (f64, f64) {
-    values.sort_by(f64::total_cmp);
-    let at = |q: f64| {
-        let n = values.len();
-        if n == 0 {
-            return f64::NAN;
-        }
-        let i = ((n as f64 * q).ceil() as usize).clamp(1, n) - 1;
-        values[i]
-    };
-    (at(0.5), at(0.9))
 }
 
 /// A request key with what differs between two OpenCode servers made equal:
