@@ -630,13 +630,16 @@ fn harness_checks(env: &Env, integration: &Integration, version: Option<&str>) -
             ),
             State::Missing => Check::fail(
                 cid,
-                format!("{name}: {} is missing ({place})", piece.label),
+                format!("{name}: {}: missing ({place})", piece.label),
                 setup.clone(),
             )
             .with_repair(Repair::Harness { harness: id }),
             State::Stale(why) => Check::fail(
                 cid,
-                format!("{name}: {} is out of date ({place}: {why})", piece.label),
+                format!(
+                    "{name}: {}: not as mc needs it ({place}: {why})",
+                    piece.label
+                ),
                 setup.clone(),
             )
             .with_repair(Repair::Harness { harness: id }),

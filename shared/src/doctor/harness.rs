@@ -199,7 +199,7 @@ pub fn integration(env: &Env, id: HarnessId) -> Integration {
                     },
                     Piece {
                         id: "compaction",
-                        label: "OpenCode's auto-compaction off".into(),
+                        label: "auto-compaction off".into(),
                         path: config,
                         action: Action::JsonSet {
                             keys: keys("compaction.auto"),
