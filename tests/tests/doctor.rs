@@ -359,6 +359,156 @@ fn claude_code_setup_then_the_real_claude_code_runs_mc_s_hook_and_mcp_server() {
 }
 
 #[test]
+fn codex_setup_then_the_real_codex_runs_mc_s_hook_and_offers_mc_s_tools() {
+    use mc_tests::codex::{Codex, Options};
+    use mc_tests::fake_responses::Reply;
+    let Some(cx) = Codex::start(
+        "codex_setup_then_the_real_codex_runs_mc_s_hook_and_offers_mc_s_tools",
+        Options::default(),
+    ) else {
+        return;
+    };
+    let root = cx.file("doctor");
+    std::fs::create_dir_all(&root).unwrap();
+    let harnesses = harness_dir(&root, &["codex"]);
+    let doctor = Doctor {
+        home: cx.home(),
+        path: path_with(&harnesses),
+        vars: vec![
+            ("MC_DB".into(), cx.db.display().to_string()),
+            ("MC_CONFIG".into(), cx.mc_config().display().to_string()),
+            ("CODEX_HOME".into(), cx.codex_home().display().to_string()),
+        ],
+    };
+    doctor.setup("codex");
+    const MEMORY: &str = "The doctor wired Codex.";
+    let out = cx.mc(
+        "mc-search",
+        &[
+            "memory",
+            "write",
+            "--category",
+            "CONSTRAINTS",
+            "--content",
+            MEMORY,
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    cx.provider.push(Reply::Text("Hi.".into()), None);
+    cx.exec(None, "hello");
+    let first = &cx.provider.turns()[0];
+    // The SessionStart hook setup wrote ran: mc's record reached the model.
+    assert_eq!(first.count(MEMORY), 1, "{}", first.body);
+    // The MCP server setup registered: mc's tools in the mcp__mc namespace.
+    let tools = first.body["tools"].to_string();
+    assert!(tools.contains("mcp__mc"), "{tools}");
+
+    let (code, doc) = doctor.json(&["--no-probe"]);
+    assert_all_pass(&doc);
+    assert_eq!(code, 0);
+
+    // Hooks switched off in config.toml: named, and switched back on by --fix.
+    let config = cx.codex_home().join("config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("hooks = true", "hooks = false")).unwrap();
+    let (code, doc) = doctor.json(&["--no-probe"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        check(&doc, "codex.features.hooks")["what"],
+        "Codex: hooks enabled ([features] hooks = true): not as mc needs it (~/.codex/config.toml: `features.hooks` is false)"
+    );
+    let (code, doc) = doctor.json(&["--fix", "--no-probe"]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert!(
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .contains("hooks = true")
+    );
+}
+
+#[test]
+fn config_errors_name_the_place_and_fallbacks_name_the_keys() {
+    let env = TestEnv::new();
+    let harnesses = env.root().join("none");
+    std::fs::create_dir_all(&harnesses).unwrap();
+    let doctor = Doctor {
+        home: env.home(),
+        path: path_with(&harnesses),
+        vars: Vec::new(),
+    };
+    env.user_config("{\n  \"transform\": {\n    \"protected_tags\": 20,,\n  }\n}\n");
+    let (code, doc) = doctor.json(&["--no-probe"]);
+    assert_eq!(code, 1);
+    let what = check(&doc, "config.parse")["what"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        what,
+        "config: ~/.config/mc/config.jsonc:3:26: not valid JSONC: Unexpected token in object; ignoring this file"
+    );
+    env.user_config(r#"{"transform": {"protected_tags": 1000}}"#);
+    let (code, doc) = doctor.json(&["--no-probe"]);
+    assert_eq!(code, 0);
+    let c = check(&doc, "config.values");
+    assert_eq!(c["status"], "warn");
+    assert!(
+        c["what"]
+            .as_str()
+            .unwrap()
+            .ends_with("fell back to the lower layers or defaults: transform.protected_tags"),
+        "{c}"
+    );
+}
+
+#[test]
+fn a_missing_cron_line_is_named_and_fix_adds_it() {
+    let env = TestEnv::new();
+    let harnesses = env.root().join("none");
+    std::fs::create_dir_all(&harnesses).unwrap();
+    let table = env.path("crontab.txt");
+    let fake = env.path("crontab");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = -l ]; then cat {t} 2>/dev/null || {{ echo 'no crontab for you' >&2; exit 1; }}; else cat > {t}; fi\n",
+            t = table.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    env.user_config(
+        r#"{"providers": {"cli": {"kind": "command", "command": ["sh"]}}, "dream": {"model": "cli/x"}}"#,
+    );
+    let doctor = Doctor {
+        home: env.home(),
+        path: path_with(&harnesses),
+        vars: vec![("MC_CRONTAB".into(), fake.display().to_string())],
+    };
+    let (code, doc) = doctor.json(&["--no-probe"]);
+    assert_eq!(code, 1);
+    let c = check(&doc, "cron");
+    assert_eq!(
+        c["what"],
+        "cron: dream.model is set but the crontab has no `mc-dream tick` line"
+    );
+    assert_eq!(c["fix"], "mc-dream cron --install");
+    let (code, doc) = doctor.json(&["--fix", "--no-probe"]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(check(&doc, "cron")["status"], "pass");
+    assert!(
+        std::fs::read_to_string(&table)
+            .unwrap()
+            .contains("# mc-dream tick")
+    );
+}
+
+#[test]
 fn setup_is_idempotent_keeps_comments_dry_runs_and_uninstalls_exactly() {
     let env = TestEnv::new();
     let root = env.root().to_path_buf();

@@ -170,7 +170,7 @@ fn config_checks(env: &Env, loaded: &config::Loaded) -> Vec<Check> {
     for warning in &broken {
         checks.push(Check::fail(
             "config.parse",
-            format!("config: {}", super::redact::paths(env, warning)),
+            located(&super::redact::paths(env, warning)),
             "fix the file at the place the error names (mc ignores the whole file until then)",
         ));
     }
@@ -190,7 +190,10 @@ fn config_checks(env: &Env, loaded: &config::Loaded) -> Vec<Check> {
                 others.len(),
                 others
                     .iter()
-                    .map(|w| super::redact::paths(env, w))
+                    .map(|w| {
+                        let w = super::redact::paths(env, w);
+                        w.strip_prefix("config: ").map(str::to_string).unwrap_or(w)
+                    })
                     .collect::<Vec<_>>()
                     .join(" | ")
             ),
@@ -234,6 +237,22 @@ fn config_checks(env: &Env, loaded: &config::Loaded) -> Vec<Check> {
         ));
     }
     checks
+}
+
+/// `config: FILE: not valid JSONC: WHY on line L column C; …` as
+/// `config: FILE:L:C: not valid JSONC: WHY; …` (the form editors jump to).
+fn located(warning: &str) -> String {
+    let Some((head, rest)) = warning.split_once(": not valid JSONC: ") else {
+        return warning.to_string();
+    };
+    let Some((why, place)) = rest.split_once(" on line ") else {
+        return warning.to_string();
+    };
+    let (place, tail) = place.split_once(';').unwrap_or((place, ""));
+    let Some((line, column)) = place.split_once(" column ") else {
+        return warning.to_string();
+    };
+    format!("{head}:{line}:{column}: not valid JSONC: {why};{tail}")
 }
 
 /// Open `path` without creating or migrating it.
