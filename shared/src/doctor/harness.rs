@@ -485,6 +485,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn pi_is_detected_by_its_folder_or_variable_and_is_not_installable_yet() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = Env {
+            home: dir.path().to_path_buf(),
+            ..Env::default()
+        };
+        assert!(integration(&env, HarnessId::Pi).detected.is_none());
+        std::fs::create_dir_all(dir.path().join(".pi/agent")).unwrap();
+        let pi = integration(&env, HarnessId::Pi);
+        assert!(pi.detected.unwrap().ends_with(".pi/agent exists"));
+        assert_eq!(
+            pi.pieces[0].path,
+            dir.path().join(".pi/agent/extensions/mc.ts")
+        );
+        env.vars.insert(
+            "PI_CODING_AGENT_DIR".into(),
+            dir.path().join("elsewhere").display().to_string(),
+        );
+        let pi = integration(&env, HarnessId::Pi);
+        assert_eq!(pi.detected.as_deref(), Some("PI_CODING_AGENT_DIR is set"));
+        assert_eq!(
+            pi.pieces[0].path,
+            dir.path().join("elsewhere/extensions/mc.ts")
+        );
+        assert!(matches!(state(&pi.pieces[0]), State::Unavailable(_)));
+    }
+
+    #[test]
     fn hook_commands_match_by_program_subcommand_and_harness() {
         let ours = hook_group("mc-pin restore --harness claude-code");
         let theirs = json!({"hooks": [{"type": "command", "command": "/usr/local/bin/mc-pin restore --harness claude-code", "timeout": 30}]});

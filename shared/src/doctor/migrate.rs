@@ -166,6 +166,75 @@ mod tests {
         assert_eq!(rename_keys(&out, TABLE, "c").unwrap(), None);
     }
 
+    /// A database as the previous release left it: the first nine migrations.
+    fn old_database(path: &std::path::Path) {
+        let conn = Connection::open(path).unwrap();
+        for sql in [
+            include_str!("../store/migrations/0001_transform.sql"),
+            include_str!("../store/migrations/0002_history.sql"),
+            include_str!("../store/migrations/0003_pins_and_historian.sql"),
+            include_str!("../store/migrations/0004_system_date_and_reminders.sql"),
+            include_str!("../store/migrations/0005_session_project_and_render_version.sql"),
+            include_str!("../store/migrations/0006_restore_claims.sql"),
+            include_str!("../store/migrations/0007_learned_limits.sql"),
+            include_str!("../store/migrations/0008_memory_notes_and_raw_content.sql"),
+            include_str!("../store/migrations/0009_message_index.sql"),
+        ] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 9).unwrap();
+    }
+
+    #[test]
+    fn an_old_schema_is_a_warning_fix_backs_it_up_and_migrates() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = Env {
+            home: dir.path().to_path_buf(),
+            db: dir.path().join("ctx.db"),
+            now_ms: 1_796_100_000_000,
+            ..Env::default()
+        };
+        old_database(&env.db);
+        let checks = super::super::checks::run(
+            &env,
+            &super::super::checks::Options {
+                probes: false,
+                ..Default::default()
+            },
+        );
+        let check = checks.iter().find(|c| c.id == "db.schema").unwrap();
+        assert_eq!(check.status, super::super::Status::Warn);
+        assert_eq!(
+            check.what,
+            format!(
+                "database ~/ctx.db: schema 9, this mc has {SCHEMA_VERSION} (its next command migrates it)"
+            )
+        );
+        let fixed = super::super::setup::fix(&env, &checks);
+        assert_eq!(
+            fixed.repaired,
+            vec![format!(
+                "database ~/ctx.db: migrated schema 9 → {SCHEMA_VERSION} (backup ~/ctx.db.mc-backup-20261201-044000)"
+            )]
+        );
+        let version = |p: &std::path::Path| -> i64 {
+            Connection::open(p)
+                .unwrap()
+                .query_row("PRAGMA user_version", [], |r| r.get(0))
+                .unwrap()
+        };
+        assert_eq!(version(&env.db), SCHEMA_VERSION);
+        assert_eq!(
+            version(&dir.path().join("ctx.db.mc-backup-20261201-044000")),
+            9
+        );
+        // Current now: nothing more to do.
+        assert_eq!(
+            schema(&env).unwrap(),
+            format!("database ~/ctx.db: schema {SCHEMA_VERSION} is current")
+        );
+    }
+
     #[test]
     fn the_new_key_wins_when_both_are_set() {
         let text = r#"{"historian": {"model_name": "old/x", "model": "new/y"}}"#;
