@@ -861,3 +861,121 @@ pub fn wanting(integration: &Integration) -> Vec<&harness::Piece> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Store, StoreOptions};
+
+    #[test]
+    fn recent_passthroughs_and_failed_historian_runs_are_listed_with_their_reasons() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = 1_796_100_000_000;
+        let env = Env {
+            home: dir.path().to_path_buf(),
+            db: dir.path().join("ctx.db"),
+            now_ms: now,
+            ..Env::default()
+        };
+        let mut store = Store::open(&env.db, &StoreOptions::default()).unwrap();
+        let old = now - RECENT_MS - 1;
+        let id = store
+            .write(|tx| {
+                let a = crate::domain::sessions::create_session(
+                    tx, "opencode", "ses_a", false, None, old,
+                )?;
+                crate::domain::sessions::create_session(
+                    tx,
+                    "claude-code",
+                    "s-old",
+                    false,
+                    None,
+                    old,
+                )?;
+                tx.execute(
+                    "INSERT INTO historian_runs (session, started_ms, status, model, error)
+                     VALUES (?1, ?2, 'failed', 'fake/m', 'provider said 401'),
+                            (?1, ?3, 'failed', 'fake/m', 'too old to list'),
+                            (?1, ?2, 'published', 'fake/m', NULL)",
+                    rusqlite::params![a.id, now - 60_000, old],
+                )?;
+                Ok(a.id)
+            })
+            .unwrap();
+        assert!(id > 0);
+        crate::transform::pass::record_passthrough(
+            &mut store,
+            "opencode",
+            "ses_a",
+            "database is locked",
+            now - 1000,
+        )
+        .unwrap();
+        crate::transform::pass::record_passthrough(
+            &mut store,
+            "claude-code",
+            "s-old",
+            "ancient",
+            old,
+        )
+        .unwrap();
+        drop(store);
+        let checks = recent_failures(&env, &Options::default());
+        assert_eq!(checks.len(), 2);
+        assert_eq!(checks[0].status, super::super::Status::Warn);
+        assert_eq!(
+            checks[0].what,
+            "fail-open passthroughs in the last 7 days (newest first): opencode ses_a at 2026-12-01 04:39 UTC: database is locked"
+        );
+        assert_eq!(
+            checks[1].what,
+            "failed historian runs in the last 7 days (newest first): opencode ses_a at 2026-12-01 04:39 UTC (fake/m): provider said 401"
+        );
+    }
+
+    /// A server on 127.0.0.1 answering each connection with the next status
+    /// (0: read the request and never answer).
+    fn server(statuses: Vec<u16>) -> String {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for status in statuses {
+                let (mut stream, _) = listener.accept().unwrap();
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                if status == 0 {
+                    held.push(stream);
+                    continue;
+                }
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}"
+                );
+            }
+            std::thread::sleep(Duration::from_secs(2));
+        });
+        url
+    }
+
+    #[test]
+    fn probe_classes() {
+        let url = server(vec![200, 401, 403, 404, 405, 500, 0]);
+        let t = Duration::from_millis(400);
+        assert_eq!(probe(&url, &[], t), Probe::Ok);
+        assert_eq!(probe(&url, &[], t), Probe::AuthFailed(401));
+        assert_eq!(probe(&url, &[], t), Probe::AuthFailed(403));
+        assert_eq!(probe(&url, &[], t), Probe::EndpointUnsupported(404));
+        assert_eq!(probe(&url, &[], t), Probe::EndpointUnsupported(405));
+        assert_eq!(probe(&url, &[], t), Probe::HttpError(500));
+        assert_eq!(probe(&url, &[], t), Probe::Timeout);
+        let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = dead.local_addr().unwrap().port();
+        drop(dead);
+        assert!(matches!(
+            probe(&format!("http://127.0.0.1:{port}"), &[], t),
+            Probe::NetworkError(_)
+        ));
+    }
+}
