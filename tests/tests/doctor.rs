@@ -984,4 +984,35 @@ fn the_wizard_on_a_real_terminal_asks_shows_the_diff_and_writes() {
         json!({"providers": {"cli": {"kind": "command", "command": ["claude", "-p", "--model", "{model}"]}},
                "historian": {"model": "cli/sonnet"}})
     );
+
+    // Colour on a terminal only.
+    let line = format!(
+        "{} --no-probe",
+        mc_tests::claude::sh(&bin_path("mc-doctor").display().to_string())
+    );
+    let mut command = doctor.sealed("script");
+    command.args(["-q", "-e", "-c", &line, "/dev/null"]);
+    let out = pipe(&mut command, b"").unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("\x1b[32mPASS\x1b[0m  OpenCode: mc's plugin"),
+        "{shown}"
+    );
+    let out = doctor.run(&["--no-probe"]);
+    let plain = String::from_utf8_lossy(&out.stdout);
+    assert!(!plain.contains('\x1b'), "{plain}");
+    assert!(
+        plain.contains("PASS  OpenCode: mc's plugin (~/.config/opencode/plugin/mc.js)"),
+        "{plain}"
+    );
+    // The wizard's command provider is checked too: no `claude` on this PATH.
+    assert!(
+        plain.contains("FAIL  historian: cli/sonnet: command \"claude\" is not found → install claude, or change providers.cli.command\n"),
+        "{plain}"
+    );
+    assert!(
+        plain.ends_with("Summary: PASS 17 / WARN 0 / FAIL 1\n"),
+        "{plain}"
+    );
+    assert_eq!(out.status.code(), Some(1));
 }
