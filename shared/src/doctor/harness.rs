@@ -326,8 +326,8 @@ pub fn integration(env: &Env, id: HarnessId) -> Integration {
         }
     };
     let detected = match (&program, folder.is_dir()) {
-        (Some(path), _) => Some(format!("{} on PATH", path.display())),
-        (None, true) => Some(format!("{} exists", folder.display())),
+        (Some(path), _) => Some(format!("{} on PATH", env.tilde(path))),
+        (None, true) => Some(format!("{} exists", env.tilde(&folder))),
         (None, false) if id == HarnessId::Pi && env.var_path("PI_CODING_AGENT_DIR").is_some() => {
             Some("PI_CODING_AGENT_DIR is set".into())
         }
