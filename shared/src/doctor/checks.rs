@@ -58,7 +58,13 @@ pub fn run(env: &Env, options: &Options) -> Vec<Check> {
             .iter()
             .map(|i| {
                 let program = i.detected.as_ref().and(i.program.clone());
-                scope.spawn(move || program.and_then(|p| version_of(&p)))
+                let package = i.id.npm_package();
+                scope.spawn(move || {
+                    let program = program?;
+                    package
+                        .and_then(|name| npm_version(&program, name))
+                        .or_else(|| version_of(&program))
+                })
             })
             .collect();
         handles
@@ -99,6 +105,20 @@ pub fn run_limited(command: &mut Command, limit: Duration) -> Option<std::proces
             }
         }
     }
+}
+
+/// The version in the `package.json` of npm package `name` that `program`
+/// (a link into `node_modules`) belongs to: starting a node or bun program
+/// only to ask its version costs a second or two.
+pub fn npm_version(program: &Path, name: &str) -> Option<String> {
+    let real = program.canonicalize().ok()?;
+    real.ancestors().skip(1).take(3).find_map(|dir| {
+        let text = std::fs::read_to_string(dir.join("package.json")).ok()?;
+        let doc: Value = serde_json::from_str(&text).ok()?;
+        (doc.get("name")?.as_str()? == name)
+            .then(|| doc.get("version")?.as_str().map(str::to_string))
+            .flatten()
+    })
 }
 
 /// The first `N.N.N` in `program --version`'s output.
@@ -957,6 +977,28 @@ mod tests {
             std::thread::sleep(Duration::from_secs(2));
         });
         url
+    }
+
+    #[test]
+    fn an_npm_harness_s_version_comes_from_its_package_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let package = dir.path().join("node_modules/opencode-ai");
+        std::fs::create_dir_all(package.join("bin")).unwrap();
+        std::fs::write(package.join("bin/opencode.exe"), "").unwrap();
+        std::fs::write(
+            package.join("package.json"),
+            r#"{"name": "opencode-ai", "version": "9.8.7"}"#,
+        )
+        .unwrap();
+        let bin = dir.path().join("node_modules/.bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(package.join("bin/opencode.exe"), bin.join("opencode")).unwrap();
+        assert_eq!(
+            npm_version(&bin.join("opencode"), "opencode-ai").as_deref(),
+            Some("9.8.7")
+        );
+        // Another package's manifest is not the harness's.
+        assert_eq!(npm_version(&bin.join("opencode"), "@openai/codex"), None);
     }
 
     #[test]

@@ -58,6 +58,18 @@ impl HarnessId {
         }
     }
 
+    /// The npm package the harness ships as (its `package.json` names the
+    /// version without starting the program).
+    pub fn npm_package(self) -> Option<&'static str> {
+        match self {
+            HarnessId::OpenCode => Some("opencode-ai"),
+            HarnessId::ClaudeCode => Some("@anthropic-ai/claude-code"),
+            HarnessId::Codex => Some("@openai/codex"),
+            // Not known to this build: `pi --version` is asked instead.
+            HarnessId::Pi => None,
+        }
+    }
+
     /// The version mc's end-to-end tests run (tests/e2e/package.json).
     pub fn tested_with(self) -> Option<&'static str> {
         match self {
