@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 
-use super::harness::{self, Action, HarnessId, Integration, State};
+use super::harness::{self, HarnessId, Integration, State};
 use super::{Check, Env, Repair};
 use crate::config::{self, Config, ProviderKind};
 
@@ -867,19 +867,6 @@ fn when(ms: i64) -> String {
     jiff::Timestamp::from_millisecond(ms)
         .map(|t| t.strftime("%Y-%m-%d %H:%M UTC").to_string())
         .unwrap_or_else(|_| ms.to_string())
-}
-
-/// The pieces of `harness` a check found missing or stale (what `--fix` and
-/// setup write).
-pub fn wanting(integration: &Integration) -> Vec<&harness::Piece> {
-    integration
-        .pieces
-        .iter()
-        .filter(|p| {
-            matches!(harness::state(p), State::Missing | State::Stale(_))
-                && !matches!(p.action, Action::File(Err(_)))
-        })
-        .collect()
 }
 
 #[cfg(test)]

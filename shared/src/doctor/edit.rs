@@ -150,8 +150,6 @@ fn remove_in(object: &CstObject, keys: &[String], keep: usize, depth: usize) {
         if depth + 1 > keep && child.properties().is_empty() {
             prop.remove();
         }
-    } else if let Some(array) = prop.value().and_then(|v| v.as_array()) {
-        let _ = array;
     }
 }
 
