@@ -18,6 +18,7 @@
 
 pub mod codec;
 pub mod config;
+pub mod doctor;
 pub mod domain;
 pub mod dream;
 pub mod error;

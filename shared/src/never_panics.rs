@@ -472,6 +472,36 @@ fn config_loader_over_arbitrary_text() {
     );
 }
 
+/// The doctor's edits of harness files (JSONC, TOML) and its redaction, over
+/// arbitrary text: an error or a result, never a panic.
+#[test]
+fn doctor_edits_and_redaction_over_arbitrary_text() {
+    use crate::doctor::{edit, redact};
+    let keys: Vec<String> = vec!["hooks".into(), "Stop".into()];
+    property(
+        "doctor_edits_and_redaction_over_arbitrary_text",
+        256,
+        bytes_text(),
+        |text| {
+            let item = serde_json::json!({"hooks": [{"command": "mc-pin restore"}]});
+            let _ = edit::json_value(&text, "f");
+            if let Ok(out) = edit::json_push(&text, &keys, &item, "f") {
+                let _ = edit::json_pull(&out, &keys, &|v| v == &item, 0, "f");
+            }
+            if let Ok(out) = edit::json_set(&text, &keys, &item, "f") {
+                let _ = edit::json_remove(&out, &keys, 0, "f");
+            }
+            if let Ok(out) = edit::toml_set(&text, &keys, &item, "f") {
+                let _ = edit::toml_remove(&out, &keys, 0, "f");
+            }
+            let _ = edit::toml_get(&text, &keys, "f");
+            let _ = redact::secrets(&text);
+            let _ = edit::diff("f", &text, "x");
+            Ok(())
+        },
+    );
+}
+
 #[test]
 fn config_loader_over_mutated_configs_and_files() {
     property(

@@ -157,7 +157,8 @@ impl ClaudeCode {
         Some(claude)
     }
 
-    fn home(&self) -> PathBuf {
+    /// `HOME` of Claude Code and every process it starts.
+    pub fn home(&self) -> PathBuf {
         self.dir.path().join("home")
     }
 
@@ -237,6 +238,23 @@ impl ClaudeCode {
     /// environment (`CLAUDE_CODE_AUTO_COMPACT_WINDOW`, say). `/compact` as the
     /// text compacts the session.
     pub fn prompt_in(&self, session: Option<&str>, text: &str, env: &[(&str, &str)]) -> Value {
+        self.prompt_with(session, text, env, true)
+    }
+
+    /// [`ClaudeCode::prompt`] with only what the user's own settings say
+    /// (`settings.json`, `.claude.json` in `CLAUDE_CONFIG_DIR`): no
+    /// `--mcp-config`, no `--allowedTools`, as `mc-doctor setup` leaves it.
+    pub fn prompt_as_configured(&self, text: &str) -> Value {
+        self.prompt_with(None, text, &[], false)
+    }
+
+    fn prompt_with(
+        &self,
+        session: Option<&str>,
+        text: &str,
+        env: &[(&str, &str)],
+        test_mcp: bool,
+    ) -> Value {
         let root = self.provider.base_url().trim_end_matches("/v1").to_string();
         let mut command = self.sealed(&self.bin);
         if let Some(session) = session {
@@ -254,13 +272,14 @@ impl ClaudeCode {
             .env("DISABLE_ERROR_REPORTING", "1")
             // Wait for the MCP servers before the first model call.
             .env("MCP_CONNECTION_NONBLOCKING", "false")
-            .args(["-p", text, "--output-format", "json", "--mcp-config"])
-            .arg(self.mcp_config())
-            .args([
+            .args(["-p", text, "--output-format", "json"]);
+        if test_mcp {
+            command.arg("--mcp-config").arg(self.mcp_config()).args([
                 "--strict-mcp-config",
                 "--allowedTools",
                 "mcp__mc__*,Bash(mc-pin:*)",
             ]);
+        }
         let out = crate::pipe_within(&mut command, b"", Duration::from_secs(120))
             .unwrap_or_else(|e| panic!("running claude: {e}"))
             .expect("claude -p was still running after 120 s");

@@ -168,7 +168,8 @@ impl Codex {
         Some(codex)
     }
 
-    fn home(&self) -> PathBuf {
+    /// `HOME` of Codex and every process it starts.
+    pub fn home(&self) -> PathBuf {
         self.dir.path().join("home")
     }
 

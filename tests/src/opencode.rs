@@ -45,6 +45,9 @@ pub struct OpenCode {
     agent: ureq::Agent,
 }
 
+/// What [`Prepare::before_start`] runs, with the home folder.
+pub type BeforeStart = Box<dyn Fn(&Path)>;
+
 #[derive(Default)]
 pub struct Options {
     /// Where mc keeps its database; `None` for a path that cannot be created.
@@ -65,9 +68,24 @@ pub struct Options {
     pub env: Vec<(String, String)>,
 }
 
+/// More of the setup around OpenCode, for [`OpenCode::start_prepared`].
+#[derive(Default)]
+pub struct Prepare {
+    /// Leave `compaction` out of `opencode.json` (OpenCode's default: on).
+    pub leave_compaction_unset: bool,
+    /// Run this with the home folder after the config is written and before
+    /// the server starts (`mc-doctor setup` wires mc there).
+    pub before_start: Option<BeforeStart>,
+}
+
 impl OpenCode {
     /// Start in `dir` (a fresh folder the caller owns).
     pub fn start(dir: &Path, options: Options) -> OpenCode {
+        OpenCode::start_prepared(dir, options, Prepare::default())
+    }
+
+    /// [`OpenCode::start`], with `prepare` applied before the server starts.
+    pub fn start_prepared(dir: &Path, options: Options, prepare: Prepare) -> OpenCode {
         let provider = FakeProvider::start();
         let home = dir.join("home");
         let config = home.join(".config/opencode");
@@ -79,7 +97,7 @@ impl OpenCode {
             "pub fn answer() -> u32 {\n    42\n}\n".repeat(40),
         )
         .unwrap();
-        let settings = json!({
+        let mut settings = json!({
             "autoupdate": false,
             "share": "disabled",
             "compaction": {"auto": false},
@@ -91,6 +109,9 @@ impl OpenCode {
                 "models": {"mock-sonnet": {"name": "Mock Sonnet", "limit": {"context": options.context.unwrap_or(CONTEXT), "output": OUTPUT}}}
             }}
         });
+        if prepare.leave_compaction_unset {
+            settings.as_object_mut().unwrap().remove("compaction");
+        }
         std::fs::write(
             config.join("opencode.json"),
             serde_json::to_string_pretty(&settings).unwrap(),
@@ -120,6 +141,9 @@ impl OpenCode {
             .unwrap_or("{}")
             .replace("{provider}", &root);
         std::fs::write(&mc_config, text).unwrap();
+        if let Some(before_start) = &prepare.before_start {
+            before_start(&home);
+        }
         let mut server = Command::new(opencode_bin());
         sealed(&mut server, &home, &db, &mc_config);
         let mut child = server

@@ -154,7 +154,7 @@ impl Pi {
         Some(pi)
     }
 
-    fn home(&self) -> PathBuf {
+    pub fn home(&self) -> PathBuf {
         self.dir.path().join("home")
     }
 

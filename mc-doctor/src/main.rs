@@ -1,0 +1,12 @@
+//! mc-doctor: checks, setup, fixes, migrate and the issue report. Thin:
+//! arguments, the environment, the terminal; the work is in
+//! `mc_core::doctor`.
+
+mod cli;
+mod wizard;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    cli::main()
+}
