@@ -638,15 +638,16 @@ fn setup_is_idempotent_keeps_comments_dry_runs_and_uninstalls_exactly() {
         after
     );
 
-    // Pi is one more entry, honest about its missing extension.
+    // Pi is one more entry: its extension file, created whole.
     let out = doctor.run(&["setup", "--harness", "pi", "--yes"]);
     assert!(out.status.success());
+    let pi_extension = env.home().join(".pi/agent/extensions/mc.ts");
     assert!(
-        String::from_utf8_lossy(&out.stdout)
-            .contains("Pi: mc's Pi extension not installed: the Pi extension is not available in this build of mc"),
+        String::from_utf8_lossy(&out.stdout).contains("+++ b/~/.pi/agent/extensions/mc.ts"),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+    assert!(pi_extension.is_file());
 
     // Uninstall gives back the files byte for byte and removes what it created.
     let out = doctor.run(&["setup", "--uninstall", "--yes"]);
@@ -665,6 +666,7 @@ fn setup_is_idempotent_keeps_comments_dry_runs_and_uninstalls_exactly() {
     );
     assert!(!oc.join("plugin/mc.js").exists());
     assert!(!codex.join("hooks.json").exists());
+    assert!(!pi_extension.exists());
 
     // The historian's model goes into mc's user config.
     let out = doctor.run(&[
