@@ -76,11 +76,11 @@ enum Command {
         #[arg(long)]
         budget: Option<u64>,
     },
-    /// Search memories, notes and compartments of the project.
+    /// Search memories, notes, compartments, messages and commits of the project.
     Query {
         /// The words to look for
         text: Option<String>,
-        /// Only these sources: memory, note, compartment (repeatable)
+        /// Only these sources: memory, note, compartment, message, commit (repeatable)
         #[arg(long = "source", value_name = "SOURCE")]
         sources: Vec<String>,
         /// Most hits [default: 10]
@@ -106,6 +106,11 @@ enum Command {
         /// Throw the index away and build it again from the kept content
         #[arg(long)]
         rebuild: bool,
+        /// Index the git commits of the project's repository instead (HEAD, no
+        /// merges, the last year, the newest 2000; what mc-dream's git-index
+        /// task does)
+        #[arg(long, conflicts_with_all = ["check", "rebuild"])]
+        commits: bool,
     },
     /// Queue tags to drop (as ctx_reduce): --drop 3-5,12
     Reduce {
@@ -392,7 +397,16 @@ fn run(args: &Args) -> Result<(), Failure> {
         Command::Mcp => return serve_mcp(args),
         Command::SessionStart => return session_start(args),
         Command::Profile(p) => return profile(args, p),
-        Command::Index { check, rebuild } => return index(args, *check, *rebuild),
+        Command::Index {
+            check,
+            rebuild,
+            commits,
+        } => {
+            if *commits {
+                return index_commits(args);
+            }
+            return index(args, *check, *rebuild);
+        }
         Command::Tools => {
             let list: Vec<Value> = tools::specs()
                 .into_iter()
@@ -677,5 +691,31 @@ fn index(args: &Args, check: bool, rebuild: bool) -> Result<(), Failure> {
     if let (Some(n), Some(map)) = (requeued, out.as_object_mut()) {
         map.insert("requeued".into(), json!(n));
     }
+    Ok(write_json(&out, args.global.pretty)?)
+}
+
+fn index_commits(args: &Args) -> Result<(), Failure> {
+    let dir = args
+        .at
+        .project_dir
+        .clone()
+        .or_else(mc_cli::working_dir)
+        .ok_or_else(|| Failure::input(anyhow!("no project folder: pass --project-dir")))?;
+    let root = mc_core::dream::gitlog::toplevel(&dir).ok_or_else(|| {
+        Failure::input(anyhow!(
+            "{} is not in a git repository: there are no commits to index",
+            dir.display()
+        ))
+    })?;
+    let (config, _) = mc_cli::load_config(NAME, args.global.config.as_deref(), Some(&dir));
+    let mut store = mc_cli::open_store(args.global.db.as_deref(), &config)?;
+    let project = project_identity(&root);
+    let indexed = mc_core::dream::gitlog::index_commits(&mut store, &project, &root, now_ms())?;
+    let out = match indexed {
+        Some(i) => json!({"project": project, "commits": i}),
+        None => {
+            json!({"project": project, "commits": null, "note": "the repository has no commit yet"})
+        }
+    };
     Ok(write_json(&out, args.global.pretty)?)
 }

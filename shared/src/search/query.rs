@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 
 use super::preview;
 
-pub const SOURCES: [&str; 4] = ["memory", "note", "compartment", "message"];
+pub const SOURCES: [&str; 5] = ["memory", "note", "compartment", "message", "commit"];
 
 /// How much one source's hits weigh against another's (memories first: they
 /// are the project's curated facts).
@@ -21,6 +21,7 @@ fn boost(source: &str) -> f64 {
     match source {
         "memory" => 1.3,
         "compartment" | "message" => 1.15,
+        "commit" => 1.1,
         _ => 1.0,
     }
 }
@@ -40,6 +41,9 @@ pub struct Hit {
     pub ordinal: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tag: Option<i64>,
+    /// A commit hit: its full object name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
     pub score: f64,
     pub snippet: String,
 }
@@ -262,6 +266,7 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
                 category: Some(category),
                 ordinal: None,
                 tag: None,
+                commit: None,
                 score: score("memory", rank),
                 snippet: preview(&content, 220),
             });
@@ -305,6 +310,7 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
                 category: None,
                 ordinal: None,
                 tag: None,
+                commit: None,
                 score: score("note", rank),
                 snippet: snippet(&content, request.text, 220),
             });
@@ -353,6 +359,7 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
                 category: None,
                 ordinal: None,
                 tag: None,
+                commit: None,
                 score: score("compartment", rank),
                 snippet: preview(&format!("{title}: {body}"), 220),
             });
@@ -386,8 +393,51 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
                 category: None,
                 ordinal: Some(m.ordinal),
                 tag: m.tag,
+                commit: None,
                 score: score("message", rank),
                 snippet: snippet(&content, request.text, 220),
+            });
+        }
+    }
+    // Commits belong to the project's repository, not to a session.
+    if wants("commit") && session_id.is_none() && harness.is_none() {
+        for (rank, c) in commit_hits(conn, &expression, request.project, since, until, per_source)?
+            .into_iter()
+            .enumerate()
+        {
+            let day = jiff::Timestamp::from_millisecond(c.committed_ms)
+                .map(|t| t.strftime("%Y-%m-%d").to_string())
+                .unwrap_or_default();
+            let mut text = c.subject.clone();
+            if !c.body.is_empty() {
+                text.push_str(" — ");
+                text.push_str(&c.body);
+            }
+            let mut shown = snippet(&text, request.text, 180);
+            if !c.paths.is_empty() {
+                let paths: Vec<&str> = c.paths.lines().take(4).collect();
+                let more = c.paths.lines().count().saturating_sub(paths.len());
+                shown.push_str(&format!(
+                    " [{}{}]",
+                    paths.join(", "),
+                    if more > 0 {
+                        format!(" +{more}")
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+            hits.push(Hit {
+                source: "commit",
+                reference: format!("commit {} ({day})", c.short_hash),
+                id: c.id,
+                session_id: None,
+                category: None,
+                ordinal: None,
+                tag: None,
+                commit: Some(c.hash),
+                score: score("commit", rank),
+                snippet: shown,
             });
         }
     }
@@ -400,6 +450,55 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
     });
     hits.truncate(limit);
     Ok(hits)
+}
+
+/// A commit hit as read from `git_commits`.
+pub struct CommitRow {
+    pub id: i64,
+    pub hash: String,
+    pub short_hash: String,
+    pub subject: String,
+    pub body: String,
+    pub paths: String,
+    pub committed_ms: i64,
+}
+
+/// Field weights of the commit index (subject, body, paths, hash): the
+/// subject says what the commit is about, a hash asked for is the commit.
+pub const COMMIT_WEIGHTS: [f64; 4] = [3.0, 1.0, 1.5, 10.0];
+
+/// The project's best `want` commits for `expression` committed in
+/// `[since, until)`, best first; equal scores: the newer commit first.
+pub fn commit_hits(
+    conn: &Connection,
+    expression: &str,
+    project: &str,
+    since: i64,
+    until: i64,
+    want: i64,
+) -> Result<Vec<CommitRow>> {
+    let [s, b, p, h] = COMMIT_WEIGHTS;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT g.id, g.hash, g.short_hash, g.subject, g.body, g.paths, g.committed_ms
+         FROM commits_fts f JOIN git_commits g ON g.id = f.rowid
+         WHERE commits_fts MATCH ?1 AND g.project = ?2
+           AND g.committed_ms >= ?3 AND g.committed_ms < ?4
+         ORDER BY bm25(commits_fts, {s}, {b}, {p}, {h}), g.committed_ms DESC, g.id DESC LIMIT ?5"
+    ))?;
+    let rows = stmt
+        .query_map(params![expression, project, since, until, want], |r| {
+            Ok(CommitRow {
+                id: r.get(0)?,
+                hash: r.get(1)?,
+                short_hash: r.get(2)?,
+                subject: r.get(3)?,
+                body: r.get(4)?,
+                paths: r.get(5)?,
+                committed_ms: r.get(6)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
 }
 
 struct MessageFilter<'a> {

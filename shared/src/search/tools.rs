@@ -71,9 +71,10 @@ pub fn specs() -> Vec<ToolSpec> {
             name: "ctx_search",
             description: "Search this project's long-term memory, your session notes, the \
                 summaries of earlier conversation and the raw messages and tool outputs of every \
-                session of this project (what you can still see is left out). Use it before \
-                asking the user something the project may already have decided, or to find \
-                where a topic, an error or a file was discussed. Words match any; \"an exact \
+                session of this project (what you can still see is left out), and the project's \
+                git commits. Use it before asking the user something the project may already \
+                have decided, or to find where a topic, an error or a file was discussed or \
+                changed. Words match any; \"an exact \
                 phrase\" in quotes; -word leaves out. Returns ranked hits with a reference; open \
                 a message or compartment hit with ctx_expand.",
             input_schema: json!({
@@ -361,7 +362,9 @@ fn search(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> 
     let data = json!({"query": text, "hits": hits, "warnings": warnings});
     if hits.is_empty() {
         return ok(
-            format!("No results for {text:?} in memories, notes, compartments or messages."),
+            format!(
+                "No results for {text:?} in memories, notes, compartments, messages or commits."
+            ),
             data,
         );
     }

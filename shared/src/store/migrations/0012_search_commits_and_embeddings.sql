@@ -1,0 +1,25 @@
+-- 0012: mc-search II — git commits as a search source, and the optional
+-- embedding vectors of hybrid search.
+
+-- The commit index's full text (contentless: the text lives in git_commits),
+-- kept in step with git_commits by triggers, keyed by git_commits.id. The
+-- hash column holds the full and the short object name.
+CREATE VIRTUAL TABLE commits_fts USING fts5 (
+    subject, body, paths, hash,
+    content = '', contentless_delete = 1,
+    tokenize = 'unicode61 remove_diacritics 2'
+);
+INSERT INTO commits_fts (rowid, subject, body, paths, hash)
+    SELECT id, subject, body, paths, hash || ' ' || short_hash FROM git_commits;
+CREATE TRIGGER git_commits_fts_insert AFTER INSERT ON git_commits BEGIN
+    INSERT INTO commits_fts (rowid, subject, body, paths, hash)
+    VALUES (new.id, new.subject, new.body, new.paths, new.hash || ' ' || new.short_hash);
+END;
+CREATE TRIGGER git_commits_fts_update AFTER UPDATE ON git_commits BEGIN
+    DELETE FROM commits_fts WHERE rowid = old.id;
+    INSERT INTO commits_fts (rowid, subject, body, paths, hash)
+    VALUES (new.id, new.subject, new.body, new.paths, new.hash || ' ' || new.short_hash);
+END;
+CREATE TRIGGER git_commits_fts_delete AFTER DELETE ON git_commits BEGIN
+    DELETE FROM commits_fts WHERE rowid = old.id;
+END;
