@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 
+use super::embed::{self, Item};
 use super::preview;
 
 pub const SOURCES: [&str; 5] = ["memory", "note", "compartment", "message", "commit"];
@@ -46,6 +47,9 @@ pub struct Hit {
     pub commit: Option<String>,
     pub score: f64,
     pub snippet: String,
+    /// What hybrid search embeds for this hit.
+    #[serde(skip)]
+    pub item: super::embed::Item,
 }
 
 /// `text` as an FTS5 expression: words and `"phrases"` any of which may
@@ -196,6 +200,70 @@ pub fn query(
 /// from what is indexed; run [`super::index::catch_up`] first to include the
 /// newest.
 pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
+    Ok(search_with(conn, request, None)?.hits)
+}
+
+/// A search's hits, and what the caller should be told about them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Searched {
+    pub hits: Vec<Hit>,
+    pub warnings: Vec<String>,
+}
+
+/// Full-text candidates per source when embeddings re-rank them: a wider
+/// pool than the full-text list needs, so a hit the words rank low can rise.
+const HYBRID_PER_SOURCE: usize = 50;
+
+/// [`search`], re-ranked with `embeddings` when given: reciprocal rank
+/// fusion of the full-text ranking and the cosine of each candidate's
+/// stored vector to the query's. Any trouble with the embeddings (endpoint
+/// down, slow, wrong answer, nothing stored yet) leaves the full-text
+/// ranking and says so in `warnings`.
+pub fn search_with(
+    conn: &Connection,
+    request: &Request<'_>,
+    embeddings: Option<&embed::Provider>,
+) -> Result<Searched> {
+    let limit = request.limit.clamp(1, 100);
+    let per_source = if embeddings.is_some() {
+        (limit * 3).max(HYBRID_PER_SOURCE)
+    } else {
+        (limit * 3).max(10)
+    };
+    let mut hits = candidates(conn, request, per_source as i64)?;
+    let mut warnings = Vec::new();
+    if let Some(provider) = embeddings
+        && !hits.is_empty()
+    {
+        let items: Vec<Item> = hits.iter().map(|h| h.item).collect();
+        match embed::fuse(conn, provider, request.text, &items) {
+            Ok(fused) => {
+                for (hit, s) in hits.iter_mut().zip(&fused.scores) {
+                    // Scaled so the best possible is 2 (first in both), rounded
+                    // so the printed score is the compared one.
+                    hit.score = (s * (embed::RRF_K + 1.0) * 10_000.0).round() / 10_000.0;
+                }
+                // Stable: equal fused scores keep the full-text order.
+                hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+                if fused.without_vector > 0 {
+                    warnings.push(format!(
+                        "{} of {} candidates have no embedding yet (run `mc-search index \
+                         --embeddings`); they are ranked by full text alone",
+                        fused.without_vector,
+                        items.len()
+                    ));
+                }
+            }
+            Err(warning) => warnings.push(warning),
+        }
+    }
+    hits.truncate(limit);
+    Ok(Searched { hits, warnings })
+}
+
+/// Every source's best `per_source` hits, in one list best first (not cut
+/// to the limit).
+fn candidates(conn: &Connection, request: &Request<'_>, per_source: i64) -> Result<Vec<Hit>> {
     let expression = fts_expression(request.text)
         .ok_or_else(|| Error::input("a query needs at least one word to look for"))?;
     for s in request.sources {
@@ -207,8 +275,6 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
         }
     }
     let wants = |s: &str| request.sources.is_empty() || request.sources.iter().any(|x| x == s);
-    let limit = request.limit.clamp(1, 100);
-    let per_source = (limit * 3).max(10) as i64;
     let seen = visible(conn, request.asking)?;
     let (harness, session_id) = match request.session {
         Some((h, s)) => (Some(h), Some(s)),
@@ -269,6 +335,7 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
                 commit: None,
                 score: score("memory", rank),
                 snippet: preview(&content, 220),
+                item: Item::Memory(id),
             });
             rank += 1;
         }
@@ -313,13 +380,14 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
                 commit: None,
                 score: score("note", rank),
                 snippet: snippet(&content, request.text, 220),
+                item: Item::Note(id),
             });
         }
     }
     if wants("compartment") {
         // Title counts double: it names the whole piece of work.
         let mut stmt = conn.prepare_cached(
-            "SELECT f.sequence, s.session_id, f.title, c.p2, c.start_ordinal, c.end_ordinal
+            "SELECT f.sequence, s.session_id, f.title, c.p2, c.start_ordinal, c.end_ordinal, f.session
              FROM compartments_fts f
                JOIN sessions s ON s.id = f.session
                JOIN compartments c ON c.session = f.session AND c.sequence = f.sequence
@@ -346,11 +414,12 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
                     r.get::<_, String>(3)?,
                     r.get::<_, i64>(4)?,
                     r.get::<_, i64>(5)?,
+                    r.get::<_, i64>(6)?,
                 ))
             },
         )?;
         for (rank, row) in rows.enumerate() {
-            let (sequence, session_id, title, body, start, end) = row?;
+            let (sequence, session_id, title, body, start, end, session) = row?;
             hits.push(Hit {
                 source: "compartment",
                 reference: format!("c{sequence} (messages {start}-{end})"),
@@ -362,6 +431,7 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
                 commit: None,
                 score: score("compartment", rank),
                 snippet: preview(&format!("{title}: {body}"), 220),
+                item: Item::Compartment(session, sequence),
             });
         }
     }
@@ -396,6 +466,7 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
                 commit: None,
                 score: score("message", rank),
                 snippet: snippet(&content, request.text, 220),
+                item: Item::Message(m.id),
             });
         }
     }
@@ -438,6 +509,7 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
                 commit: Some(c.hash),
                 score: score("commit", rank),
                 snippet: shown,
+                item: Item::Commit(c.id),
             });
         }
     }
@@ -448,7 +520,6 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
             .then_with(|| source_rank(a.source).cmp(&source_rank(b.source)))
             .then_with(|| a.id.cmp(&b.id))
     });
-    hits.truncate(limit);
     Ok(hits)
 }
 

@@ -421,6 +421,7 @@ fn another_projects_memory_is_invisible_by_id_list_query_and_tool() {
         source: "agent",
         transform: &f.config,
         now_ms: T0,
+        embeddings: None,
     };
     let a = tools::call(
         &mut f.store,

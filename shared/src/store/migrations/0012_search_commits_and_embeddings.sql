@@ -23,3 +23,19 @@ END;
 CREATE TRIGGER git_commits_fts_delete AFTER DELETE ON git_commits BEGIN
     DELETE FROM commits_fts WHERE rowid = old.id;
 END;
+
+-- Embedding vectors of hybrid search (optional, `embeddings.model`): one per
+-- (model, SHA-256 of the embedded text), so a text is embedded once however
+-- many items hold it, and an edited item's new text gets a new vector. The
+-- vector is unit length, little-endian f32. A model's vector length is
+-- recorded with its first vectors; answers of another length are refused.
+CREATE TABLE embedding_models (
+    model      TEXT    PRIMARY KEY,
+    dimensions INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE embeddings (
+    model  TEXT NOT NULL,
+    hash   BLOB NOT NULL,
+    vector BLOB NOT NULL,
+    PRIMARY KEY (model, hash)
+) WITHOUT ROWID;
