@@ -18,6 +18,7 @@ pub mod fake_responses;
 pub mod generate;
 pub mod mcp_client;
 pub mod opencode;
+pub mod qa;
 pub mod relay;
 pub mod serve;
 
