@@ -512,6 +512,21 @@ fn floor_and_process(
         },
         args.calls,
     )?;
+    // Where the time goes: mc's query of one source at a time.
+    let mut by_source = Vec::new();
+    for source in query::SOURCES {
+        let only = [source.to_string()];
+        let times = time(
+            &mut |i| {
+                let hits = query::query(store.conn(), &identity, words[i % words.len()], &only, 10)
+                    .map_err(err("mc's query"))?;
+                std::hint::black_box(hits);
+                Ok(())
+            },
+            args.calls,
+        )?;
+        by_source.push((source, times));
+    }
     let runs = (args.calls / 5).max(10);
     let process = time(
         &mut |i| {
@@ -547,6 +562,14 @@ fn floor_and_process(
     ] {
         println!(
             "{label:<44} {:>10.3} {:>10.3}",
+            ms(percentile(times, 50)),
+            ms(percentile(times, 99))
+        );
+    }
+    for (source, times) in &by_source {
+        println!(
+            "{:<44} {:>10.3} {:>10.3}",
+            format!("  of which {source} alone"),
             ms(percentile(times, 50)),
             ms(percentile(times, 99))
         );

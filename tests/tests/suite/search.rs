@@ -353,3 +353,62 @@ fn commits_are_indexed_once_and_found_by_subject_body_path_and_hash() {
         "is not in a git repository",
     );
 }
+
+#[test]
+fn embeddings_come_from_the_config_and_a_dead_endpoint_leaves_full_text_with_a_warning() {
+    let env = TestEnv::new();
+    let dir = env.path("project");
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.to_str().unwrap();
+    // None configured: the backfill says what to set.
+    fails(
+        &env.run_db("mc-search", &["index", "--embeddings"], ""),
+        2,
+        "no embeddings model configured",
+    );
+    let out = env.run_db(
+        "mc-search",
+        &[
+            "--project-dir",
+            dir,
+            "memory",
+            "write",
+            "--category",
+            "naming",
+            "--content",
+            "Retry the lease on busy",
+        ],
+        "",
+    );
+    assert!(out.status.success());
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    env.user_config(
+        &serde_json::json!({
+            "providers": {"local": {"kind": "openai", "base_url": format!("http://127.0.0.1:{port}/v1")}},
+            "embeddings": {"model": "local/tiny", "dimensions": 4, "query_timeout_ms": 500, "retries": 0},
+        })
+        .to_string(),
+    );
+    // The configured length: the search asks the endpoint for the query's vector.
+    let found = json(&env.run_db("mc-search", &["--project-dir", dir, "query", "lease"], ""));
+    assert_eq!(
+        found["hits"][0]["snippet"], "Retry the lease on busy",
+        "{found:#}"
+    );
+    let warning = found["warnings"][0].as_str().unwrap();
+    assert!(warning.contains("cannot be reached"), "{warning}");
+    assert!(warning.ends_with("ranked by full text only"), "{warning}");
+    // The backfill fails with what it managed and how to go on.
+    let out = env.run_db("mc-search", &["index", "--embeddings"], "");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot be reached") && stderr.contains("run it again"),
+        "{stderr}"
+    );
+}
