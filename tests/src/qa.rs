@@ -504,3 +504,98 @@ pub fn sessions(turns: usize) -> Vec<Vec<Value>> {
         })
         .collect()
 }
+
+/// A planted commit: (subject, body, changed paths).
+pub type CommitText = (&'static str, &'static str, &'static [&'static str]);
+
+/// Questions about the project's commits: the question, and the index of
+/// its commit in [`COMMITS`] (the rest of the list are look-alikes).
+pub const COMMIT_QUESTIONS: &[(&str, usize)] = &[
+    ("lease renewal", 0),
+    // Only the target's path names it; two subjects say "Lease".
+    ("lease manager", 2),
+    ("stemming tokenizer", 3),
+    // "Migrations" is in two subjects; "busy" only in the target's body.
+    ("migrations busy", 4),
+    ("embed.rs backfill", 6),
+    ("plugin session events", 7),
+    ("benchmark readme", 9),
+    ("cargo toml redis", 11),
+    // The target says it in its path; a look-alike says "retry policy" in its subject.
+    ("retry policy parser", 12),
+    ("commits search tests", 14),
+];
+
+/// Commits planted among the generated ones: the answers and look-alikes.
+pub const COMMITS: &[CommitText] = &[
+    (
+        "Lease: renew at half the TTL",
+        "Renewing at the last second lost leases on slow disks.",
+        &["src/store/lease.rs"],
+    ),
+    (
+        "Lease: rename fields for clarity",
+        "No behaviour change.",
+        &["src/store/lease.rs", "src/store/mod.rs"],
+    ),
+    (
+        "Store: fewer wakeups while waiting",
+        "The renewal loop sleeps until the next deadline.",
+        &["src/store/lease_manager.rs"],
+    ),
+    (
+        "Search: stem the message index",
+        "porter unicode61 instead of plain unicode61; uploads finds upload.",
+        &[
+            "shared/src/store/migrations/0012_search.sql",
+            "shared/src/search/index.rs",
+        ],
+    ),
+    (
+        "Migrations: wait for the write lock",
+        "An upgrade beside a running historian failed with SQLITE_BUSY; wait with the busy timeout.",
+        &["shared/src/store/mod.rs"],
+    ),
+    (
+        "Migrations: test the fence",
+        "",
+        &["shared/src/store/mod.rs"],
+    ),
+    (
+        "mc-search index --embeddings",
+        "Backfill vectors in batches, resumable, with retries.",
+        &["mc-search/src/cli.rs", "shared/src/search/embed.rs"],
+    ),
+    (
+        "Plugin: learn sessions from session.created",
+        "The OpenCode plugin now reads session.updated too.",
+        &["mc-transform/adapters/opencode/mc.js"],
+    ),
+    (
+        "Plugin: format",
+        "",
+        &["mc-transform/adapters/opencode/mc.js"],
+    ),
+    (
+        "Docs: benchmark figures",
+        "Latency, throughput, recall.",
+        &["README.md"],
+    ),
+    ("Docs: fix a typo", "", &["README.md"]),
+    (
+        "Remove the Redis layer",
+        "The hit rate was under 3%: every request has a unique tenant key.",
+        &["src/cache/redis.rs", "Cargo.toml"],
+    ),
+    (
+        "RetryPolicyParser: no panic on an empty max_attempts",
+        "Returns a ConfigError instead.",
+        &["src/config/retry_policy_parser.rs"],
+    ),
+    ("Config: document retry policy", "", &["docs/config.md"]),
+    (
+        "Tests: commits as a search source",
+        "",
+        &["tests/tests/suite/search.rs"],
+    ),
+];

@@ -578,7 +578,26 @@ pub fn commit_hits(
     until: i64,
     want: i64,
 ) -> Result<Vec<CommitRow>> {
-    let [s, b, p, h] = COMMIT_WEIGHTS;
+    commit_hits_weighted(
+        conn,
+        expression,
+        project,
+        (since, until),
+        want,
+        COMMIT_WEIGHTS,
+    )
+}
+
+/// [`commit_hits`] with other field weights (the benchmark tunes them).
+pub fn commit_hits_weighted(
+    conn: &Connection,
+    expression: &str,
+    project: &str,
+    (since, until): (i64, i64),
+    want: i64,
+    weights: [f64; 4],
+) -> Result<Vec<CommitRow>> {
+    let [s, b, p, h] = weights;
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT g.id, g.hash, g.short_hash, g.subject, g.body, g.paths, g.committed_ms
          FROM commits_fts f CROSS JOIN git_commits g ON g.id = f.rowid

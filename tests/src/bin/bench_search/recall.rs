@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use mc_core::codec::opencode::decode_all;
 use mc_core::domain::{content, messages, sessions};
+use mc_core::dream::gitlog;
 use mc_core::identity::project_identity;
 use mc_core::search::{embed, index, query};
 use mc_core::store::{Store, StoreOptions};
@@ -311,6 +312,8 @@ pub fn run(work: &Path, turns: usize, embed_url: Option<&str>) -> Result<()> {
         tallies.push(("mc hybrid (RRF with wordllama)".into(), hybrid));
     }
 
+    commit_weights(&mut store, &identity)?;
+
     println!("\nevidence recall@5 / @10 by question kind:");
     print!("{:<34}", "ranking");
     for kind in qa::KINDS {
@@ -337,4 +340,104 @@ pub fn run(work: &Path, turns: usize, embed_url: Option<&str>) -> Result<()> {
         println!(" {:>12}", t.cell(None));
     }
     Ok(())
+}
+
+/// The commit index's field weights, tuned: the planted commits of
+/// `qa::COMMITS` among 2,000 generated ones, the questions of
+/// `qa::COMMIT_QUESTIONS`; recall@1 and @5 for each weighting.
+fn commit_weights(store: &mut Store, identity: &str) -> Result<()> {
+    let mut commits: Vec<gitlog::Commit> = mc_tests::generate::compartment_texts(21, 2_000)
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| {
+            commit(
+                i,
+                t.title,
+                t.tiers[3].clone(),
+                vec![format!("src/module_{}/mod.rs", i % 37)],
+            )
+        })
+        .collect();
+    let base = commits.len();
+    for (i, (subject, body, paths)) in qa::COMMITS.iter().enumerate() {
+        commits.push(commit(
+            base + i,
+            (*subject).to_string(),
+            (*body).to_string(),
+            paths.iter().map(|p| (*p).to_string()).collect(),
+        ));
+    }
+    store
+        .write(|tx| gitlog::store_commits(tx, identity, &commits, NOW_MS))
+        .map_err(err("storing commits"))?;
+    let ids: Vec<i64> = qa::COMMIT_QUESTIONS
+        .iter()
+        .map(|(_, n)| {
+            let hash = &commits[base + n].hash;
+            store
+                .conn()
+                .query_row("SELECT id FROM git_commits WHERE hash = ?1", [hash], |r| {
+                    r.get(0)
+                })
+                .map_err(err("finding a commit"))
+        })
+        .collect::<Result<_>>()?;
+    println!(
+        "\ncommit field weights (subject, body, paths, hash): recall@1 / @5 over {} questions, {} commits",
+        qa::COMMIT_QUESTIONS.len(),
+        commits.len()
+    );
+    let grid: [[f64; 4]; 7] = [
+        [1.0, 1.0, 1.0, 1.0],
+        [2.0, 1.0, 1.0, 10.0],
+        [3.0, 1.0, 1.5, 10.0],
+        [3.0, 1.0, 3.0, 10.0],
+        [5.0, 1.0, 1.5, 10.0],
+        [1.0, 2.0, 1.0, 10.0],
+        [3.0, 1.0, 0.5, 10.0],
+    ];
+    for weights in grid {
+        let (mut at1, mut at5) = (0, 0);
+        for ((text, _), id) in qa::COMMIT_QUESTIONS.iter().zip(&ids) {
+            let expression = query::fts_expression(text).unwrap_or_default();
+            let hits = query::commit_hits_weighted(
+                store.conn(),
+                &expression,
+                identity,
+                (i64::MIN, i64::MAX),
+                5,
+                weights,
+            )
+            .map_err(err("a commit query"))?;
+            let position = hits.iter().position(|h| h.id == *id);
+            at1 += usize::from(position == Some(0));
+            at5 += usize::from(position.is_some());
+        }
+        let n = qa::COMMIT_QUESTIONS.len() as f64;
+        let mark = if weights == query::COMMIT_WEIGHTS {
+            "  (mc)"
+        } else {
+            ""
+        };
+        println!(
+            "  {:?}: {:.2} / {:.2}{mark}",
+            weights,
+            at1 as f64 / n,
+            at5 as f64 / n
+        );
+    }
+    Ok(())
+}
+
+fn commit(i: usize, subject: String, body: String, paths: Vec<String>) -> gitlog::Commit {
+    let hash = format!("{:040x}", 0x0bad_cafe_u128 * (i as u128 + 7));
+    gitlog::Commit {
+        short_hash: hash[..7].to_string(),
+        hash,
+        subject,
+        body,
+        paths,
+        author: "QA <qa@example.com>".into(),
+        committed_ms: NOW_MS - (i as i64 % 300) * 3_600_000,
+    }
 }
