@@ -76,11 +76,11 @@ enum Command {
         #[arg(long)]
         budget: Option<u64>,
     },
-    /// Search memories, notes and compartments of the project.
+    /// Search memories, notes, compartments, messages and commits of the project.
     Query {
         /// The words to look for
         text: Option<String>,
-        /// Only these sources: memory, note, compartment (repeatable)
+        /// Only these sources: memory, note, compartment, message, commit (repeatable)
         #[arg(long = "source", value_name = "SOURCE")]
         sources: Vec<String>,
         /// Most hits [default: 10]
@@ -106,6 +106,16 @@ enum Command {
         /// Throw the index away and build it again from the kept content
         #[arg(long)]
         rebuild: bool,
+        /// Index the git commits of the project's repository instead (HEAD, no
+        /// merges, the last year, the newest 2000; what mc-dream's git-index
+        /// task does)
+        #[arg(long, conflicts_with_all = ["check", "rebuild"])]
+        commits: bool,
+        /// Embed every searchable text that has no vector yet with the
+        /// configured embeddings.model (batches of embeddings.batch_size,
+        /// each stored as it comes: run it again to resume)
+        #[arg(long, conflicts_with_all = ["check", "rebuild", "commits"])]
+        embeddings: bool,
     },
     /// Queue tags to drop (as ctx_reduce): --drop 3-5,12
     Reduce {
@@ -392,7 +402,20 @@ fn run(args: &Args) -> Result<(), Failure> {
         Command::Mcp => return serve_mcp(args),
         Command::SessionStart => return session_start(args),
         Command::Profile(p) => return profile(args, p),
-        Command::Index { check, rebuild } => return index(args, *check, *rebuild),
+        Command::Index {
+            check,
+            rebuild,
+            commits,
+            embeddings,
+        } => {
+            if *commits {
+                return index_commits(args);
+            }
+            if *embeddings {
+                return index_embeddings(args);
+            }
+            return index(args, *check, *rebuild);
+        }
         Command::Tools => {
             let list: Vec<Value> = tools::specs()
                 .into_iter()
@@ -489,11 +512,13 @@ fn call_tool(
         .map(|id| (scope.harness.as_str(), id));
     let setup = mc_cli::session_setup(NAME, &args.global, session, Some(&dir), Wait::Background);
     let mut store = setup.store?;
+    let embeddings = embeddings_of(&setup.config);
     let ctx = tools::Context {
         scope: &scope,
         source: if whole_answer { "agent" } else { "user" },
         transform: &setup.config.transform,
         now_ms: now_ms(),
+        embeddings: embeddings.as_ref(),
     };
     if whole_answer {
         let answer = tools::call(&mut store, &ctx, tool, arguments)?;
@@ -566,6 +591,7 @@ fn serve_mcp(args: &Args) -> Result<(), Failure> {
         session,
         transform: config.transform.clone(),
         clock: &clock,
+        embeddings: embeddings_of(&config),
     };
     let info = ServerInfo {
         name: "mc",
@@ -682,4 +708,77 @@ fn index(args: &Args, check: bool, rebuild: bool) -> Result<(), Failure> {
         map.insert("requeued".into(), json!(n));
     }
     Ok(write_json(&out, args.global.pretty)?)
+}
+
+fn index_commits(args: &Args) -> Result<(), Failure> {
+    let dir = args
+        .at
+        .project_dir
+        .clone()
+        .or_else(mc_cli::working_dir)
+        .ok_or_else(|| Failure::input(anyhow!("no project folder: pass --project-dir")))?;
+    let root = mc_core::dream::gitlog::toplevel(&dir).ok_or_else(|| {
+        Failure::input(anyhow!(
+            "{} is not in a git repository: there are no commits to index",
+            dir.display()
+        ))
+    })?;
+    let (config, _) = mc_cli::load_config(NAME, args.global.config.as_deref(), Some(&dir));
+    let mut store = mc_cli::open_store(args.global.db.as_deref(), &config)?;
+    let project = project_identity(&root);
+    let indexed = mc_core::dream::gitlog::index_commits(&mut store, &project, &root, now_ms())?;
+    let out = match indexed {
+        Some(i) => json!({"project": project, "commits": i}),
+        None => {
+            json!({"project": project, "commits": null, "note": "the repository has no commit yet"})
+        }
+    };
+    Ok(write_json(&out, args.global.pretty)?)
+}
+
+/// The configured embeddings provider (its key read from the environment),
+/// or why it cannot be used; None when none is configured.
+fn embeddings_of(
+    config: &mc_core::config::Config,
+) -> Option<Result<search::embed::Provider, String>> {
+    search::embed::Provider::from_config(config, &|var| std::env::var(var).ok())
+        .map_err(|e| e.to_string())
+        .transpose()
+}
+
+fn index_embeddings(args: &Args) -> Result<(), Failure> {
+    let (config, _) = mc_cli::load_config(NAME, args.global.config.as_deref(), None);
+    let provider = search::embed::Provider::from_config(&config, &|var| std::env::var(var).ok())?
+        .ok_or_else(|| {
+        Failure::input(anyhow!(
+            "no embeddings model configured: set embeddings.model to \"provider/model\" \
+                 (a provider of kind openai) in the user config"
+        ))
+    })?;
+    let mut store = mc_cli::open_store(args.global.db.as_deref(), &config)?;
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:30} {pos}/{len} texts embedded ({per_sec}, {eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let report = search::embed::backfill(
+        &mut store,
+        &provider,
+        &mut |done, total| {
+            if let Some(bar) = &bar {
+                bar.set_length(total);
+                bar.set_position(done);
+            }
+        },
+        &std::thread::sleep,
+    );
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok(write_json(&json!(report?), args.global.pretty)?)
 }

@@ -118,6 +118,7 @@ pub struct Config {
     pub historian: HistorianConfig,
     pub transcript: TranscriptConfig,
     pub dream: DreamConfig,
+    pub embeddings: EmbeddingsConfig,
     /// `providers`: model providers by name. User-only.
     pub providers: BTreeMap<String, ProviderConfig>,
 }
@@ -234,6 +235,24 @@ pub struct DreamConfig {
     pub schedule: DreamSchedule,
 }
 
+/// `embeddings.*`: the optional embedding provider of hybrid search. User-only.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EmbeddingsConfig {
+    /// `provider/model` of an OpenAI-compatible `/embeddings` endpoint
+    /// (default none: search is BM25 only).
+    pub model: Option<String>,
+    /// Vector length the model must answer (0: learned from its first answer).
+    pub dimensions: u64,
+    /// Texts per request (1..=512, default 64).
+    pub batch_size: u64,
+    /// Whole-request timeout of a backfill request, milliseconds.
+    pub timeout_ms: u64,
+    /// Whole-request timeout of a query's embedding (search falls back to BM25).
+    pub query_timeout_ms: u64,
+    /// Retries of one backfill batch on 429/5xx/network errors.
+    pub retries: u32,
+}
+
 /// `dream.schedule.*`: a cron expression per task (5 fields, or `@daily`
 /// and friends), `None` when the task is off.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -314,6 +333,14 @@ impl Default for Config {
                     sync: None,
                 },
             },
+            embeddings: EmbeddingsConfig {
+                model: None,
+                dimensions: 0,
+                batch_size: 0,
+                timeout_ms: 0,
+                query_timeout_ms: 0,
+                retries: 0,
+            },
             providers: BTreeMap::new(),
         };
         for key in KEYS {
@@ -344,6 +371,12 @@ impl Default for TranscriptConfig {
 impl Default for HistorianConfig {
     fn default() -> HistorianConfig {
         Config::default().historian
+    }
+}
+
+impl Default for EmbeddingsConfig {
+    fn default() -> EmbeddingsConfig {
+        Config::default().embeddings
     }
 }
 

@@ -1818,6 +1818,7 @@ fn mcp_server_and_tools_over_arbitrary_messages() {
         ),
         transform: TransformConfig::default(),
         clock: &clock,
+        embeddings: None,
     });
     let tool_name = prop_oneof![
         prop::sample::select(TOOL_NAMES.to_vec()).prop_map(str::to_string),

@@ -20,6 +20,7 @@ pub mod generate;
 pub mod mcp_client;
 pub mod opencode;
 pub mod pi;
+pub mod qa;
 pub mod relay;
 pub mod serve;
 

@@ -335,6 +335,13 @@ pub(super) const SECTIONS: &[Section] = &[
         description: "Reading a harness's transcript file: mc-pin --transcript and the \
                       restore hook's transcript_path, mc-historian --transcript. User-only.",
     },
+    Section {
+        path: "embeddings",
+        description: "Hybrid search (optional): an OpenAI-compatible embeddings endpoint whose \
+                      vectors re-rank the full-text candidates (reciprocal rank fusion with \
+                      BM25). Unset model: search is full-text only. User-only: a project file \
+                      may set none of it.",
+    },
 ];
 
 /// Every leaf. Order matters only for the schema and for `fallbacks`.
@@ -956,6 +963,99 @@ pub(super) const KEYS: &[KeyDef] = &[
         set: |c, v| {
             if let Some(x) = v.cron() {
                 c.dream.schedule.sync = x;
+            }
+        },
+    },
+    KeyDef {
+        path: "embeddings.model",
+        kind: Kind::Model,
+        default: Val::Model(None),
+        trust: Trust::UserOnly,
+        description: "The embedding model as \"provider/model\": a provider of kind openai in \
+                      \"providers\" (its base_url and api_key_env), called at \
+                      <base_url>/embeddings. Unset: search is full-text (BM25) only.",
+        get: |c| Val::Model(c.embeddings.model.clone()),
+        set: |c, v| {
+            if let Some(m) = v.model() {
+                c.embeddings.model = m;
+            }
+        },
+    },
+    KeyDef {
+        path: "embeddings.dimensions",
+        kind: Kind::Int { min: 0, max: 8192 },
+        default: Val::Int(0),
+        trust: Trust::UserOnly,
+        description: "The vector length the model must answer; an answer of another length \
+                      is refused. 0: the length of the model's first answer, recorded and \
+                      held to from then on.",
+        get: |c| Val::Int(c.embeddings.dimensions),
+        set: |c, v| {
+            if let Some(n) = v.int() {
+                c.embeddings.dimensions = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "embeddings.batch_size",
+        kind: Kind::Int { min: 1, max: 512 },
+        default: Val::Int(64),
+        trust: Trust::UserOnly,
+        description: "Texts per embeddings request of a backfill (mc-search index \
+                      --embeddings); each batch is stored as it comes, so a stopped \
+                      backfill resumes where it was.",
+        get: |c| Val::Int(c.embeddings.batch_size),
+        set: |c, v| {
+            if let Some(n) = v.int() {
+                c.embeddings.batch_size = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "embeddings.timeout_ms",
+        kind: Kind::Int {
+            min: 100,
+            max: 600_000,
+        },
+        default: Val::Int(60_000),
+        trust: Trust::UserOnly,
+        description: "How long, in milliseconds, one backfill request may take in all.",
+        get: |c| Val::Int(c.embeddings.timeout_ms),
+        set: |c, v| {
+            if let Some(n) = v.int() {
+                c.embeddings.timeout_ms = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "embeddings.query_timeout_ms",
+        kind: Kind::Int {
+            min: 50,
+            max: 60_000,
+        },
+        default: Val::Int(1_500),
+        trust: Trust::UserOnly,
+        description: "How long, in milliseconds, a search waits for its query's vector; \
+                      past it the search ranks by full text alone and says so in its \
+                      warnings.",
+        get: |c| Val::Int(c.embeddings.query_timeout_ms),
+        set: |c, v| {
+            if let Some(n) = v.int() {
+                c.embeddings.query_timeout_ms = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "embeddings.retries",
+        kind: Kind::Int { min: 0, max: 10 },
+        default: Val::Int(3),
+        trust: Trust::UserOnly,
+        description: "Retries of one backfill batch after a 429, a 5xx or a network error \
+                      (waiting 0.5 s, then twice as long each time). A query is not retried.",
+        get: |c| Val::Int(u64::from(c.embeddings.retries)),
+        set: |c, v| {
+            if let Some(n) = v.int_u32() {
+                c.embeddings.retries = n;
             }
         },
     },

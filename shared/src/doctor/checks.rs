@@ -445,6 +445,11 @@ fn providers(env: &Env, config: &Config, options: &Options) -> Vec<Check> {
             config.dream.chain(),
             "no model configured: dream's model tasks are off",
         ),
+        (
+            "embeddings",
+            config.embeddings.model.iter().cloned().collect(),
+            "no model configured: search ranks by full text (BM25) only",
+        ),
     ] {
         if chain.is_empty() {
             let what = format!("{role}: {default}");
@@ -488,10 +493,6 @@ fn providers(env: &Env, config: &Config, options: &Options) -> Vec<Check> {
             });
         }
     }
-    checks.push(Check::pass(
-        "provider.embeddings",
-        "embeddings: none used by this build (search is full-text)",
-    ));
     checks
 }
 
@@ -986,6 +987,39 @@ mod tests {
         );
         // Another package's manifest is not the harness's.
         assert_eq!(npm_version(&bin.join("opencode"), "@openai/codex"), None);
+    }
+
+    #[test]
+    fn the_embeddings_model_is_checked_like_the_historian_s() {
+        let env = Env::default();
+        let options = Options {
+            probes: false,
+            ..Options::default()
+        };
+        let mut config = Config::default();
+        let find = |checks: Vec<Check>, id: &str| {
+            checks
+                .into_iter()
+                .find(|c| c.id == id)
+                .unwrap_or_else(|| panic!("no {id}"))
+        };
+        let check = find(providers(&env, &config, &options), "provider.embeddings");
+        assert_eq!(check.status, super::super::Status::Pass);
+        assert_eq!(
+            check.what,
+            "embeddings: no model configured: search ranks by full text (BM25) only"
+        );
+        config.embeddings.model = Some("local/wordllama".into());
+        let check = find(
+            providers(&env, &config, &options),
+            "provider.embeddings.local/wordllama",
+        );
+        assert_eq!(check.status, super::super::Status::Fail);
+        assert!(
+            check.what.contains("names provider \"local\""),
+            "{}",
+            check.what
+        );
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub const UNMAPPED: &[&str] = &[
     "memories.verification_status, verified_at (mc-dream verifies again)",
     "memories.superseded_by_memory_id, merged_from (merge history)",
     "memories.metadata_json, source_type",
-    "memory_embeddings (mc's search is full-text)",
+    "memory_embeddings (another model's vectors: `mc-search index --embeddings` makes mc's own)",
     "session_facts, compression_depth, recomp_* (historian working state)",
     "notes (session notes are tied to Magic Context's sessions)",
     "tags, pending_ops, source_contents, session_meta (transform state, rebuilt by mc's passes)",

@@ -137,6 +137,37 @@ pub fn since(conn: &Connection, project: &str, now_ms: i64) -> Result<i64> {
     Ok(newest.map_or(floor, |n| n.saturating_sub(OVERLAP_MS).max(floor)))
 }
 
+/// HEAD's commits not indexed yet for `project` (from [`since`] on), read
+/// from the work tree at `root`: what both mc-dream's git-index task and
+/// `mc-search index --commits` store with [`store_commits`].
+pub fn new_commits(
+    conn: &Connection,
+    project: &str,
+    root: &Path,
+    now_ms: i64,
+) -> Result<Vec<Commit>> {
+    let since = since(conn, project, now_ms)?;
+    read_commits(root, since, MAX_COMMITS)
+}
+
+/// Bring `project`'s commit index up to HEAD of the work tree at `root` in
+/// one write transaction. `None` when `root` is no git repository or has no
+/// commit yet.
+pub fn index_commits(
+    store: &mut crate::store::Store,
+    project: &str,
+    root: &Path,
+    now_ms: i64,
+) -> Result<Option<Indexed>> {
+    if head(root).is_none() {
+        return Ok(None);
+    }
+    let commits = new_commits(store.conn(), project, root, now_ms)?;
+    store
+        .write(|tx| store_commits(tx, project, &commits, now_ms))
+        .map(Some)
+}
+
 /// What one indexing run changed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Indexed {

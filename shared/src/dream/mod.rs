@@ -932,8 +932,7 @@ fn git_index(
             head: Some(head),
         });
     }
-    let since = gitlog::since(run.store.conn(), &project, now)?;
-    let commits = gitlog::read_commits(&root, since, gitlog::MAX_COMMITS)
+    let commits = gitlog::new_commits(run.store.conn(), &project, &root, now)
         .map_err(|e| TaskFailure::new("git", e.to_string()))?;
     let indexed = run.apply(|tx| gitlog::store_commits(tx, &project, &commits, now))?;
     let changed = indexed.added + indexed.updated + indexed.pruned > 0;

@@ -1,7 +1,7 @@
 //! The raw-message index: the text of every kept part (user and assistant
 //! text, tool calls with their input, tool outputs up to a cap) in FTS5,
-//! drained from the queue a pass fills, in bounded batches. Identifiers are
-//! indexed whole and split (`RetryPolicy` also as `retry policy`; `snake_case`
+//! drained from the queue a pass fills, in bounded batches, tokenized by
+//! `porter unicode61` (migration 0011). Identifiers are indexed whole and split (`RetryPolicy` also as `retry policy`; `snake_case`
 //! and paths split by the tokenizer itself), so a search by either form finds
 //! them.
 

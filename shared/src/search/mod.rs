@@ -6,6 +6,7 @@
 //! Every function takes the project identity it serves: a memory, note or
 //! compartment of another project is never visible, whatever id is asked for.
 
+pub mod embed;
 pub mod expand;
 pub mod index;
 pub mod memory;

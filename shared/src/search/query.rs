@@ -11,9 +11,10 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 
+use super::embed::{self, Item};
 use super::preview;
 
-pub const SOURCES: [&str; 4] = ["memory", "note", "compartment", "message"];
+pub const SOURCES: [&str; 5] = ["memory", "note", "compartment", "message", "commit"];
 
 /// How much one source's hits weigh against another's (memories first: they
 /// are the project's curated facts).
@@ -21,6 +22,7 @@ fn boost(source: &str) -> f64 {
     match source {
         "memory" => 1.3,
         "compartment" | "message" => 1.15,
+        "commit" => 1.1,
         _ => 1.0,
     }
 }
@@ -40,8 +42,14 @@ pub struct Hit {
     pub ordinal: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tag: Option<i64>,
+    /// A commit hit: its full object name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
     pub score: f64,
     pub snippet: String,
+    /// What hybrid search embeds for this hit.
+    #[serde(skip)]
+    pub item: super::embed::Item,
 }
 
 /// `text` as an FTS5 expression: words and `"phrases"` any of which may
@@ -50,6 +58,8 @@ pub struct Hit {
 pub fn fts_expression(text: &str) -> Option<String> {
     let mut wanted = Vec::new();
     let mut unwanted = Vec::new();
+    // Question words left out, unless nothing else is left.
+    let mut skipped: Vec<String> = Vec::new();
     let mut rest = text.trim();
     while !rest.is_empty() {
         let (negated, after) = match rest.strip_prefix('-') {
@@ -58,11 +68,11 @@ pub fn fts_expression(text: &str) -> Option<String> {
             }
             _ => (false, rest),
         };
-        let (term, next) = match after.strip_prefix('"').and_then(|a| a.split_once('"')) {
-            Some((phrase, next)) => (phrase, next),
+        let (term, next, quoted) = match after.strip_prefix('"').and_then(|a| a.split_once('"')) {
+            Some((phrase, next)) => (phrase, next, true),
             None => match after.split_once(char::is_whitespace) {
-                Some((word, next)) => (word, next),
-                None => (after, ""),
+                Some((word, next)) => (word, next, false),
+                None => (after, "", false),
             },
         };
         // FTS5 strings end at a NUL; control characters are no words anyway.
@@ -71,7 +81,12 @@ pub fn fts_expression(text: &str) -> Option<String> {
             .replace(|c: char| c.is_control(), " ")
             .trim()
             .to_string();
-        if term.split_whitespace().next().is_some() && term.chars().any(char::is_alphanumeric) {
+        let filler = !negated && !quoted && is_stopword(&term);
+        if filler {
+            skipped.push(format!("\"{term}\""));
+        } else if term.split_whitespace().next().is_some()
+            && term.chars().any(char::is_alphanumeric)
+        {
             let quoted = format!("\"{term}\"");
             if negated {
                 unwanted.push(quoted);
@@ -80,6 +95,9 @@ pub fn fts_expression(text: &str) -> Option<String> {
             }
         }
         rest = next.trim_start();
+    }
+    if wanted.is_empty() {
+        wanted = skipped;
     }
     if wanted.is_empty() {
         return None;
@@ -94,6 +112,21 @@ pub fn fts_expression(text: &str) -> Option<String> {
         expression.push_str(&term);
     }
     Some(expression)
+}
+
+/// English function words that say how a question is asked, not what it
+/// is about: with OR semantics they only let filler outrank the evidence
+/// (on the QA set of the benchmark). Kept when a query has nothing else.
+const STOPWORDS: &[&str] = &[
+    "a", "about", "an", "and", "are", "as", "at", "be", "by", "can", "did", "do", "does", "for",
+    "from", "has", "have", "how", "i", "in", "is", "it", "its", "of", "on", "or", "our", "that",
+    "the", "these", "this", "those", "to", "us", "was", "we", "were", "what", "when", "where",
+    "which", "who", "why", "with", "you",
+];
+
+fn is_stopword(term: &str) -> bool {
+    let lower = term.to_lowercase();
+    STOPWORDS.binary_search(&lower.as_str()).is_ok()
 }
 
 /// A search and its filters.
@@ -192,6 +225,70 @@ pub fn query(
 /// from what is indexed; run [`super::index::catch_up`] first to include the
 /// newest.
 pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
+    Ok(search_with(conn, request, None)?.hits)
+}
+
+/// A search's hits, and what the caller should be told about them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Searched {
+    pub hits: Vec<Hit>,
+    pub warnings: Vec<String>,
+}
+
+/// Full-text candidates per source when embeddings re-rank them: a wider
+/// pool than the full-text list needs, so a hit the words rank low can rise.
+const HYBRID_PER_SOURCE: usize = 50;
+
+/// [`search`], re-ranked with `embeddings` when given: reciprocal rank
+/// fusion of the full-text ranking and the cosine of each candidate's
+/// stored vector to the query's. Any trouble with the embeddings (endpoint
+/// down, slow, wrong answer, nothing stored yet) leaves the full-text
+/// ranking and says so in `warnings`.
+pub fn search_with(
+    conn: &Connection,
+    request: &Request<'_>,
+    embeddings: Option<&embed::Provider>,
+) -> Result<Searched> {
+    let limit = request.limit.clamp(1, 100);
+    let per_source = if embeddings.is_some() {
+        (limit * 3).max(HYBRID_PER_SOURCE)
+    } else {
+        (limit * 3).max(10)
+    };
+    let mut hits = candidates(conn, request, per_source as i64)?;
+    let mut warnings = Vec::new();
+    if let Some(provider) = embeddings
+        && !hits.is_empty()
+    {
+        let items: Vec<Item> = hits.iter().map(|h| h.item).collect();
+        match embed::fuse(conn, provider, request.text, &items) {
+            Ok(fused) => {
+                for (hit, s) in hits.iter_mut().zip(&fused.scores) {
+                    // Scaled so the best possible is 2 (first in both), rounded
+                    // so the printed score is the compared one.
+                    hit.score = (s * (embed::RRF_K + 1.0) * 10_000.0).round() / 10_000.0;
+                }
+                // Stable: equal fused scores keep the full-text order.
+                hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+                if fused.without_vector > 0 {
+                    warnings.push(format!(
+                        "{} of {} candidates have no embedding yet (run `mc-search index \
+                         --embeddings`); they are ranked by full text alone",
+                        fused.without_vector,
+                        items.len()
+                    ));
+                }
+            }
+            Err(warning) => warnings.push(warning),
+        }
+    }
+    hits.truncate(limit);
+    Ok(Searched { hits, warnings })
+}
+
+/// Every source's best `per_source` hits, in one list best first (not cut
+/// to the limit).
+fn candidates(conn: &Connection, request: &Request<'_>, per_source: i64) -> Result<Vec<Hit>> {
     let expression = fts_expression(request.text)
         .ok_or_else(|| Error::input("a query needs at least one word to look for"))?;
     for s in request.sources {
@@ -203,8 +300,6 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
         }
     }
     let wants = |s: &str| request.sources.is_empty() || request.sources.iter().any(|x| x == s);
-    let limit = request.limit.clamp(1, 100);
-    let per_source = (limit * 3).max(10) as i64;
     let seen = visible(conn, request.asking)?;
     let (harness, session_id) = match request.session {
         Some((h, s)) => (Some(h), Some(s)),
@@ -225,10 +320,12 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
                     "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?1
                      ORDER BY rank, rowid LIMIT ?2 OFFSET ?3",
                 )?
-                .query_map(params![expression, PAGE, offset], |r| r.get(0))?
+                .query_map(params![expression, page_size(per_source), offset], |r| {
+                    r.get(0)
+                })?
                 .collect::<rusqlite::Result<_>>()?;
-            let full = page.len() as i64 == PAGE;
-            offset += PAGE;
+            let full = page.len() as i64 == page_size(per_source);
+            offset += page_size(per_source);
             for id in page {
                 let row = conn
                     .prepare_cached(
@@ -262,16 +359,21 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
                 category: Some(category),
                 ordinal: None,
                 tag: None,
+                commit: None,
                 score: score("memory", rank),
                 snippet: preview(&content, 220),
+                item: Item::Memory(id),
             });
             rank += 1;
         }
     }
+    // Every FTS table is the outer loop (CROSS JOIN fixes the order): with a
+    // plain JOIN the planner may walk the other table and run the MATCH once
+    // per row, which at 1,000 compartments or 2,000 commits cost 150 ms.
     if wants("note") {
         let mut stmt = conn.prepare_cached(
             "SELECT n.id, s.session_id, n.content FROM notes_fts f
-               JOIN notes n ON n.id = f.rowid JOIN sessions s ON s.id = n.session
+               CROSS JOIN notes n ON n.id = f.rowid CROSS JOIN sessions s ON s.id = n.session
              WHERE notes_fts MATCH ?1 AND n.project = ?2
                AND (?3 IS NULL OR s.harness = ?3) AND (?4 IS NULL OR s.session_id = ?4)
                AND n.created_ms >= ?5 AND n.created_ms < ?6
@@ -305,18 +407,20 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
                 category: None,
                 ordinal: None,
                 tag: None,
+                commit: None,
                 score: score("note", rank),
                 snippet: snippet(&content, request.text, 220),
+                item: Item::Note(id),
             });
         }
     }
     if wants("compartment") {
         // Title counts double: it names the whole piece of work.
         let mut stmt = conn.prepare_cached(
-            "SELECT f.sequence, s.session_id, f.title, c.p2, c.start_ordinal, c.end_ordinal
+            "SELECT f.sequence, s.session_id, f.title, c.p2, c.start_ordinal, c.end_ordinal, f.session
              FROM compartments_fts f
-               JOIN sessions s ON s.id = f.session
-               JOIN compartments c ON c.session = f.session AND c.sequence = f.sequence
+               CROSS JOIN sessions s ON s.id = f.session
+               CROSS JOIN compartments c ON c.session = f.session AND c.sequence = f.sequence
              WHERE compartments_fts MATCH ?1 AND s.project_identity = ?2
                AND (?3 IS NULL OR s.harness = ?3) AND (?4 IS NULL OR s.session_id = ?4)
                AND coalesce(c.end_ms, c.created_ms) >= ?5 AND coalesce(c.start_ms, c.created_ms) < ?6
@@ -340,11 +444,12 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
                     r.get::<_, String>(3)?,
                     r.get::<_, i64>(4)?,
                     r.get::<_, i64>(5)?,
+                    r.get::<_, i64>(6)?,
                 ))
             },
         )?;
         for (rank, row) in rows.enumerate() {
-            let (sequence, session_id, title, body, start, end) = row?;
+            let (sequence, session_id, title, body, start, end, session) = row?;
             hits.push(Hit {
                 source: "compartment",
                 reference: format!("c{sequence} (messages {start}-{end})"),
@@ -353,8 +458,10 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
                 category: None,
                 ordinal: None,
                 tag: None,
+                commit: None,
                 score: score("compartment", rank),
                 snippet: preview(&format!("{title}: {body}"), 220),
+                item: Item::Compartment(session, sequence),
             });
         }
     }
@@ -386,8 +493,53 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
                 category: None,
                 ordinal: Some(m.ordinal),
                 tag: m.tag,
+                commit: None,
                 score: score("message", rank),
                 snippet: snippet(&content, request.text, 220),
+                item: Item::Message(m.id),
+            });
+        }
+    }
+    // Commits belong to the project's repository, not to a session.
+    if wants("commit") && session_id.is_none() && harness.is_none() {
+        for (rank, c) in commit_hits(conn, &expression, request.project, since, until, per_source)?
+            .into_iter()
+            .enumerate()
+        {
+            let day = jiff::Timestamp::from_millisecond(c.committed_ms)
+                .map(|t| t.strftime("%Y-%m-%d").to_string())
+                .unwrap_or_default();
+            let mut text = c.subject.clone();
+            if !c.body.is_empty() {
+                text.push_str(" — ");
+                text.push_str(&c.body);
+            }
+            let mut shown = snippet(&text, request.text, 180);
+            if !c.paths.is_empty() {
+                let paths: Vec<&str> = c.paths.lines().take(4).collect();
+                let more = c.paths.lines().count().saturating_sub(paths.len());
+                shown.push_str(&format!(
+                    " [{}{}]",
+                    paths.join(", "),
+                    if more > 0 {
+                        format!(" +{more}")
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+            hits.push(Hit {
+                source: "commit",
+                reference: format!("commit {} ({day})", c.short_hash),
+                id: c.id,
+                session_id: None,
+                category: None,
+                ordinal: None,
+                tag: None,
+                commit: Some(c.hash),
+                score: score("commit", rank),
+                snippet: shown,
+                item: Item::Commit(c.id),
             });
         }
     }
@@ -398,8 +550,75 @@ pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
             .then_with(|| source_rank(a.source).cmp(&source_rank(b.source)))
             .then_with(|| a.id.cmp(&b.id))
     });
-    hits.truncate(limit);
     Ok(hits)
+}
+
+/// A commit hit as read from `git_commits`.
+pub struct CommitRow {
+    pub id: i64,
+    pub hash: String,
+    pub short_hash: String,
+    pub subject: String,
+    pub body: String,
+    pub paths: String,
+    pub committed_ms: i64,
+}
+
+/// Field weights of the commit index (subject, body, paths, hash): the
+/// subject says what the commit is about, a hash asked for is the commit.
+pub const COMMIT_WEIGHTS: [f64; 4] = [3.0, 1.0, 1.5, 10.0];
+
+/// The project's best `want` commits for `expression` committed in
+/// `[since, until)`, best first; equal scores: the newer commit first.
+pub fn commit_hits(
+    conn: &Connection,
+    expression: &str,
+    project: &str,
+    since: i64,
+    until: i64,
+    want: i64,
+) -> Result<Vec<CommitRow>> {
+    commit_hits_weighted(
+        conn,
+        expression,
+        project,
+        (since, until),
+        want,
+        COMMIT_WEIGHTS,
+    )
+}
+
+/// [`commit_hits`] with other field weights (the benchmark tunes them).
+pub fn commit_hits_weighted(
+    conn: &Connection,
+    expression: &str,
+    project: &str,
+    (since, until): (i64, i64),
+    want: i64,
+    weights: [f64; 4],
+) -> Result<Vec<CommitRow>> {
+    let [s, b, p, h] = weights;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT g.id, g.hash, g.short_hash, g.subject, g.body, g.paths, g.committed_ms
+         FROM commits_fts f CROSS JOIN git_commits g ON g.id = f.rowid
+         WHERE commits_fts MATCH ?1 AND g.project = ?2
+           AND g.committed_ms >= ?3 AND g.committed_ms < ?4
+         ORDER BY bm25(commits_fts, {s}, {b}, {p}, {h}), g.committed_ms DESC, g.id DESC LIMIT ?5"
+    ))?;
+    let rows = stmt
+        .query_map(params![expression, project, since, until, want], |r| {
+            Ok(CommitRow {
+                id: r.get(0)?,
+                hash: r.get(1)?,
+                short_hash: r.get(2)?,
+                subject: r.get(3)?,
+                body: r.get(4)?,
+                paths: r.get(5)?,
+                committed_ms: r.get(6)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
 }
 
 struct MessageFilter<'a> {
@@ -420,10 +639,16 @@ struct MessageHit {
     tool_name: Option<String>,
 }
 
-/// The message index's FTS5 page size: it ranks its own top rows cheaply
-/// (`ORDER BY rank LIMIT`), so candidates are taken a page at a time and
-/// filtered, instead of joining every match before sorting.
+/// The largest FTS5 page: an index ranks its own top rows cheaply (`ORDER
+/// BY rank LIMIT`), so candidates are taken a page at a time and filtered,
+/// instead of joining every match before sorting.
 const PAGE: i64 = 200;
+
+/// A page asks for what is wanted and half again, for rows the filters
+/// drop (every row read costs lookups, so no more than that).
+fn page_size(want: i64) -> i64 {
+    (want + want / 2).clamp(16, PAGE)
+}
 
 /// The best `want` message hits that pass the filter, best first; among
 /// equal scores the newer message first (the latest word on a topic is
@@ -445,12 +670,12 @@ fn message_hits(
                 "SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?1
                  ORDER BY rank LIMIT ?2 OFFSET ?3",
             )?
-            .query_map(params![expression, PAGE, offset], |r| {
+            .query_map(params![expression, page_size(want as i64), offset], |r| {
                 Ok((r.get(0)?, r.get(1)?))
             })?
             .collect::<rusqlite::Result<_>>()?;
-        let full = page.len() as i64 == PAGE;
-        offset += PAGE;
+        let full = page.len() as i64 == page_size(want as i64);
+        offset += page_size(want as i64);
         for (id, rank) in page {
             let Some((session, ordinal, identity, kind, tool_name)) = conn
                 .prepare_cached(
@@ -567,6 +792,19 @@ mod tests {
             Some("(\"retry\" OR \"lease policy\" OR \"AND*\") NOT \"flaky\"".into())
         );
         assert_eq!(fts_expression("-only"), None, "nothing left to look for");
+        // Question words are left out, unless they are all there is or quoted.
+        assert_eq!(
+            fts_expression("what is the max upload size"),
+            Some("(\"max\" OR \"upload\" OR \"size\")".into())
+        );
+        assert_eq!(
+            fts_expression("who was it"),
+            Some("(\"who\" OR \"was\" OR \"it\")".into())
+        );
+        assert_eq!(
+            fts_expression("\"the\" lease"),
+            Some("(\"the\" OR \"lease\")".into())
+        );
         assert_eq!(
             fts_expression("unclosed \"phrase here"),
             Some("(\"unclosed\" OR \"phrase\" OR \"here\")".into())

@@ -421,6 +421,7 @@ fn another_projects_memory_is_invisible_by_id_list_query_and_tool() {
         source: "agent",
         transform: &f.config,
         now_ms: T0,
+        embeddings: None,
     };
     let a = tools::call(
         &mut f.store,
@@ -716,4 +717,97 @@ fn deleting_a_session_removes_its_index_rows() {
     assert_eq!(rows, 0);
     let check = super::index::check(f.store.conn()).unwrap();
     assert_eq!((check.parts, check.pending, check.healthy), (0, 0, true));
+}
+
+fn commit(
+    hash_byte: char,
+    subject: &str,
+    body: &str,
+    paths: &[&str],
+    day: i64,
+) -> crate::dream::gitlog::Commit {
+    let hash: String = std::iter::repeat_n(hash_byte, 40).collect();
+    crate::dream::gitlog::Commit {
+        short_hash: hash[..7].to_string(),
+        hash,
+        subject: subject.into(),
+        body: body.into(),
+        paths: paths.iter().map(|p| p.to_string()).collect(),
+        author: "Ada <ada@example.com>".into(),
+        committed_ms: T0 + day * 86_400_000,
+    }
+}
+
+fn commit_subjects(store: &Store, words: &str) -> Vec<String> {
+    let only = ["commit".to_string()];
+    query::query(store.conn(), "git:p", words, &only, 10)
+        .unwrap()
+        .into_iter()
+        .map(|h| h.snippet)
+        .collect()
+}
+
+#[test]
+fn the_commit_index_follows_git_commits_through_rewrites_and_pruning() {
+    use crate::dream::gitlog::{WINDOW_MS, store_commits};
+    let mut store = Store::open_in_memory().unwrap();
+    let first = vec![
+        commit(
+            'a',
+            "Lease: back off on busy",
+            "RetryPolicy doubles the wait.",
+            &["src/lease.rs"],
+            0,
+        ),
+        commit('b', "Docs: the lease", "", &["README.md"], 1),
+        commit(
+            'c',
+            "Store: open the database",
+            "Mentions the lease once, in the body.",
+            &["src/store.rs"],
+            2,
+        ),
+    ];
+    store
+        .write(|tx| store_commits(tx, "git:p", &first, T0))
+        .unwrap();
+    assert_eq!(commit_subjects(&store, "RetryPolicy").len(), 1);
+    // Another project's commits are not this project's hits.
+    assert!(
+        query::query(store.conn(), "git:other", "lease", &[], 10)
+            .unwrap()
+            .is_empty()
+    );
+    // The subject weighs more than the body: the newer commit that names
+    // the lease only in its body ranks last.
+    let ranked = commit_subjects(&store, "lease");
+    assert_eq!(ranked.len(), 3, "{ranked:?}");
+    assert!(ranked[2].starts_with("Store: open"), "{ranked:?}");
+    // A rewritten commit (same hash, new text): the old words are gone.
+    let rewritten = vec![commit(
+        'a',
+        "Lease: give up after 8 s",
+        "No RetryPolicy any more, a deadline.",
+        &["src/lease.rs"],
+        0,
+    )];
+    store
+        .write(|tx| store_commits(tx, "git:p", &rewritten, T0))
+        .unwrap();
+    assert!(commit_subjects(&store, "busy").is_empty());
+    assert_eq!(commit_subjects(&store, "deadline").len(), 1);
+    // Pruned out of the window: out of the index too.
+    store
+        .write(|tx| store_commits(tx, "git:p", &[], T0 + WINDOW_MS + 3 * 86_400_000))
+        .unwrap();
+    assert!(commit_subjects(&store, "lease").is_empty());
+    let rows: i64 = store
+        .conn()
+        .query_row(
+            "SELECT count(*) FROM commits_fts WHERE commits_fts MATCH 'lease'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(rows, 0);
 }

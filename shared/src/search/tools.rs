@@ -71,9 +71,10 @@ pub fn specs() -> Vec<ToolSpec> {
             name: "ctx_search",
             description: "Search this project's long-term memory, your session notes, the \
                 summaries of earlier conversation and the raw messages and tool outputs of every \
-                session of this project (what you can still see is left out). Use it before \
-                asking the user something the project may already have decided, or to find \
-                where a topic, an error or a file was discussed. Words match any; \"an exact \
+                session of this project (what you can still see is left out), and the project's \
+                git commits. Use it before asking the user something the project may already \
+                have decided, or to find where a topic, an error or a file was discussed or \
+                changed. Words match any; \"an exact \
                 phrase\" in quotes; -word leaves out. Returns ranked hits with a reference; open \
                 a message or compartment hit with ctx_expand.",
             input_schema: json!({
@@ -174,6 +175,9 @@ pub struct Context<'a> {
     pub source: &'static str,
     pub transform: &'a TransformConfig,
     pub now_ms: i64,
+    /// The embeddings provider of hybrid search, when one is configured (an
+    /// `Err` says why the configured one cannot be used; searches then say so).
+    pub embeddings: Option<&'a std::result::Result<super::embed::Provider, String>>,
 }
 
 /// Run tool `name`. A failure caused by the arguments or the ids they name is
@@ -319,7 +323,17 @@ fn search(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> 
     };
     // New raw content is indexed here, off the pass's path, in a bounded step.
     let caught = index::catch_up(store, Some(CATCH_UP_PER_QUERY), &mut |_, _| {})?;
-    let hits = query::search(
+    let (provider, mut warnings) = match ctx.embeddings {
+        None => (None, Vec::new()),
+        Some(Ok(p)) => (Some(p), Vec::new()),
+        Some(Err(e)) => (
+            None,
+            vec![format!(
+                "embeddings not used: {e}; ranked by full text only"
+            )],
+        ),
+    };
+    let searched = query::search_with(
         store.conn(),
         &query::Request {
             project: &ctx.scope.project,
@@ -338,8 +352,10 @@ fn search(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> 
                 .filter(|_| ctx.source == "agent")
                 .map(|id| (ctx.scope.harness.as_str(), id)),
         },
+        provider,
     )?;
-    let mut warnings = Vec::new();
+    let hits = searched.hits;
+    warnings.extend(searched.warnings);
     if caught.pending > 0 {
         warnings.push(format!(
             "{} message parts are not indexed yet (run `mc-search index`); their hits are missing",
@@ -361,7 +377,9 @@ fn search(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> 
     let data = json!({"query": text, "hits": hits, "warnings": warnings});
     if hits.is_empty() {
         return ok(
-            format!("No results for {text:?} in memories, notes, compartments or messages."),
+            format!(
+                "No results for {text:?} in memories, notes, compartments, messages or commits."
+            ),
             data,
         );
     }
@@ -694,6 +712,8 @@ pub struct ToolServer<'a> {
     pub session: SessionSource,
     pub transform: TransformConfig,
     pub clock: &'a dyn Fn() -> i64,
+    /// See [`Context::embeddings`].
+    pub embeddings: Option<std::result::Result<super::embed::Provider, String>>,
 }
 
 impl mcp::Tools for ToolServer<'_> {
@@ -735,6 +755,7 @@ impl mcp::Tools for ToolServer<'_> {
             source: "agent",
             transform: &self.transform,
             now_ms,
+            embeddings: self.embeddings.as_ref(),
         };
         call(&mut self.store, &ctx, name, arguments)
     }
@@ -753,6 +774,7 @@ mod tests {
             session,
             transform: TransformConfig::default(),
             clock: &|| 1_000,
+            embeddings: None,
         }
     }
 

@@ -23,6 +23,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0008_memory_notes_and_raw_content.sql"),
     include_str!("migrations/0009_message_index.sql"),
     include_str!("migrations/0010_dream.sql"),
+    include_str!("migrations/0011_search_commits_and_embeddings.sql"),
 ];
 
 /// The newest schema version this build understands (the fence).

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use mc_core::codec::opencode::decode_all;
 use mc_core::domain::tags::{self, NewTag};
 use mc_core::domain::{content, messages, sessions};
+use mc_core::dream::gitlog;
 use mc_core::history::store::{self as history_store, NewCompartment};
 use mc_core::identity::project_identity;
 use mc_core::search::{index, memory, query};
@@ -24,8 +25,12 @@ use mc_tests::generate::{self, SessionSpec};
 use mc_tests::mcp_client::McpClient;
 use serde_json::{Value, json};
 
+#[path = "bench_search/recall.rs"]
+mod recall;
+
 const USAGE: &str = "\
-Usage: bench-search [--memories N] [--messages N] [--calls N] [--warmup N] [--keep DIR]
+Usage: bench-search [--memories N] [--messages N] [--commits N] [--calls N] [--warmup N]
+                    [--keep DIR] [--recall] [--qa-turns N] [--embed URL|spawn]
 
 Fills a database with N memories (default 10000) and the raw content of N
 messages (default 50000) through mc-core, timing the memory writes, then
@@ -36,7 +41,12 @@ beside this binary: cargo build --release --workspace).
   --messages N  messages of raw content in one session (default 50000)
   --calls N     timed calls per tool and action (default 200)
   --warmup N    untimed calls of each first (default 10)
-  --keep DIR    work in DIR and keep the database afterwards";
+  --commits N   git commits in the commit index (default 2000)
+  --keep DIR    work in DIR and keep the database afterwards
+  --recall      only the recall benchmark (the QA set of mc_tests::qa)
+  --qa-turns N  filler turns per QA session (default 40)
+  --embed URL   also rank with embeddings from this OpenAI-compatible base URL
+                (\"spawn\": start scripts/embed-server, which needs `pip install wordllama`)";
 
 const SESSION: &str = "bench";
 const NOW_MS: i64 = 1_796_100_000_000;
@@ -45,6 +55,10 @@ type Result<T> = std::result::Result<T, String>;
 
 struct Args {
     memories: usize,
+    commits: usize,
+    recall_only: bool,
+    qa_turns: usize,
+    embed: Option<String>,
     messages: usize,
     calls: usize,
     warmup: usize,
@@ -54,6 +68,10 @@ struct Args {
 fn parse_args() -> Result<Option<Args>> {
     let mut args = Args {
         memories: 10_000,
+        commits: 2_000,
+        recall_only: false,
+        qa_turns: 40,
+        embed: None,
         messages: 50_000,
         calls: 200,
         warmup: 10,
@@ -63,6 +81,10 @@ fn parse_args() -> Result<Option<Args>> {
     while let Some(flag) = it.next() {
         if flag == "-h" || flag == "--help" {
             return Ok(None);
+        }
+        if flag == "--recall" {
+            args.recall_only = true;
+            continue;
         }
         let value = it
             .next()
@@ -74,6 +96,9 @@ fn parse_args() -> Result<Option<Args>> {
         };
         match flag.as_str() {
             "--memories" => args.memories = number()?.max(1),
+            "--commits" => args.commits = number()?,
+            "--qa-turns" => args.qa_turns = number()?.max(1),
+            "--embed" => args.embed = Some(value.clone()),
             "--messages" => args.messages = number()?.max(200),
             "--calls" => args.calls = number()?.max(1),
             "--warmup" => args.warmup = number()?,
@@ -120,6 +145,10 @@ fn err<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
 }
 
 fn run(args: &Args, work: &Path) -> Result<()> {
+    recall::run(work, args.qa_turns, args.embed.as_deref())?;
+    if args.recall_only {
+        return Ok(());
+    }
     let project = work.join("project");
     std::fs::create_dir_all(&project).map_err(err("creating the project folder"))?;
     let db = work.join("search.db");
@@ -154,6 +183,33 @@ fn run(args: &Args, work: &Path) -> Result<()> {
         kept as f64 / 1e6,
         size as f64 / 1e6
     );
+
+    // The commit index: generated commits (a compartment's title as the
+    // subject, its shortest tier as the body, a few paths), a day apart
+    // going back from the newest.
+    let commits: Vec<gitlog::Commit> = generate::compartment_texts(11, args.commits)
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let hash = format!("{:040x}", 0x00c0_ffee_u128 * (i as u128 + 1));
+            gitlog::Commit {
+                short_hash: hash[..7].to_string(),
+                hash,
+                subject: t.title,
+                body: t.tiers[2].clone(),
+                paths: vec![
+                    format!("src/module_{}/mod.rs", i % 37),
+                    format!("tests/case_{}.rs", i % 101),
+                ],
+                author: "Bench <bench@example.com>".into(),
+                committed_ms: NOW_MS - (i as i64) * 4 * 3_600_000,
+            }
+        })
+        .collect();
+    store
+        .write(|tx| gitlog::store_commits(tx, &identity, &commits, NOW_MS))
+        .map_err(err("storing commits"))?;
+    println!("commits: {} in the commit index", commits.len());
 
     // Index throughput: everything the passes queued, as `mc-search index` does it.
     let parts = index::pending(store.conn()).map_err(err("counting the queue"))?;
@@ -456,6 +512,21 @@ fn floor_and_process(
         },
         args.calls,
     )?;
+    // Where the time goes: mc's query of one source at a time.
+    let mut by_source = Vec::new();
+    for source in query::SOURCES {
+        let only = [source.to_string()];
+        let times = time(
+            &mut |i| {
+                let hits = query::query(store.conn(), &identity, words[i % words.len()], &only, 10)
+                    .map_err(err("mc's query"))?;
+                std::hint::black_box(hits);
+                Ok(())
+            },
+            args.calls,
+        )?;
+        by_source.push((source, times));
+    }
     let runs = (args.calls / 5).max(10);
     let process = time(
         &mut |i| {
@@ -495,9 +566,51 @@ fn floor_and_process(
             ms(percentile(times, 99))
         );
     }
+    for (source, times) in &by_source {
+        println!(
+            "{:<44} {:>10.3} {:>10.3}",
+            format!("  of which {source} alone"),
+            ms(percentile(times, 50)),
+            ms(percentile(times, 99))
+        );
+    }
     println!(
         "whole process / floor: {:.1}× (median)",
         ms(percentile(&process, 50)) / ms(percentile(&floor, 50)).max(1e-6)
     );
     Ok(())
+}
+
+/// Start `scripts/embed-server` (a real small embedding model on
+/// 127.0.0.1); it leaves when its stdin closes, i.e. with the child handle.
+fn spawn_embed_server() -> Result<(EmbedServer, String)> {
+    use std::io::BufRead;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/embed-server");
+    let mut child = Command::new("python3")
+        .arg(&script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(err("starting scripts/embed-server"))?;
+    let stdout = child.stdout.take().ok_or("no stdout of the embed server")?;
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .map_err(err("reading the embed server's address"))?;
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .ok_or_else(|| format!("the embed server said {line:?} (is wordllama installed?)"))?
+        .to_string();
+    Ok((EmbedServer(child), url))
+}
+
+/// The embed server, stopped when dropped.
+struct EmbedServer(std::process::Child);
+
+impl Drop for EmbedServer {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.wait();
+    }
 }

@@ -235,3 +235,180 @@ fn a_tool_call_answers_the_models_text_and_a_mistake_as_an_error_text() {
     assert_eq!(wrong["is_error"], true);
     assert_eq!(wrong["text"], "Error: update needs \"content\"");
 }
+
+/// `git -C dir …` with a fixed author and date.
+fn git(env: &TestEnv, dir: &std::path::Path, date: &str, args: &[&str]) -> String {
+    let out = env
+        .program("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=Ada", "-c", "user.email=ada@example.com"])
+        .args([
+            "-c",
+            "commit.gpgsign=false",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .env("GIT_AUTHOR_DATE", date)
+        .env("GIT_COMMITTER_DATE", date)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn commits_are_indexed_once_and_found_by_subject_body_path_and_hash() {
+    let env = TestEnv::new();
+    let repo = env.path("repo");
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    std::fs::write(repo.join("src/lib.rs"), "pub fn open() {}\n").unwrap();
+    git(&env, &repo, "2026-11-20T10:00:00Z", &["init", "-q"]);
+    git(&env, &repo, "2026-11-20T10:00:00Z", &["add", "."]);
+    git(
+        &env,
+        &repo,
+        "2026-11-20T10:00:00Z",
+        &["commit", "-q", "-m", "First commit"],
+    );
+    std::fs::write(repo.join("src/lease.rs"), "pub struct RetryPolicy;\n").unwrap();
+    git(&env, &repo, "2026-11-29T10:00:00Z", &["add", "."]);
+    git(
+        &env,
+        &repo,
+        "2026-11-29T10:00:00Z",
+        &[
+            "commit",
+            "-q",
+            "-m",
+            "Lease: back off on busy",
+            "-m",
+            "The retry policy doubles the wait up to 8 s.",
+        ],
+    );
+    let hash = git(&env, &repo, "2026-11-29T10:00:00Z", &["rev-parse", "HEAD"]);
+    let dir = repo.to_str().unwrap();
+    let search = |args: &[&str]| {
+        let mut all = vec!["--project-dir", dir];
+        all.extend_from_slice(args);
+        env.run_db("mc-search", &all, "")
+    };
+
+    // Nothing indexed yet: no commit hit.
+    let before = json(&search(&["query", "lease", "--source", "commit"]));
+    assert_eq!(before["hits"], serde_json::json!([]), "{before:#}");
+
+    let first = json(&search(&["index", "--commits"]));
+    assert_eq!(first["commits"]["added"], 2, "{first:#}");
+    let again = json(&search(&["index", "--commits"]));
+    assert_eq!(again["commits"]["added"], 0, "nothing twice: {again:#}");
+    assert_eq!(again["commits"]["updated"], 0, "{again:#}");
+
+    // By words of the body, by a path, and by the short hash.
+    for words in ["retry policy", "lease.rs", &hash[..7]] {
+        let found = json(&search(&["query", words]));
+        let hit = &found["hits"][0];
+        assert_eq!(hit["source"], "commit", "{words}: {found:#}");
+        assert_eq!(hit["commit"], hash.as_str(), "{words}: {found:#}");
+        assert_eq!(
+            hit["reference"],
+            format!("commit {} (2026-11-29)", &hash[..7]),
+            "{found:#}"
+        );
+        assert!(
+            hit["snippet"].as_str().unwrap().contains("src/lease.rs"),
+            "{found:#}"
+        );
+    }
+    // Dates filter commits by when they were committed.
+    let old = json(&search(&["query", "commit lease", "--until", "2026-11-25"]));
+    let subjects: Vec<&str> = old["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|h| h["snippet"].as_str())
+        .collect();
+    assert_eq!(subjects, ["First commit [src/lib.rs]"], "{old:#}");
+
+    // Outside a repository: a clear input error.
+    let plain = env.path("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    fails(
+        &env.run_db(
+            "mc-search",
+            &[
+                "--project-dir",
+                plain.to_str().unwrap(),
+                "index",
+                "--commits",
+            ],
+            "",
+        ),
+        2,
+        "is not in a git repository",
+    );
+}
+
+#[test]
+fn embeddings_come_from_the_config_and_a_dead_endpoint_leaves_full_text_with_a_warning() {
+    let env = TestEnv::new();
+    let dir = env.path("project");
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.to_str().unwrap();
+    // None configured: the backfill says what to set.
+    fails(
+        &env.run_db("mc-search", &["index", "--embeddings"], ""),
+        2,
+        "no embeddings model configured",
+    );
+    let out = env.run_db(
+        "mc-search",
+        &[
+            "--project-dir",
+            dir,
+            "memory",
+            "write",
+            "--category",
+            "naming",
+            "--content",
+            "Retry the lease on busy",
+        ],
+        "",
+    );
+    assert!(out.status.success());
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    env.user_config(
+        &serde_json::json!({
+            "providers": {"local": {"kind": "openai", "base_url": format!("http://127.0.0.1:{port}/v1")}},
+            "embeddings": {"model": "local/tiny", "dimensions": 4, "query_timeout_ms": 500, "retries": 0},
+        })
+        .to_string(),
+    );
+    // The configured length: the search asks the endpoint for the query's vector.
+    let found = json(&env.run_db("mc-search", &["--project-dir", dir, "query", "lease"], ""));
+    assert_eq!(
+        found["hits"][0]["snippet"], "Retry the lease on busy",
+        "{found:#}"
+    );
+    let warning = found["warnings"][0].as_str().unwrap();
+    assert!(warning.contains("cannot be reached"), "{warning}");
+    assert!(warning.ends_with("ranked by full text only"), "{warning}");
+    // The backfill fails with what it managed and how to go on.
+    let out = env.run_db("mc-search", &["index", "--embeddings"], "");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot be reached") && stderr.contains("run it again"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,443 @@
+//! Retrieval quality on the QA set of `mc_tests::qa`: evidence recall@5 and
+//! @10 per question kind for a plain BM25 index, mc's ranking, and (with
+//! an embeddings endpoint) mc's hybrid ranking; and a tokenizer comparison
+//! (recall of bare `ORDER BY rank` over indexes built with each).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use mc_core::codec::opencode::decode_all;
+use mc_core::domain::{content, messages, sessions};
+use mc_core::dream::gitlog;
+use mc_core::identity::project_identity;
+use mc_core::search::{embed, index, query};
+use mc_core::store::{Store, StoreOptions};
+use mc_tests::qa;
+
+use super::{Result, err};
+
+const NOW_MS: i64 = 1_796_100_000_000;
+
+/// A full-text index to compare: its name, FTS5 tokenizer, and whether the
+/// camel-case pieces of identifiers are added to the text (as mc does).
+struct Variant {
+    name: &'static str,
+    tokenize: &'static str,
+    pieces: bool,
+}
+
+const VARIANTS: [Variant; 5] = [
+    Variant {
+        name: "unicode61 (plain BM25)",
+        tokenize: "unicode61 remove_diacritics 2",
+        pieces: false,
+    },
+    Variant {
+        name: "unicode61 + identifier pieces (mc)",
+        tokenize: "unicode61 remove_diacritics 2",
+        pieces: true,
+    },
+    Variant {
+        name: "porter unicode61 + pieces",
+        tokenize: "porter unicode61 remove_diacritics 2",
+        pieces: true,
+    },
+    Variant {
+        name: "unicode61 tokenchars _ + pieces",
+        tokenize: "unicode61 remove_diacritics 2 tokenchars '_'",
+        pieces: true,
+    },
+    Variant {
+        name: "trigram",
+        tokenize: "trigram",
+        pieces: false,
+    },
+];
+
+/// A kept part: id, kind, tool name, tool input, content.
+type Part = (i64, String, Option<String>, Option<String>, String);
+
+/// Recall of one ranker: per kind, the sums of recall@5 and @10 and the count.
+#[derive(Default)]
+struct Tally(BTreeMap<&'static str, (f64, f64, usize)>);
+
+impl Tally {
+    fn add(&mut self, kind: &'static str, evidence: &[i64], ranked: &[i64]) {
+        let found = |k: usize| {
+            let top: Vec<i64> = ranked.iter().take(k).copied().collect();
+            evidence.iter().filter(|e| top.contains(e)).count() as f64 / evidence.len() as f64
+        };
+        let entry = self.0.entry(kind).or_default();
+        entry.0 += found(5);
+        entry.1 += found(10);
+        entry.2 += 1;
+    }
+
+    fn cell(&self, kind: Option<&str>) -> String {
+        let (a, b, n) = self
+            .0
+            .iter()
+            .filter(|(k, _)| kind.is_none_or(|want| **k == want))
+            .fold((0.0, 0.0, 0), |(a, b, n), (_, (x, y, m))| {
+                (a + x, b + y, n + m)
+            });
+        if n == 0 {
+            return "-".into();
+        }
+        format!("{:.2} / {:.2}", a / n as f64, b / n as f64)
+    }
+}
+
+pub fn run(work: &Path, turns: usize, embed_url: Option<&str>) -> Result<()> {
+    let db = work.join("recall.db");
+    let _ = std::fs::remove_file(&db);
+    let project = work.join("recall-project");
+    std::fs::create_dir_all(&project).map_err(err("creating the project folder"))?;
+    let identity = project_identity(&project);
+    let mut store = Store::open(&db, &StoreOptions::default()).map_err(err("opening the DB"))?;
+    let (questions, _) = qa::questions();
+    let all = qa::sessions(turns);
+    let count: usize = all.iter().map(Vec::len).sum();
+    store
+        .write(|tx| {
+            for (i, values) in all.into_iter().enumerate() {
+                let decoded = decode_all(values)?;
+                let mut session = sessions::create_session(
+                    tx,
+                    "opencode",
+                    &format!("qa-{i:02}"),
+                    false,
+                    Some(&identity),
+                    NOW_MS,
+                )?;
+                let (ordinals, _) = messages::register_messages(tx, &mut session, &decoded)?;
+                content::record_messages(tx, session.id, &decoded, &ordinals)?;
+            }
+            Ok(())
+        })
+        .map_err(err("recording the sessions"))?;
+    index::catch_up(&mut store, None, &mut |_, _| {}).map_err(err("indexing"))?;
+    let parts: i64 = store
+        .conn()
+        .query_row("SELECT count(*) FROM raw_parts", [], |r| r.get(0))
+        .map_err(err("counting"))?;
+    println!(
+        "\nrecall on the QA set: {} sessions, {count} messages ({parts} parts), {} questions",
+        qa::SESSIONS,
+        questions.len()
+    );
+
+    // The evidence messages' ids.
+    let mut evidence: Vec<Vec<i64>> = Vec::new();
+    for q in &questions {
+        let mut ids = Vec::new();
+        for text in &q.evidence {
+            let id: i64 = store
+                .conn()
+                .query_row("SELECT id FROM raw_parts WHERE content = ?1", [text], |r| {
+                    r.get(0)
+                })
+                .map_err(err("finding an evidence message"))?;
+            ids.push(id);
+        }
+        evidence.push(ids);
+    }
+
+    // The comparison indexes: each variant over the same texts.
+    let texts: Vec<Part> = store
+        .conn()
+        .prepare("SELECT id, kind, tool_name, tool_input, content FROM raw_parts")
+        .and_then(|mut s| {
+            s.query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(err("reading the parts"))?;
+    for (n, v) in VARIANTS.iter().enumerate() {
+        store
+            .write(|tx| {
+                tx.execute_batch(&format!(
+                    "CREATE VIRTUAL TABLE variant_{n} USING fts5 (body, content = '', tokenize = \"{}\")",
+                    v.tokenize.replace('"', "\"\"")
+                ))?;
+                let mut insert =
+                    tx.prepare(&format!("INSERT INTO variant_{n} (rowid, body) VALUES (?1, ?2)"))?;
+                for (id, kind, name, input, text) in &texts {
+                    let mut body = index::index_text(kind, name.as_deref(), input.as_deref(), text);
+                    if !v.pieces {
+                        // index_text puts the pieces on a last line of their own.
+                        let pieces = index::identifier_pieces(&body);
+                        if !pieces.is_empty()
+                            && let Some(cut) = body.strip_suffix(&pieces)
+                        {
+                            body = cut.trim_end_matches('\n').to_string();
+                        }
+                    }
+                    insert.execute(rusqlite::params![id, body])?;
+                }
+                Ok(())
+            })
+            .map_err(err("building a variant index"))?;
+    }
+
+    // `all_words`: a plain OR of every word (no question words left out).
+    let bare = |n: usize, text: &str, trigram: bool, all_words: bool| -> Result<Vec<i64>> {
+        let words: String = if trigram {
+            text.split_whitespace()
+                .filter(|w| w.chars().count() >= 3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        } else {
+            text.to_string()
+        };
+        let expression = if all_words {
+            let quoted: Vec<String> = words
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .map(|w| format!("\"{w}\""))
+                .collect();
+            quoted.join(" OR ")
+        } else {
+            match query::fts_expression(&words) {
+                Some(e) => e,
+                None => return Ok(Vec::new()),
+            }
+        };
+        if expression.is_empty() {
+            return Ok(Vec::new());
+        }
+        store
+            .conn()
+            .prepare_cached(&format!(
+                "SELECT rowid FROM variant_{n} WHERE variant_{n} MATCH ?1 ORDER BY rank LIMIT 10"
+            ))
+            .and_then(|mut s| {
+                s.query_map([expression], |r| r.get(0))?
+                    .collect::<rusqlite::Result<Vec<i64>>>()
+            })
+            .map_err(err("a variant query"))
+    };
+    let request = |text: &'static str| query::Request {
+        project: &identity,
+        text,
+        limit: 10,
+        ..query::Request::default()
+    };
+    let message_ids = |hits: &[query::Hit]| -> Vec<i64> {
+        hits.iter()
+            .filter(|h| h.source == "message")
+            .map(|h| h.id)
+            .collect()
+    };
+
+    let mut tallies: Vec<(String, Tally)> = Vec::new();
+    let mut variant_tallies: Vec<Tally> = VARIANTS.iter().map(|_| Tally::default()).collect();
+    let mut plain = Tally::default();
+    let mut mc = Tally::default();
+    let mut misses = Vec::new();
+    for (q, ev) in questions.iter().zip(&evidence) {
+        for (n, v) in VARIANTS.iter().enumerate() {
+            let ranked = bare(n, q.text, v.tokenize == "trigram", false)?;
+            if let Some(t) = variant_tallies.get_mut(n) {
+                t.add(q.kind, ev, &ranked);
+            }
+            if n == 0 {
+                plain.add(q.kind, ev, &bare(n, q.text, false, true)?);
+            }
+        }
+        let hits = query::search(store.conn(), &request(q.text)).map_err(err("mc's query"))?;
+        let ids = message_ids(&hits);
+        if ev.iter().any(|e| !ids.contains(e)) {
+            misses.push(format!("{} — {:?}", q.kind, q.text));
+        }
+        mc.add(q.kind, ev, &ids);
+    }
+    tallies.push(("BM25 (unicode61, all words, bare rank)".into(), plain));
+    tallies.push(("mc".into(), mc));
+
+    // Hybrid: backfill with the real model, then mc's query with it.
+    let _server;
+    let url = match embed_url {
+        Some("spawn") => {
+            let (child, url) = super::spawn_embed_server()?;
+            _server = Some(child);
+            Some(url)
+        }
+        Some(u) => Some(u.to_string()),
+        None => None,
+    };
+    if let Some(url) = url {
+        let provider = embed::Provider {
+            name: "local/wordllama-l2-supercat-256".into(),
+            url: format!("{}/embeddings", url.trim_end_matches('/')),
+            model: "wordllama-l2-supercat-256".into(),
+            key: None,
+            dimensions: None,
+            batch_size: 64,
+            connect_timeout: std::time::Duration::from_secs(5),
+            timeout: std::time::Duration::from_secs(60),
+            query_timeout: std::time::Duration::from_secs(5),
+            retries: 3,
+        };
+        let started = Instant::now();
+        let report = embed::backfill(&mut store, &provider, &mut |_, _| {}, &std::thread::sleep)
+            .map_err(err("backfilling embeddings"))?;
+        let elapsed = started.elapsed().as_secs_f64();
+        println!(
+            "embeddings: {} texts embedded in {elapsed:.1} s ({:.0}/s, {} requests, {} dimensions)",
+            report.embedded,
+            report.embedded as f64 / elapsed.max(1e-9),
+            report.requests,
+            report.dimensions.unwrap_or(0)
+        );
+        let mut hybrid = Tally::default();
+        let mut times = Vec::new();
+        for (q, ev) in questions.iter().zip(&evidence) {
+            let started = Instant::now();
+            let answer = query::search_with(store.conn(), &request(q.text), Some(&provider))
+                .map_err(err("the hybrid query"))?;
+            times.push(started.elapsed());
+            if !answer.warnings.is_empty() {
+                return Err(format!("hybrid query warned: {:?}", answer.warnings));
+            }
+            hybrid.add(q.kind, ev, &message_ids(&answer.hits));
+        }
+        times.sort_unstable();
+        println!(
+            "hybrid query in process: median {:.1} ms (query vector included)",
+            super::ms(super::percentile(&times, 50))
+        );
+        tallies.push(("mc hybrid (RRF with wordllama)".into(), hybrid));
+    }
+
+    commit_weights(&mut store, &identity)?;
+
+    println!("\nevidence recall@5 / @10 by question kind:");
+    print!("{:<34}", "ranking");
+    for kind in qa::KINDS {
+        print!(" {:>12}", kind);
+    }
+    println!(" {:>12}", "all");
+    for (name, t) in &tallies {
+        print!("{name:<34}");
+        for kind in qa::KINDS {
+            print!(" {:>12}", t.cell(Some(kind)));
+        }
+        println!(" {:>12}", t.cell(None));
+    }
+    println!("\nquestions whose evidence mc's top 10 misses (or misses in part):");
+    for m in &misses {
+        println!("  {m}");
+    }
+    println!("\ntokenizers (bare ORDER BY rank over an index built with each), recall@5 / @10:");
+    for (v, t) in VARIANTS.iter().zip(&variant_tallies) {
+        print!("{:<34}", v.name);
+        for kind in qa::KINDS {
+            print!(" {:>12}", t.cell(Some(kind)));
+        }
+        println!(" {:>12}", t.cell(None));
+    }
+    Ok(())
+}
+
+/// The commit index's field weights, tuned: the planted commits of
+/// `qa::COMMITS` among 2,000 generated ones, the questions of
+/// `qa::COMMIT_QUESTIONS`; recall@1 and @5 for each weighting.
+fn commit_weights(store: &mut Store, identity: &str) -> Result<()> {
+    let mut commits: Vec<gitlog::Commit> = mc_tests::generate::compartment_texts(21, 2_000)
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| {
+            commit(
+                i,
+                t.title,
+                t.tiers[3].clone(),
+                vec![format!("src/module_{}/mod.rs", i % 37)],
+            )
+        })
+        .collect();
+    let base = commits.len();
+    for (i, (subject, body, paths)) in qa::COMMITS.iter().enumerate() {
+        commits.push(commit(
+            base + i,
+            (*subject).to_string(),
+            (*body).to_string(),
+            paths.iter().map(|p| (*p).to_string()).collect(),
+        ));
+    }
+    store
+        .write(|tx| gitlog::store_commits(tx, identity, &commits, NOW_MS))
+        .map_err(err("storing commits"))?;
+    let ids: Vec<i64> = qa::COMMIT_QUESTIONS
+        .iter()
+        .map(|(_, n)| {
+            let hash = &commits[base + n].hash;
+            store
+                .conn()
+                .query_row("SELECT id FROM git_commits WHERE hash = ?1", [hash], |r| {
+                    r.get(0)
+                })
+                .map_err(err("finding a commit"))
+        })
+        .collect::<Result<_>>()?;
+    println!(
+        "\ncommit field weights (subject, body, paths, hash): recall@1 / @5 over {} questions, {} commits",
+        qa::COMMIT_QUESTIONS.len(),
+        commits.len()
+    );
+    let grid: [[f64; 4]; 7] = [
+        [1.0, 1.0, 1.0, 1.0],
+        [2.0, 1.0, 1.0, 10.0],
+        [3.0, 1.0, 1.5, 10.0],
+        [3.0, 1.0, 3.0, 10.0],
+        [5.0, 1.0, 1.5, 10.0],
+        [1.0, 2.0, 1.0, 10.0],
+        [3.0, 1.0, 0.5, 10.0],
+    ];
+    for weights in grid {
+        let (mut at1, mut at5) = (0, 0);
+        for ((text, _), id) in qa::COMMIT_QUESTIONS.iter().zip(&ids) {
+            let expression = query::fts_expression(text).unwrap_or_default();
+            let hits = query::commit_hits_weighted(
+                store.conn(),
+                &expression,
+                identity,
+                (i64::MIN, i64::MAX),
+                5,
+                weights,
+            )
+            .map_err(err("a commit query"))?;
+            let position = hits.iter().position(|h| h.id == *id);
+            at1 += usize::from(position == Some(0));
+            at5 += usize::from(position.is_some());
+        }
+        let n = qa::COMMIT_QUESTIONS.len() as f64;
+        let mark = if weights == query::COMMIT_WEIGHTS {
+            "  (mc)"
+        } else {
+            ""
+        };
+        println!(
+            "  {:?}: {:.2} / {:.2}{mark}",
+            weights,
+            at1 as f64 / n,
+            at5 as f64 / n
+        );
+    }
+    Ok(())
+}
+
+fn commit(i: usize, subject: String, body: String, paths: Vec<String>) -> gitlog::Commit {
+    let hash = format!("{:040x}", 0x0bad_cafe_u128 * (i as u128 + 7));
+    gitlog::Commit {
+        short_hash: hash[..7].to_string(),
+        hash,
+        subject,
+        body,
+        paths,
+        author: "QA <qa@example.com>".into(),
+        committed_ms: NOW_MS - (i as i64 % 300) * 3_600_000,
+    }
+}
