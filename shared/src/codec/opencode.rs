@@ -285,6 +285,86 @@ impl Message {
     }
 }
 
+/// mc's compaction boundary in OpenCode (ARCHITECTURE "Compaction markers"):
+/// after the head covers a range, the OpenCode plugin writes a user message
+/// with a `compaction` part and a finished `summary: true` assistant message
+/// answering it, right after the newest covered message, so OpenCode's
+/// `filterCompacted` stops there and never hands the covered messages to the
+/// hook again. Their ids are the covered message's id plus these suffixes
+/// (OpenCode orders a session's messages by creation time, then id: the
+/// markers sort right after that message and before the next one).
+pub const BOUNDARY_USER_SUFFIX: &str = "mcb0";
+pub const BOUNDARY_SUMMARY_SUFFIX: &str = "mcb1";
+
+/// The id of the message mc's boundary follows, if `id`/`role`/`parts` are
+/// one of the boundary's two messages (the user one with its `compaction`
+/// part, or the `summary: true` reply to it).
+fn boundary_of<'a>(
+    id: &'a str,
+    role: Option<&str>,
+    summary: bool,
+    has_compaction: bool,
+) -> Option<&'a str> {
+    match role {
+        Some("user") if has_compaction => id.strip_suffix(BOUNDARY_USER_SUFFIX),
+        Some("assistant") if summary => id.strip_suffix(BOUNDARY_SUMMARY_SUFFIX),
+        _ => None,
+    }
+    .filter(|base| !base.is_empty())
+}
+
+impl Message {
+    /// The id of the message mc's boundary follows, if this is one of the
+    /// boundary's two messages.
+    pub fn boundary_base(&self) -> Option<&str> {
+        let info = self.info();
+        boundary_of(
+            self.id()?,
+            info.get("role").and_then(Value::as_str),
+            info.get("summary").and_then(Value::as_bool) == Some(true),
+            self.parts
+                .iter()
+                .any(|p| p.raw.get("type").and_then(Value::as_str) == Some("compaction")),
+        )
+    }
+}
+
+/// [`Message::boundary_base`] on an undecoded `{info, parts}` value (what
+/// OpenCode's API answers).
+pub fn boundary_base_of_value(message: &Value) -> Option<&str> {
+    let info = message.get("info")?;
+    boundary_of(
+        info.get("id")?.as_str()?,
+        info.get("role").and_then(Value::as_str),
+        info.get("summary").and_then(Value::as_bool) == Some(true),
+        message
+            .get("parts")
+            .and_then(Value::as_array)
+            .is_some_and(|parts| {
+                parts
+                    .iter()
+                    .any(|p| p.get("type").and_then(Value::as_str) == Some("compaction"))
+            }),
+    )
+}
+
+/// Take mc's boundary messages out of a session's messages (they are mc's
+/// own bookkeeping: the head already says what they stand for). Returns the
+/// id of the message the newest boundary follows, if any was there.
+pub fn take_boundary(messages: &mut Vec<Message>) -> Option<String> {
+    let mut base = None;
+    messages.retain(|m| match m.boundary_base() {
+        Some(b) => {
+            if m.role() == Role::User {
+                base = Some(b.to_string());
+            }
+            false
+        }
+        None => true,
+    });
+    base
+}
+
 /// Decode a whole message array.
 pub fn decode_all(values: Vec<Value>) -> Result<Vec<Message>> {
     values

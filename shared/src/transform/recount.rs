@@ -8,7 +8,7 @@ use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
 use crate::codec::PartKind;
-use crate::codec::opencode::decode_all;
+use crate::codec::opencode::{decode_all, take_boundary};
 use crate::error::Result;
 use crate::store::Store;
 use crate::tokens;
@@ -32,7 +32,8 @@ pub struct RecountResult {
 }
 
 pub fn recount(store: &mut Store, envelope: Envelope) -> Result<RecountResult> {
-    let messages = decode_all(envelope.messages)?;
+    let mut messages = decode_all(envelope.messages)?;
+    take_boundary(&mut messages);
     let mut result = RecountResult::default();
     let Some(session_id) = envelope
         .session_id
