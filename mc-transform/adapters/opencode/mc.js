@@ -918,6 +918,15 @@ export const McContext = async ({ client, serverUrl, directory }) => {
 
     // mc-historian's child sessions answer within historian.max_output_tokens,
     // as its other routes do (OpenCode would allow the model's whole limit).
+    // A user message arrives before its model calls: start the resident
+    // process and learn the model's limits now, so the first call of a
+    // session waits for neither.
+    "chat.message": async (input) => {
+      resident.warm()
+      const model = input?.model
+      if (model?.providerID && model?.modelID) modelLimits(model.providerID, model.modelID).catch(() => {})
+    },
+
     "chat.params": async (input, output) => {
       const cap = sessions.get(input?.sessionID)?.historianMaxTokens
       if (cap && !(output.maxOutputTokens <= cap)) output.maxOutputTokens = cap

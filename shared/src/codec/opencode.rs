@@ -45,9 +45,40 @@ pub struct Part {
 
 #[derive(Debug, Clone)]
 pub struct Message {
-    /// The whole message object; its `parts` slot is held in `parts` while decoded.
+    /// The whole message object; its `parts` slot is held in `parts` while
+    /// decoded. Its `info` is read, never changed, after [`Message::new`].
     pub raw: Map<String, Value>,
     pub parts: Vec<Part>,
+    /// What a pass asks of `info` over and over, read once.
+    facts: Facts,
+}
+
+/// `info` fields read once per message (each read of `raw` hashes its keys).
+#[derive(Debug, Clone, Default)]
+struct Facts {
+    id: Option<Box<str>>,
+    role: Option<Role>,
+    created_ms: Option<i64>,
+    completed_ms: Option<i64>,
+}
+
+impl Facts {
+    fn of(raw: &Map<String, Value>) -> Facts {
+        let Some(info) = raw.get("info").and_then(Value::as_object) else {
+            return Facts::default();
+        };
+        let time = |field: &str| info.get("time")?.get(field)?.as_i64();
+        Facts {
+            id: info.get("id").and_then(Value::as_str).map(Box::from),
+            role: Some(match info.get("role").and_then(Value::as_str) {
+                Some("user") => Role::User,
+                Some("assistant") => Role::Assistant,
+                _ => Role::Other,
+            }),
+            created_ms: time("created"),
+            completed_ms: time("completed"),
+        }
+    }
 }
 
 fn kind_of(type_name: Option<&str>) -> PartKind {
@@ -197,7 +228,13 @@ impl Message {
                 )));
             }
         };
-        Ok(Message { raw, parts })
+        Ok(Message::new(raw, parts))
+    }
+
+    /// A message from its object (the `parts` slot aside) and its parts.
+    pub fn new(raw: Map<String, Value>, parts: Vec<Part>) -> Message {
+        let facts = Facts::of(&raw);
+        Message { raw, parts, facts }
     }
 
     pub fn encode(mut self) -> Value {
@@ -217,7 +254,7 @@ impl Message {
     }
 
     pub fn id(&self) -> Option<&str> {
-        self.info().get("id").and_then(Value::as_str)
+        self.facts.id.as_deref()
     }
 
     pub fn session_id(&self) -> Option<&str> {
@@ -225,23 +262,15 @@ impl Message {
     }
 
     pub fn role(&self) -> Role {
-        match self.info().get("role").and_then(Value::as_str) {
-            Some("user") => Role::User,
-            Some("assistant") => Role::Assistant,
-            _ => Role::Other,
-        }
-    }
-
-    fn time(&self, field: &str) -> Option<i64> {
-        self.info().get("time")?.get(field)?.as_i64()
+        self.facts.role.unwrap_or(Role::Other)
     }
 
     pub fn created_ms(&self) -> Option<i64> {
-        self.time("created")
+        self.facts.created_ms
     }
 
     pub fn completed_ms(&self) -> Option<i64> {
-        self.time("completed")
+        self.facts.completed_ms
     }
 
     pub fn finish(&self) -> Option<&str> {
@@ -317,9 +346,13 @@ impl Message {
     /// The id of the message mc's boundary follows, if this is one of the
     /// boundary's two messages.
     pub fn boundary_base(&self) -> Option<&str> {
+        let id = self.id()?;
+        if !id.ends_with(BOUNDARY_USER_SUFFIX) && !id.ends_with(BOUNDARY_SUMMARY_SUFFIX) {
+            return None;
+        }
         let info = self.info();
         boundary_of(
-            self.id()?,
+            id,
             info.get("role").and_then(Value::as_str),
             info.get("summary").and_then(Value::as_bool) == Some(true),
             self.parts
@@ -385,10 +418,7 @@ mod tests {
 
     #[test]
     fn a_hand_built_message_without_info_reads_as_empty_info() {
-        let message = Message {
-            raw: Map::new(),
-            parts: Vec::new(),
-        };
+        let message = Message::new(Map::new(), Vec::new());
         assert!(message.info().is_empty());
         assert_eq!(message.id(), None);
     }
