@@ -14,7 +14,8 @@
 //! `MC_BENCH_KEEP_DB=FILE` keeps mc's database of the run; `MC_BENCH_DUMP=DIR`
 //! writes every request mc's run sent to the provider (`NNN.json`);
 //! `MC_BENCH_TRANSFORM=PATH` points the plugin at another mc-transform (a
-//! wrapper that saves envelopes, say).
+//! wrapper that saves envelopes, say); `MC_BENCH_NO_BOUNDARY=1` runs every mc
+//! run without mc's compaction boundary.
 
 use std::process::ExitCode;
 
@@ -205,10 +206,17 @@ fn drive(mode: Mode, script: Script, mc_config: Option<&str>) -> Run {
             transform_bin: std::env::var_os("MC_BENCH_TRANSFORM").map(std::path::PathBuf::from),
             context: Some(context),
             historian_bin: None,
-            env: match mode {
-                Mode::OneShot => vec![("MC_TRANSFORM_SERVE".into(), "0".into())],
-                Mode::NoBoundary => vec![("MC_OPENCODE_BOUNDARY".into(), "0".into())],
-                _ => Vec::new(),
+            env: {
+                let mut env = match mode {
+                    Mode::OneShot => vec![("MC_TRANSFORM_SERVE".into(), "0".into())],
+                    Mode::NoBoundary => vec![("MC_OPENCODE_BOUNDARY".into(), "0".into())],
+                    _ => Vec::new(),
+                };
+                // MC_BENCH_NO_BOUNDARY=1: every mc run without the boundary.
+                if std::env::var_os("MC_BENCH_NO_BOUNDARY").is_some_and(|v| v == "1") {
+                    env.push(("MC_OPENCODE_BOUNDARY".into(), "0".into()));
+                }
+                env
             },
         },
     );
