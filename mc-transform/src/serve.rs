@@ -65,6 +65,8 @@ pub fn run(global: &GlobalArgs, max_request_bytes: usize, sessions: usize) -> Re
         // thread: its allocator reuses the memory for the next request
         // instead of handing pages back and faulting them in again.)
         server.garbage.clear();
+        // And copy the baseline the next delta of that session builds on.
+        server.baselines.prepare_spare();
     }
 }
 
@@ -265,10 +267,12 @@ impl Server<'_> {
                 _ => Vec::new(),
             }
         } else {
-            match self.baselines.resolve(&harness, &session, delta) {
-                Ok(input) => {
-                    map.insert("messages".into(), Value::Array(input.clone()));
-                    input
+            // The pass consumes its messages; `input` is the baseline's copy
+            // (from the spare made while the process waited: no deep copy now).
+            match self.baselines.resolve_with_copy(&harness, &session, delta) {
+                Ok((messages, copy)) => {
+                    map.insert("messages".into(), Value::Array(messages));
+                    copy
                 }
                 Err(resync) => return Ok(text(&resync.answer())),
             }

@@ -58,7 +58,8 @@ pub struct Options {
     /// Point the plugin at this mc-transform instead of the built one.
     pub transform_bin: Option<PathBuf>,
     /// Install the plugin behind a timing wrapper that logs each hook call to
-    /// this file, a line each: `messages <ms>` or `system <ms>`.
+    /// this file, a line each: `messages <ms>` or `system <ms>`, and before
+    /// each messages call `input <count> <first message id>`.
     pub timing_log: Option<PathBuf>,
     /// The model's context window in tokens; `None` for [`CONTEXT`].
     pub context: Option<u64>,
@@ -340,7 +341,8 @@ pub fn leading_tag(text: &str) -> Option<u64> {
 }
 
 /// A plugin that loads mc's plugin and logs how long each messages-hook call
-/// takes, timed from outside the hook.
+/// takes, timed from outside the hook (`messages MS`, `system MS`), and what
+/// OpenCode handed the messages hook (`input COUNT FIRST-ID`).
 fn timing_wrapper(log: &Path) -> String {
     format!(
         r#"import {{ appendFileSync }} from "node:fs"
@@ -350,6 +352,10 @@ export const McTiming = async (input) => {{
   for (const [name, label] of [["experimental.chat.messages.transform", "messages"], ["experimental.chat.system.transform", "system"]]) {{
     const inner = hooks[name]
     hooks[name] = async (i, o) => {{
+      if (label === "messages") {{
+        const first = o.messages[0]?.info?.id ?? "-"
+        appendFileSync({log}, `input ${{o.messages.length}} ${{first}}\n`)
+      }}
       const start = performance.now()
       await inner(i, o)
       appendFileSync({log}, `${{label}} ${{(performance.now() - start).toFixed(3)}}\n`)

@@ -271,6 +271,150 @@ fn after_a_historian_run_the_next_busting_request_carries_compartments_not_cover
     );
 }
 
+/// What OpenCode handed the messages hook, per call: (count, first id).
+fn hook_inputs(log: &std::path::Path) -> Vec<(usize, String)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.strip_prefix("input ")?.split(' ');
+            Some((words.next()?.parse().ok()?, words.next()?.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn after_a_fold_mcs_compaction_boundary_stops_opencode_loading_the_covered_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("hook.log");
+    let oc = OpenCode::start(
+        dir.path(),
+        Options {
+            db: Some(dir.path().join("ctx.db")),
+            with_plugin: true,
+            mc_config: Some(historian_config("")),
+            timing_log: Some(log.clone()),
+            ..Options::default()
+        },
+    );
+    oc.provider.play_historian("mock-historian");
+    let session = read_a_big_file_four_times(&oc, 180);
+    // Pin the first message: the fold covers it, the head carries it.
+    let messages = oc.get(&format!("/session/{session}/message"));
+    let first = messages[0]["info"]["id"].as_str().unwrap().to_string();
+    let pinned = oc.mc(
+        "mc-pin",
+        &[
+            "pin",
+            "--harness",
+            "opencode",
+            "--session",
+            &session,
+            "--message",
+            &first,
+            "--opencode-url",
+            &oc.url,
+        ],
+        b"",
+    );
+    assert!(
+        pinned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pinned.stderr)
+    );
+    let out = oc.mc(
+        "mc-historian",
+        &[
+            "run",
+            "--session",
+            &session,
+            "--opencode-url",
+            &oc.url,
+            "--context-limit",
+            "8000",
+        ],
+        b"",
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(report["status"], "published", "{report}");
+    let before = hook_inputs(&log).last().unwrap().0;
+    oc.provider.set_usage(usage_at(70));
+    oc.prompt(&session, "turn that reports high usage");
+    oc.provider.set_usage(usage_at(30));
+    // This turn's first pass busts (70 %): the head takes the covered messages
+    // off the wire, and the plugin writes the boundary after the call.
+    oc.prompt(&session, "turn that busts");
+    let busted = oc.provider.agent_requests().last().unwrap().clone();
+    assert!(all_text(&busted).contains("Folded messages"));
+    assert!(
+        all_text(&busted).contains("read the big file, pass 0"),
+        "the pin is in the head"
+    );
+    oc.prompt(&session, "turn after the boundary");
+    let after = oc.provider.agent_requests().last().unwrap().clone();
+
+    // OpenCode now loads the boundary and what follows it, not the covered messages.
+    let inputs = hook_inputs(&log);
+    let (count, first_id) = inputs.last().unwrap().clone();
+    assert!(
+        first_id.ends_with("mcb0"),
+        "the hook's first message is mc's boundary: {inputs:?}"
+    );
+    let previous = inputs[inputs.len() - 2].0;
+    assert!(
+        count + 4 <= previous,
+        "the covered messages stopped arriving (a turn later, fewer messages): {inputs:?}"
+    );
+    assert!(previous > before, "{inputs:?}");
+    let stored = oc.get(&format!("/session/{session}/message"));
+    let ids: Vec<&str> = stored
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["info"]["id"].as_str())
+        .collect();
+    assert_eq!(
+        ids.iter().filter(|id| id.ends_with("mcb0")).count(),
+        1,
+        "{ids:?}"
+    );
+    assert!(ids.contains(&first.as_str()), "nothing is deleted: {ids:?}");
+
+    // The call after the boundary moved is a defer pass: the provider sees the
+    // busting request's bytes again, then the new turn (tags unchanged).
+    let (a, b) = (cache_key(&busted), cache_key(&after));
+    assert_eq!(a[..2], b[..2], "tools and system");
+    let prefix = a.len() - 1; // the busting request's last message carried the turn's prompt
+    assert_eq!(
+        a[..prefix],
+        b[..prefix],
+        "defer: byte-identical prefix across the boundary"
+    );
+    let text = all_text(&after);
+    assert!(text.contains("read the big file, pass 0"), "the pin holds");
+    assert!(text.contains("Folded messages"));
+    assert!(
+        !text.contains("What did we do so far"),
+        "mc's boundary never reaches the model"
+    );
+    assert!(!text.contains("[mc: the conversation before this point"));
+
+    // A later rebuild of m[0] (pressure) renders the pin from mc's own copy.
+    oc.provider.set_usage(usage_at(92));
+    oc.prompt(&session, "turn that reports very high usage");
+    oc.provider.set_usage(usage_at(30));
+    oc.prompt(&session, "turn after the rebuild");
+    let rebuilt = oc.provider.agent_requests().last().unwrap().clone();
+    let text = all_text(&rebuilt);
+    assert!(
+        text.contains("read the big file, pass 0"),
+        "the pin survives a rebuild behind the boundary"
+    );
+    assert!(!text.contains("What did we do so far"));
+    let status = status(&oc, &session);
+    assert!(status.is_object(), "{status}");
+}
+
 #[test]
 fn a_pinned_message_comes_back_after_opencodes_own_compaction_once() {
     let (oc, _dir) = with_mc(None);

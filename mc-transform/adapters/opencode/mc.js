@@ -19,9 +19,12 @@
 // through MC_TRANSFORM_BIN, MC_PIN_BIN, MC_HISTORIAN_BIN and MC_SEARCH_BIN; the database
 // through MC_DB as usual. MC_OPENCODE_SESSIONS caps how many sessions the
 // plugin remembers (default 200); MC_TRANSFORM_SERVE=0 runs every call as a
-// one-shot process.
+// one-shot process; MC_OPENCODE_BOUNDARY=0 writes no compaction boundary.
 import { spawn } from "node:child_process"
 import { createHash } from "node:crypto"
+import { existsSync, readdirSync } from "node:fs"
+import { homedir } from "node:os"
+import { isAbsolute, join } from "node:path"
 import { tool } from "@opencode-ai/plugin"
 
 const TRANSFORM_TIMEOUT_MS = 30_000
@@ -42,6 +45,141 @@ const SYSTEM_RENDERS_CAP = 8
 const OVERFLOW_CANDIDATES = new Set(["ContextOverflowError", "APIError", "UnknownError"])
 
 const bin = (name, env) => process.env[env] || name
+
+// mc's compaction boundary (ARCHITECTURE "Compaction markers"). When a pass
+// that busts anyway has taken the oldest messages off the wire (the head
+// covers them), the plugin writes, right after the newest of them, a user
+// message with a `compaction` part and a finished `summary: true` reply to
+// it: OpenCode's own history filter stops there and never loads those
+// messages for the hook again. Their ids are that message's id plus these
+// suffixes (OpenCode orders messages by creation time, then id), which is
+// how mc-transform, mc-historian and mc-pin know them for mc's own.
+const BOUNDARY_USER = "mcb0"
+const BOUNDARY_SUMMARY = "mcb1"
+const BOUNDARY_TEXT =
+  "[mc: the conversation before this point is folded into mc's history, which opens the prompt]"
+// The boundary waits this long at most for OpenCode's own writes (it runs on
+// OpenCode's thread); busy, it is written at the next pass that busts.
+const BOUNDARY_BUSY_MS = 100
+
+/** OpenCode's database files, in the order OpenCode would pick them. */
+function opencodeDatabases() {
+  const env = process.env
+  const data = join(env.XDG_DATA_HOME || join(homedir(), ".local", "share"), "opencode")
+  if (env.OPENCODE_DB) {
+    if (env.OPENCODE_DB === ":memory:") return []
+    return [isAbsolute(env.OPENCODE_DB) ? env.OPENCODE_DB : join(data, env.OPENCODE_DB)]
+  }
+  let channels = []
+  try {
+    channels = readdirSync(data)
+      .filter((name) => /^opencode-.+\.db$/.test(name))
+      .sort()
+      .map((name) => join(data, name))
+  } catch {}
+  return [join(data, "opencode.db"), ...channels]
+}
+
+/**
+ * Writes mc's boundary into OpenCode's database (bun:sqlite, OpenCode's own
+ * runtime). Each move is one transaction that re-reads the current boundary
+ * first, so two OpenCode processes on one database (or a replayed answer)
+ * never move it back; nothing is remembered between moves, so a restart or a
+ * failed write just leaves it for the next pass that busts.
+ */
+function boundaryWriter() {
+  let Database // undefined: not loaded yet; null: not in Bun
+  const open = new Map() // path -> Database
+
+  function write(db, sessionID, through) {
+    const row = db.query("SELECT id, time_created, data FROM message WHERE id = ? AND session_id = ?").get(through, sessionID)
+    if (!row) return db.query("SELECT 1 FROM session WHERE id = ?").get(sessionID) ? "unknown message" : "no session"
+    const after = (m) => m.time_created > row.time_created || (m.time_created === row.time_created && m.id >= row.id)
+    const current = db
+      .query("SELECT id, time_created FROM message WHERE session_id = ? AND id LIKE ?")
+      .all(sessionID, `%${BOUNDARY_USER}`)
+      .map((m) => ({ id: m.id.slice(0, -BOUNDARY_USER.length), time_created: m.time_created }))
+    if (current.some(after)) return "kept"
+    // Never the newest message: a boundary only hides what the head covers.
+    const next = db
+      .query("SELECT id FROM message WHERE session_id = ? AND (time_created > ? OR (time_created = ? AND id > ?)) LIMIT 1")
+      .get(sessionID, row.time_created, row.time_created, `${through}${BOUNDARY_SUMMARY}`)
+    if (!next) return "nothing after"
+    for (const old of current) {
+      for (const suffix of [BOUNDARY_USER, BOUNDARY_SUMMARY]) {
+        db.query("DELETE FROM part WHERE message_id = ?").run(`${old.id}${suffix}`)
+        db.query("DELETE FROM message WHERE id = ?").run(`${old.id}${suffix}`)
+      }
+    }
+    const newest = (role) =>
+      JSON.parse(
+        db
+          .query(
+            "SELECT data FROM message WHERE session_id = ? AND json_extract(data, '$.role') = ? " +
+              "ORDER BY time_created DESC, id DESC LIMIT 1",
+          )
+          .get(sessionID, role)?.data ?? "{}",
+      )
+    const user = newest("user")
+    const reply = newest("assistant")
+    const created = JSON.parse(row.data)?.time?.created ?? row.time_created
+    const now = Date.now()
+    const userID = `${through}${BOUNDARY_USER}`
+    const summaryID = `${through}${BOUNDARY_SUMMARY}`
+    const part = (messageID) => `prt${messageID.slice(3)}`
+    const insertMessage = db.query(
+      "INSERT INTO message (id, session_id, time_created, time_updated, data) VALUES (?, ?, ?, ?, ?)",
+    )
+    const insertPart = db.query(
+      "INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) VALUES (?, ?, ?, ?, ?, ?)",
+    )
+    const model = user.model ?? { providerID: reply.providerID, modelID: reply.modelID }
+    insertMessage.run(userID, sessionID, row.time_created, now, JSON.stringify({ role: "user", time: { created }, agent: user.agent ?? "build", model }))
+    insertPart.run(part(userID), userID, sessionID, row.time_created, now, JSON.stringify({ type: "compaction", auto: true }))
+    const summary = {
+      role: "assistant",
+      time: { created, completed: created },
+      parentID: userID,
+      modelID: reply.modelID ?? model.modelID,
+      providerID: reply.providerID ?? model.providerID,
+      mode: "compaction",
+      agent: "compaction",
+      path: reply.path ?? { cwd: "", root: "" },
+      cost: 0,
+      tokens: { input: 0, output: 0, reasoning: 0, cache: { read: 0, write: 0 } },
+      summary: true,
+      finish: "stop",
+    }
+    insertMessage.run(summaryID, sessionID, row.time_created, now, JSON.stringify(summary))
+    const text = { type: "text", text: BOUNDARY_TEXT, synthetic: true, time: { start: created, end: created } }
+    insertPart.run(part(summaryID), summaryID, sessionID, row.time_created, now, JSON.stringify(text))
+    return "moved"
+  }
+
+  /** Move the session's boundary to just after message `through`; says what it did. */
+  return async function move(sessionID, through) {
+    if (Database === undefined) {
+      try {
+        Database = (await import("bun:sqlite")).Database
+      } catch {
+        Database = null
+      }
+    }
+    if (!Database) return "no bun:sqlite"
+    for (const path of opencodeDatabases()) {
+      if (!existsSync(path)) continue
+      let db = open.get(path)
+      if (!db) {
+        db = new Database(path)
+        db.exec(`PRAGMA busy_timeout = ${BOUNDARY_BUSY_MS}`)
+        open.set(path, db)
+      }
+      const done = db.transaction(() => write(db, sessionID, through)).immediate()
+      if (done !== "no session") return done
+    }
+    return "no database holds the session"
+  }
+}
 
 /**
  * What a failed mc binary said, on one line: its `error:` line and the
@@ -437,6 +575,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
   const incremental = new Map()
   let requests = 0
   let warned = false
+  const moveBoundary = process.env.MC_OPENCODE_BOUNDARY === "0" ? undefined : boundaryWriter()
 
   /** The session's state, created if new, marked most recently used. */
   function session(sessionID) {
@@ -726,6 +865,15 @@ export const McContext = async ({ client, serverUrl, directory }) => {
       }
       const report = pass.output.pass ?? {}
       if (report.historian_due && server) historian(found.sessionID)
+      if (report.fold_boundary && moveBoundary) {
+        // After the call has its messages: the next call loads fewer.
+        const through = report.fold_boundary
+        setTimeout(() => {
+          moveBoundary(found.sessionID, through)
+            .then((done) => process.env.MC_BOUNDARY_LOG && console.error(`mc: boundary ${through}: ${done}`))
+            .catch((error) => warnOnce(`cannot write the compaction boundary: ${error}`))
+        }, 0)
+      }
       if (Array.isArray(pass.output.messages)) {
         messages.splice(0, messages.length, ...pass.output.messages)
       }
@@ -773,6 +921,15 @@ export const McContext = async ({ client, serverUrl, directory }) => {
 
     // mc-historian's child sessions answer within historian.max_output_tokens,
     // as its other routes do (OpenCode would allow the model's whole limit).
+    // A user message arrives before its model calls: start the resident
+    // process and learn the model's limits now, so the first call of a
+    // session waits for neither.
+    "chat.message": async (input) => {
+      resident.warm()
+      const model = input?.model
+      if (model?.providerID && model?.modelID) modelLimits(model.providerID, model.modelID).catch(() => {})
+    },
+
     "chat.params": async (input, output) => {
       const cap = sessions.get(input?.sessionID)?.historianMaxTokens
       if (cap && !(output.maxOutputTokens <= cap)) output.maxOutputTokens = cap

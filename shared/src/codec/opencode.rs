@@ -45,9 +45,40 @@ pub struct Part {
 
 #[derive(Debug, Clone)]
 pub struct Message {
-    /// The whole message object; its `parts` slot is held in `parts` while decoded.
+    /// The whole message object; its `parts` slot is held in `parts` while
+    /// decoded. Its `info` is read, never changed, after [`Message::new`].
     pub raw: Map<String, Value>,
     pub parts: Vec<Part>,
+    /// What a pass asks of `info` over and over, read once.
+    facts: Facts,
+}
+
+/// `info` fields read once per message (each read of `raw` hashes its keys).
+#[derive(Debug, Clone, Default)]
+struct Facts {
+    id: Option<Box<str>>,
+    role: Option<Role>,
+    created_ms: Option<i64>,
+    completed_ms: Option<i64>,
+}
+
+impl Facts {
+    fn of(raw: &Map<String, Value>) -> Facts {
+        let Some(info) = raw.get("info").and_then(Value::as_object) else {
+            return Facts::default();
+        };
+        let time = |field: &str| info.get("time")?.get(field)?.as_i64();
+        Facts {
+            id: info.get("id").and_then(Value::as_str).map(Box::from),
+            role: Some(match info.get("role").and_then(Value::as_str) {
+                Some("user") => Role::User,
+                Some("assistant") => Role::Assistant,
+                _ => Role::Other,
+            }),
+            created_ms: time("created"),
+            completed_ms: time("completed"),
+        }
+    }
 }
 
 fn kind_of(type_name: Option<&str>) -> PartKind {
@@ -197,7 +228,13 @@ impl Message {
                 )));
             }
         };
-        Ok(Message { raw, parts })
+        Ok(Message::new(raw, parts))
+    }
+
+    /// A message from its object (the `parts` slot aside) and its parts.
+    pub fn new(raw: Map<String, Value>, parts: Vec<Part>) -> Message {
+        let facts = Facts::of(&raw);
+        Message { raw, parts, facts }
     }
 
     pub fn encode(mut self) -> Value {
@@ -217,7 +254,7 @@ impl Message {
     }
 
     pub fn id(&self) -> Option<&str> {
-        self.info().get("id").and_then(Value::as_str)
+        self.facts.id.as_deref()
     }
 
     pub fn session_id(&self) -> Option<&str> {
@@ -225,23 +262,15 @@ impl Message {
     }
 
     pub fn role(&self) -> Role {
-        match self.info().get("role").and_then(Value::as_str) {
-            Some("user") => Role::User,
-            Some("assistant") => Role::Assistant,
-            _ => Role::Other,
-        }
-    }
-
-    fn time(&self, field: &str) -> Option<i64> {
-        self.info().get("time")?.get(field)?.as_i64()
+        self.facts.role.unwrap_or(Role::Other)
     }
 
     pub fn created_ms(&self) -> Option<i64> {
-        self.time("created")
+        self.facts.created_ms
     }
 
     pub fn completed_ms(&self) -> Option<i64> {
-        self.time("completed")
+        self.facts.completed_ms
     }
 
     pub fn finish(&self) -> Option<&str> {
@@ -285,6 +314,90 @@ impl Message {
     }
 }
 
+/// mc's compaction boundary in OpenCode (ARCHITECTURE "Compaction markers"):
+/// after the head covers a range, the OpenCode plugin writes a user message
+/// with a `compaction` part and a finished `summary: true` assistant message
+/// answering it, right after the newest covered message, so OpenCode's
+/// `filterCompacted` stops there and never hands the covered messages to the
+/// hook again. Their ids are the covered message's id plus these suffixes
+/// (OpenCode orders a session's messages by creation time, then id: the
+/// markers sort right after that message and before the next one).
+pub const BOUNDARY_USER_SUFFIX: &str = "mcb0";
+pub const BOUNDARY_SUMMARY_SUFFIX: &str = "mcb1";
+
+/// The id of the message mc's boundary follows, if `id`/`role`/`parts` are
+/// one of the boundary's two messages (the user one with its `compaction`
+/// part, or the `summary: true` reply to it).
+fn boundary_of<'a>(
+    id: &'a str,
+    role: Option<&str>,
+    summary: bool,
+    has_compaction: bool,
+) -> Option<&'a str> {
+    match role {
+        Some("user") if has_compaction => id.strip_suffix(BOUNDARY_USER_SUFFIX),
+        Some("assistant") if summary => id.strip_suffix(BOUNDARY_SUMMARY_SUFFIX),
+        _ => None,
+    }
+    .filter(|base| !base.is_empty())
+}
+
+impl Message {
+    /// The id of the message mc's boundary follows, if this is one of the
+    /// boundary's two messages.
+    pub fn boundary_base(&self) -> Option<&str> {
+        let id = self.id()?;
+        if !id.ends_with(BOUNDARY_USER_SUFFIX) && !id.ends_with(BOUNDARY_SUMMARY_SUFFIX) {
+            return None;
+        }
+        let info = self.info();
+        boundary_of(
+            id,
+            info.get("role").and_then(Value::as_str),
+            info.get("summary").and_then(Value::as_bool) == Some(true),
+            self.parts
+                .iter()
+                .any(|p| p.raw.get("type").and_then(Value::as_str) == Some("compaction")),
+        )
+    }
+}
+
+/// [`Message::boundary_base`] on an undecoded `{info, parts}` value (what
+/// OpenCode's API answers).
+pub fn boundary_base_of_value(message: &Value) -> Option<&str> {
+    let info = message.get("info")?;
+    boundary_of(
+        info.get("id")?.as_str()?,
+        info.get("role").and_then(Value::as_str),
+        info.get("summary").and_then(Value::as_bool) == Some(true),
+        message
+            .get("parts")
+            .and_then(Value::as_array)
+            .is_some_and(|parts| {
+                parts
+                    .iter()
+                    .any(|p| p.get("type").and_then(Value::as_str) == Some("compaction"))
+            }),
+    )
+}
+
+/// Take mc's boundary messages out of a session's messages (they are mc's
+/// own bookkeeping: the head already says what they stand for). Returns the
+/// id of the message the newest boundary follows, if any was there.
+pub fn take_boundary(messages: &mut Vec<Message>) -> Option<String> {
+    let mut base = None;
+    messages.retain(|m| match m.boundary_base() {
+        Some(b) => {
+            if m.role() == Role::User {
+                base = Some(b.to_string());
+            }
+            false
+        }
+        None => true,
+    });
+    base
+}
+
 /// Decode a whole message array.
 pub fn decode_all(values: Vec<Value>) -> Result<Vec<Message>> {
     values
@@ -305,10 +418,7 @@ mod tests {
 
     #[test]
     fn a_hand_built_message_without_info_reads_as_empty_info() {
-        let message = Message {
-            raw: Map::new(),
-            parts: Vec::new(),
-        };
+        let message = Message::new(Map::new(), Vec::new());
         assert!(message.info().is_empty());
         assert_eq!(message.id(), None);
     }

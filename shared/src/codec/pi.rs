@@ -319,7 +319,7 @@ pub fn decode(values: Vec<Value>, session_id: Option<&str>) -> Result<(Vec<Messa
         raw.insert("info".into(), Value::Object(info));
         collecting = (role == Some("assistant")).then_some(i);
         out_index.insert(i, messages.len());
-        messages.push(Message { raw, parts });
+        messages.push(Message::new(raw, parts));
     }
     layout.originals = originals;
     Ok((messages, layout))

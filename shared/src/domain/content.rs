@@ -175,6 +175,18 @@ pub fn parts_in_range(conn: &Connection, session: i64, from: i64, to: i64) -> Re
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// A message's text as mc kept it (its text parts, trimmed, a blank line
+/// between them: what `history::trigger::message_text` reads off the message).
+pub fn message_text(conn: &Connection, session: i64, ordinal: i64) -> Result<String> {
+    Ok(parts_in_range(conn, session, ordinal, ordinal)?
+        .iter()
+        .filter(|p| p.kind == "message")
+        .map(|p| p.content.trim())
+        .filter(|t| !t.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n"))
+}
+
 /// The kept part behind tag `number`, if mc kept it.
 pub fn part_of_tag(conn: &Connection, session: i64, number: i64) -> Result<Option<RawPart>> {
     Ok(conn

@@ -47,6 +47,11 @@ fn message_ordinal(
         .optional()?)
 }
 
+/// The ordinal of a known message, by id.
+pub fn ordinal_of(conn: &Connection, session: i64, message_id: &str) -> Result<Option<i64>> {
+    Ok(message_ordinal(conn, session, message_id)?.map(|(ordinal, _)| ordinal))
+}
+
 pub fn insert_message(
     conn: &Connection,
     session: i64,

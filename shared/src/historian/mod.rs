@@ -30,7 +30,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::codec::Message;
-use crate::codec::opencode::decode_all;
+use crate::codec::opencode::{decode_all, take_boundary};
 use crate::config::{HistorianConfig, TransformConfig};
 use crate::domain::content;
 use crate::domain::envelope::{Envelope, ModelInfo, Usage};
@@ -72,11 +72,14 @@ pub struct Input {
 impl Input {
     /// From the transform's envelope.
     pub fn from_envelope(envelope: Envelope) -> Result<Input> {
-        let (messages, _) = crate::codec::Wire::decode(
+        let (mut messages, wire) = crate::codec::Wire::decode(
             &envelope.harness,
             envelope.session_id.as_deref(),
             envelope.messages,
         )?;
+        if matches!(wire, crate::codec::Wire::OpenCode) {
+            take_boundary(&mut messages);
+        }
         let session_id = envelope
             .session_id
             .or_else(|| session_from_messages(&messages))
@@ -100,6 +103,9 @@ impl Input {
     /// From OpenCode-shaped `{info, parts}` values (an OpenCode server's
     /// message list, or a transcript converted by a codec).
     pub fn from_messages(harness: &str, session_id: &str, messages: Vec<Value>) -> Result<Input> {
+        // mc's compaction boundary is mc's own bookkeeping, not conversation.
+        let mut messages = decode_all(messages)?;
+        take_boundary(&mut messages);
         Ok(Input {
             harness: harness.to_string(),
             session_id: session_id.to_string(),
@@ -107,7 +113,7 @@ impl Input {
             model: ModelInfo::default(),
             usage: None,
             subagent: false,
-            messages: decode_all(messages)?,
+            messages,
         })
     }
 }

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use crate::codec::opencode::boundary_base_of_value;
 use crate::error::{Error, Result, ServerFailure};
 use crate::opencode_api::OpenCode;
 use crate::store::Store;
@@ -156,6 +157,7 @@ pub struct RestoreOptions {
 
 /// The compaction summary a `session.compacted` event is about: the newest
 /// `summary: true` assistant message — if it is finished and error-free.
+/// mc's own compaction boundary is no harness compaction: it is skipped.
 fn newest_summary(messages: &[Value]) -> std::result::Result<&Value, &'static str> {
     let summary = messages
         .iter()
@@ -163,6 +165,7 @@ fn newest_summary(messages: &[Value]) -> std::result::Result<&Value, &'static st
         .find(|m| {
             m.pointer("/info/role").and_then(Value::as_str) == Some("assistant")
                 && m.pointer("/info/summary").and_then(Value::as_bool) == Some(true)
+                && boundary_base_of_value(m).is_none()
         })
         .ok_or("no_summary")?;
     let field = |path: &str| summary.pointer(path).unwrap_or(&Value::Null);

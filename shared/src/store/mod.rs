@@ -29,6 +29,9 @@ const MIGRATIONS: &[&str] = &[
 /// The newest schema version this build understands (the fence).
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
+/// Prepared statements a connection keeps (`prepare_cached`).
+const STATEMENT_CACHE: usize = 128;
+
 /// Default busy timeout: long enough to ride out a sibling process's write.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
 
@@ -136,6 +139,10 @@ impl Store {
         )?;
         enable_wal(&conn, &path, options.busy_timeout)?;
         conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")?;
+        // A pass runs a few dozen distinct statements; rusqlite keeps 16 by
+        // default, so a resident process would parse most of them again on
+        // every request.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let mut store = Store { conn, path };
         store.migrate()?;
         Ok(store)

@@ -130,6 +130,10 @@ struct Baseline {
     key: String,
     input: Vec<Value>,
     output: Vec<Value>,
+    /// A deep copy of `input`, made while the process waits for the next
+    /// request ([`Baselines::prepare_spare`]): the next delta takes its pass
+    /// input and its new baseline from the two without copying then.
+    spare: Option<Vec<Value>>,
 }
 
 /// The baselines of a resident process, most recently used last.
@@ -188,6 +192,71 @@ impl Baselines {
             self.forget(harness, session);
         }
         resolved
+    }
+
+    /// [`Baselines::resolve`], plus a second, separate copy of the input
+    /// (for the next baseline, while the pass consumes the first). The copy
+    /// comes from the baseline's spare when it has one, so nothing is copied
+    /// deeply but the delta's own messages.
+    pub fn resolve_with_copy(
+        &mut self,
+        harness: &str,
+        session: &str,
+        delta: Delta,
+    ) -> std::result::Result<(Vec<Value>, Vec<Value>), Resync> {
+        let resolved = self.rebuild_both(harness, session, delta);
+        if resolved.is_err() {
+            self.forget(harness, session);
+        }
+        resolved
+    }
+
+    fn rebuild_both(
+        &mut self,
+        harness: &str,
+        session: &str,
+        delta: Delta,
+    ) -> std::result::Result<(Vec<Value>, Vec<Value>), Resync> {
+        let spare = self
+            .position(harness, session)
+            .and_then(|at| self.entries.get_mut(at))
+            .and_then(|base| base.spare.take());
+        let refs: Option<Vec<Option<usize>>> = spare.as_ref().and_then(|_| {
+            delta.messages.as_ref().map(|items| {
+                items
+                    .iter()
+                    .map(|item| item.as_u64().and_then(|i| usize::try_from(i).ok()))
+                    .collect()
+            })
+        });
+        let input = self.rebuild(harness, session, delta)?;
+        let (Some(spare), Some(refs)) = (spare, refs) else {
+            let copy = input.clone();
+            return Ok((input, copy));
+        };
+        // The spare is the base input's twin: take each referenced message
+        // from it (a message referenced twice, or new, is copied).
+        let mut spare: Vec<Option<Value>> = spare.into_iter().map(Some).collect();
+        let copy = input
+            .iter()
+            .zip(refs)
+            .map(|(message, at)| {
+                at.and_then(|i| spare.get_mut(i).and_then(Option::take))
+                    .unwrap_or_else(|| message.clone())
+            })
+            .collect();
+        Ok((input, copy))
+    }
+
+    /// Copy the most recently used baseline's input, if it has no spare yet
+    /// (see [`Baseline::spare`]); for the time between requests.
+    pub fn prepare_spare(&mut self) {
+        if let Some(base) = self.entries.last_mut()
+            && base.spare.is_none()
+            && !base.input.is_empty()
+        {
+            base.spare = Some(base.input.clone());
+        }
     }
 
     fn rebuild(
@@ -269,11 +338,13 @@ impl Baselines {
             key,
             input,
             output,
+            spare: None,
         });
         while self.entries.len() > self.cap {
             let dropped = self.entries.remove(0);
             released.extend(dropped.input);
             released.extend(dropped.output);
+            released.extend(dropped.spare.unwrap_or_default());
         }
         released
     }
@@ -293,6 +364,7 @@ impl Baselines {
                 let dropped = self.entries.remove(at);
                 let mut released = dropped.input;
                 released.extend(dropped.output);
+                released.extend(dropped.spare.unwrap_or_default());
                 released
             }
             None => Vec::new(),
@@ -376,6 +448,40 @@ mod tests {
             key: key.into(),
             base_len: None,
             messages,
+        }
+    }
+
+    #[test]
+    fn the_baselines_copy_is_the_input_with_or_without_a_spare() {
+        let input = vec![message("a", "one"), message("b", "two")];
+        let new = message("c", "three");
+        // Reordered, one message twice, one new.
+        let refs = || Some(vec![json!(1), json!(0), json!(1), new.clone()]);
+        let want = vec![
+            input[1].clone(),
+            input[0].clone(),
+            input[1].clone(),
+            new.clone(),
+        ];
+        for spare in [false, true] {
+            let mut baselines = Baselines::default();
+            baselines.remember("opencode", "s", "k1".into(), input.clone(), Vec::new());
+            if spare {
+                baselines.prepare_spare();
+            }
+            let (messages, copy) = baselines
+                .resolve_with_copy("opencode", "s", delta(Some("k1"), "k2", refs()))
+                .unwrap();
+            assert_eq!(messages, want, "spare: {spare}");
+            assert_eq!(copy, want, "spare: {spare}");
+            // A doubt still resyncs and forgets the session.
+            baselines.remember("opencode", "s", "k2".into(), copy, Vec::new());
+            baselines.prepare_spare();
+            assert_eq!(
+                baselines.resolve_with_copy("opencode", "s", delta(Some("k1"), "k3", refs())),
+                Err(Resync::StaleBase)
+            );
+            assert!(baselines.is_empty());
         }
     }
 

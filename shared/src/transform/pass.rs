@@ -8,6 +8,7 @@ use std::path::Path;
 use rusqlite::{Transaction, params};
 use serde_json::Value;
 
+use crate::codec::opencode::take_boundary;
 use crate::codec::{Message, Part, PartKind, Role, Wire};
 use crate::config::TransformConfig;
 use crate::error::Result;
@@ -55,6 +56,11 @@ pub fn run_pass(
         ..
     } = envelope;
     let (mut messages, wire) = Wire::decode(&harness, session_id.as_deref(), messages)?;
+    // mc's own compaction boundary (OpenCode): bookkeeping, never on the wire.
+    let boundary = match wire {
+        Wire::OpenCode => take_boundary(&mut messages),
+        Wire::Pi(_) => None,
+    };
     let session_id = session_id.or_else(|| session_from_messages(&messages));
     let Some(session_id) = session_id else {
         let mut report = PassReport::passthrough(
@@ -90,6 +96,7 @@ pub fn run_pass(
         identity: identity.as_deref(),
         project_dir: project_dir.as_deref(),
         system: system.as_ref(),
+        boundary: boundary.as_deref(),
     };
     let applied = store.write_or_roll_back(|tx| {
         let applied = apply(tx, &key, &facts, &messages, config, now_ms)?;
@@ -129,6 +136,11 @@ pub fn run_pass(
         }),
         nudge2: &outcome.nudge2,
     };
+    let fold_boundary = if outcome.bust == Bust::None {
+        None
+    } else {
+        fold_boundary(&messages, &outcome.ordinals, state.covered_through)
+    };
     messages = render(messages, &state);
     let mut warnings = Vec::new();
     if outcome.schedule.emergency {
@@ -155,8 +167,27 @@ pub fn run_pass(
             historian_reason: outcome.due.reason,
             blocking: outcome.due.blocking,
             warnings,
+            fold_boundary,
         },
     })
+}
+
+/// The newest message of the run of oldest messages the head covers (the
+/// render takes them all off the wire), if a message the head does not
+/// cover follows it.
+fn fold_boundary(
+    messages: &[Message],
+    ordinals: &[Option<i64>],
+    covered_through: i64,
+) -> Option<String> {
+    let covered = ordinals
+        .iter()
+        .take_while(|o| o.is_some_and(|o| o <= covered_through))
+        .count();
+    if covered == 0 || covered >= messages.len() {
+        return None;
+    }
+    messages.get(covered - 1)?.id().map(str::to_string)
 }
 
 /// What the pass reads off the input once.
@@ -280,6 +311,9 @@ struct SessionKey<'a> {
     identity: Option<&'a str>,
     project_dir: Option<&'a Path>,
     system: Option<&'a Value>,
+    /// The message mc's compaction boundary follows, when the input had one:
+    /// the harness no longer sends it or anything before it.
+    boundary: Option<&'a str>,
 }
 
 fn apply(
@@ -302,6 +336,7 @@ fn apply(
         counter_before,
         pinned_ids,
         pinned_texts,
+        hidden_pins,
         cache,
         markers,
     } = observe(tx, key, messages, now_ms)?;
@@ -403,6 +438,7 @@ fn apply(
             .zip(&ordinals)
             .find(|(m, _)| m.id() == Some(id))
             .and_then(|(_, o)| *o)
+            .or_else(|| hidden_pins.get(id).copied())
     };
     let ctx = HeadContext {
         session: session.id,
@@ -512,6 +548,8 @@ struct Observed {
     pinned_ids: HashSet<String>,
     /// Pinned messages the input carries, with their text.
     pinned_texts: Vec<PinnedText>,
+    /// Pinned messages behind mc's compaction boundary, by id: their ordinals.
+    hidden_pins: BTreeMap<String, i64>,
     /// The cached head (never for a subagent: its prompt has no head).
     cache: Option<HeadRow>,
     /// What the store holds now, to compare with the cached head's markers.
@@ -547,19 +585,39 @@ fn observe(
     let (tags, bindings) = bind_tags(tx, &mut session, messages, &ordinals, now_ms)?;
 
     let pins = history::pins(tx, session.id)?;
-    let pinned_texts: Vec<PinnedText> = pins
-        .iter()
-        .filter_map(|p| {
-            let message = messages.iter().find(|m| m.id() == Some(p.id.as_str()))?;
-            Some(PinnedText {
+    // Pins behind mc's compaction boundary are no longer in the input: their
+    // text comes from the raw content mc kept when a pass saw them.
+    let hidden_through = match key.boundary {
+        Some(id) if !pins.is_empty() => messages::ordinal_of(tx, session.id, id)?,
+        _ => None,
+    };
+    let mut hidden_pins = BTreeMap::new();
+    let mut pinned_texts = Vec::with_capacity(pins.len());
+    for p in &pins {
+        let text = match messages.iter().find(|m| m.id() == Some(p.id.as_str())) {
+            Some(message) => message_text(message),
+            None => {
+                let Some(through) = hidden_through else {
+                    continue;
+                };
+                let Some(ordinal) =
+                    messages::ordinal_of(tx, session.id, &p.id)?.filter(|o| *o <= through)
+                else {
+                    continue;
+                };
+                hidden_pins.insert(p.id.clone(), ordinal);
+                content::message_text(tx, session.id, ordinal)?
+            }
+        };
+        if !text.is_empty() {
+            pinned_texts.push(PinnedText {
                 id: p.id.clone(),
                 role: p.role.clone(),
                 created_ms: p.created_at,
-                text: message_text(message),
-            })
-        })
-        .filter(|p| !p.text.is_empty())
-        .collect();
+                text,
+            });
+        }
+    }
     let pinned_ids = pins.into_iter().map(|p| p.id).collect();
     let cache = if subagent {
         None
@@ -578,6 +636,7 @@ fn observe(
         counter_before,
         pinned_ids,
         pinned_texts,
+        hidden_pins,
         cache,
         markers,
     })

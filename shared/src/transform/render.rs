@@ -100,13 +100,13 @@ fn synthetic_message(info: Value, text: &str) -> Message {
     part.insert("type".into(), Value::from("text"));
     part.insert("text".into(), Value::from(text));
     part.insert("synthetic".into(), Value::Bool(true));
-    Message {
+    Message::new(
         raw,
-        parts: vec![Part {
+        vec![Part {
             kind: PartKind::Text,
             raw: part,
         }],
-    }
+    )
 }
 
 pub fn render(messages: Vec<Message>, state: &RenderState<'_>) -> Vec<Message> {

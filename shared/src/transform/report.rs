@@ -71,6 +71,12 @@ pub struct PassReport {
     /// Usage is so high the adapter should wait for the fold before sending.
     pub blocking: bool,
     pub warnings: Vec<String>,
+    /// On a pass that busts anyway: the id of the newest message of the run
+    /// of oldest messages the head covers and this pass took off the wire.
+    /// The adapter may have the harness stop sending that message and every
+    /// earlier one (OpenCode: mc's compaction boundary after it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fold_boundary: Option<String>,
 }
 
 impl PassReport {
@@ -88,6 +94,7 @@ impl PassReport {
             historian_reason: None,
             blocking: false,
             warnings: vec![warning],
+            fold_boundary: None,
         }
     }
 

@@ -755,6 +755,72 @@ fn pinned_messages_survive_an_emergency_drop_and_a_fold() {
         "{m0}"
     );
     assert!(!ids(&folded).contains(&"msg_000_u".to_string()));
+
+    // The pass busted: it names the newest message of the covered run for
+    // the adapter's compaction boundary.
+    let through = folded.pass.fold_boundary.clone().expect("a boundary");
+    let at = f
+        .messages
+        .iter()
+        .position(|m| m["info"]["id"] == through.as_str())
+        .unwrap();
+    assert_eq!(
+        ids(&folded).first().map(String::as_str),
+        f.messages[at + 1]["info"]["id"].as_str(),
+        "the boundary follows the last message the head took off the wire"
+    );
+    // OpenCode now sends mc's boundary and what follows it; the pinned messages
+    // are gone from the input, yet the next rebuild of m[0] still carries them
+    // (from mc's own copy), and the boundary never reaches the wire.
+    let marker = |suffix: &str, role: &str, part: Value| {
+        json!({"info": {"id": format!("{through}{suffix}"), "sessionID": SESSION, "role": role,
+                        "summary": role == "assistant", "finish": "stop", "time": {"created": T0}},
+               "parts": [part]})
+    };
+    let mut behind = vec![
+        marker("mcb0", "user", json!({"type": "compaction", "auto": true})),
+        marker(
+            "mcb1",
+            "assistant",
+            json!({"type": "text", "text": "[mc: folded]", "synthetic": true}),
+        ),
+    ];
+    behind.extend(f.messages[at + 1..].iter().cloned());
+    let full = std::mem::replace(&mut f.messages, behind);
+    let replayed = f.warm();
+    assert_eq!(
+        replayed.pass.bust,
+        Bust::None,
+        "a defer pass after the move"
+    );
+    assert_eq!(
+        body(&replayed),
+        body(&folded),
+        "byte-identical across the boundary"
+    );
+    assert!(replayed.pass.fold_boundary.is_none());
+    f.store
+        .write(|tx| history::bump_memory_epoch(tx, &p))
+        .unwrap();
+    let rebuilt = f.warm();
+    assert_hard(&rebuilt, "memory_epoch");
+    let (m0_again, _) = head(&rebuilt);
+    assert_eq!(m0_again, m0, "the pins render the same from mc's copy");
+    assert!(
+        ids(&rebuilt)
+            .iter()
+            .all(|id| !id.ends_with("mcb0") && !id.ends_with("mcb1"))
+    );
+    // Without mc's boundary (a message merely missing), no copy stands in.
+    f.messages = full[at + 1..].to_vec();
+    f.store
+        .write(|tx| history::bump_memory_epoch(tx, &p))
+        .unwrap();
+    let (m0_missing, _) = head(&f.warm());
+    assert!(
+        !m0_missing.contains("<pinned id=\"msg_000_u\""),
+        "{m0_missing}"
+    );
 }
 
 #[test]

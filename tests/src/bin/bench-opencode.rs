@@ -14,7 +14,8 @@
 //! `MC_BENCH_KEEP_DB=FILE` keeps mc's database of the run; `MC_BENCH_DUMP=DIR`
 //! writes every request mc's run sent to the provider (`NNN.json`);
 //! `MC_BENCH_TRANSFORM=PATH` points the plugin at another mc-transform (a
-//! wrapper that saves envelopes, say).
+//! wrapper that saves envelopes, say); `MC_BENCH_NO_BOUNDARY=1` runs every mc
+//! run without mc's compaction boundary.
 
 use std::process::ExitCode;
 
@@ -36,7 +37,8 @@ const USAGE: &str = "usage: bench-opencode [--turns N (default 60)] [--file-kb N
                      [--mc-config JSONC] [--historian (a configured historian model the fake provider plays; \
                      default: no mc config, the historian folds through OpenCode itself)] \
                      [--detail (per request: size, share, first difference)] \
-                     [--no-one-shot (skip the run with every mc call a process of its own)]";
+                     [--no-one-shot (skip the run with every mc call a process of its own)] \
+                     [--compare-boundary (one more resident run without mc's compaction boundary)]";
 
 /// How the run uses mc.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -46,6 +48,8 @@ enum Mode {
     OneShot,
     /// One resident `mc-transform serve` (the plugin's default).
     Resident,
+    /// Resident, without mc's compaction boundary (`MC_OPENCODE_BOUNDARY=0`).
+    NoBoundary,
 }
 
 impl Mode {
@@ -58,6 +62,7 @@ impl Mode {
             Mode::Without => "without mc",
             Mode::OneShot => "mc one-shot",
             Mode::Resident => "mc resident",
+            Mode::NoBoundary => "mc resident, no boundary",
         }
     }
 }
@@ -65,6 +70,8 @@ impl Mode {
 struct Run {
     requests: Vec<Recorded>,
     hook_ms: Vec<f64>,
+    /// Per messages-hook call, how many messages OpenCode handed the hook.
+    hook_inputs: Vec<usize>,
     /// The OpenCode instance's folder (it appears in paths in the requests).
     dir: String,
     /// The resident process's resident set at the end, and its peak, in KiB.
@@ -169,10 +176,17 @@ fn drive(mode: Mode, script: Script, mc_config: Option<&str>) -> Run {
             transform_bin: std::env::var_os("MC_BENCH_TRANSFORM").map(std::path::PathBuf::from),
             context: Some(context),
             historian_bin: None,
-            env: if mode == Mode::OneShot {
-                vec![("MC_TRANSFORM_SERVE".into(), "0".into())]
-            } else {
-                Vec::new()
+            env: {
+                let mut env = match mode {
+                    Mode::OneShot => vec![("MC_TRANSFORM_SERVE".into(), "0".into())],
+                    Mode::NoBoundary => vec![("MC_OPENCODE_BOUNDARY".into(), "0".into())],
+                    _ => Vec::new(),
+                };
+                // MC_BENCH_NO_BOUNDARY=1: every mc run without the boundary.
+                if std::env::var_os("MC_BENCH_NO_BOUNDARY").is_some_and(|v| v == "1") {
+                    env.push(("MC_OPENCODE_BOUNDARY".into(), "0".into()));
+                }
+                env
             },
         },
     );
@@ -229,7 +243,11 @@ fn drive(mode: Mode, script: Script, mc_config: Option<&str>) -> Run {
             .collect()
     };
     let (hook_ms, system_hook_ms) = (hook("messages"), hook("system"));
-    let serve_rss_kib = (mode == Mode::Resident)
+    let hook_inputs = timings
+        .lines()
+        .filter_map(|l| l.strip_prefix("input ")?.split(' ').next()?.parse().ok())
+        .collect();
+    let serve_rss_kib = matches!(mode, Mode::Resident | Mode::NoBoundary)
         .then(|| serve_rss(oc.pid()))
         .flatten();
     if let (true, Some(keep)) = (with_mc, std::env::var_os("MC_BENCH_KEEP_DB")) {
@@ -267,6 +285,7 @@ fn drive(mode: Mode, script: Script, mc_config: Option<&str>) -> Run {
     Run {
         requests: oc.provider.agent_requests(),
         hook_ms,
+        hook_inputs,
         dir: dir.path().display().to_string(),
         serve_rss_kib,
         system_hook_ms,
@@ -368,6 +387,7 @@ fn main() -> ExitCode {
     let mut mc_config = None;
     let mut show_detail = false;
     let mut compare_one_shot = true;
+    let mut compare_boundary = false;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let ok = match flag.as_str() {
@@ -385,6 +405,10 @@ fn main() -> ExitCode {
             }
             "--no-one-shot" => {
                 compare_one_shot = false;
+                true
+            }
+            "--compare-boundary" => {
+                compare_boundary = true;
                 true
             }
             "--turns" => args
@@ -424,6 +448,8 @@ fn main() -> ExitCode {
     let without = drive(Mode::Without, script, None);
     let mut one_shot = compare_one_shot.then(|| drive(Mode::OneShot, script, mc_config.as_deref()));
     let mut with = drive(Mode::Resident, script, mc_config.as_deref());
+    let mut no_boundary =
+        compare_boundary.then(|| drive(Mode::NoBoundary, script, mc_config.as_deref()));
     // Each request as a prefix cache keys it, computed once.
     let keys =
         |run: &Run| -> Vec<String> { run.requests.iter().map(|r| cache_key(r).concat()).collect() };
@@ -488,12 +514,40 @@ fn main() -> ExitCode {
             one_shot.requests.len()
         );
     }
+    if let Some(run) = &no_boundary {
+        let share = cache_share(&keys(run));
+        println!(
+            "  no boundary        prefix-cache share {:>5.1}% ({:.1}% of without mc); {} of {} requests byte-identical to the boundary run",
+            share * 100.0,
+            share / share_without * 100.0,
+            keys(run)
+                .iter()
+                .zip(&keys_with)
+                .filter(|(a, b)| comparable(a, &run.dir) == comparable(b, &with.dir))
+                .count(),
+            keys_with.len()
+        );
+    }
+    for (run, mode) in [
+        (Some(&with), Mode::Resident),
+        (no_boundary.as_ref(), Mode::NoBoundary),
+    ] {
+        let Some(run) = run else { continue };
+        println!(
+            "  messages to hook   {:<26} last call {:>4}, most {:>4}, mean {:>6.1}",
+            mode.label(),
+            run.hook_inputs.last().copied().unwrap_or(0),
+            run.hook_inputs.iter().copied().max().unwrap_or(0),
+            run.hook_inputs.iter().sum::<usize>() as f64 / run.hook_inputs.len().max(1) as f64
+        );
+    }
     println!(
-        "  mc hook time (ms)  {:<22} {:>8} {:>8} {:>8} {:>7}",
+        "  mc hook time (ms)  {:<26} {:>8} {:>8} {:>8} {:>7}",
         "", "first", "median", "p90", "calls"
     );
     for (run, mode) in [
         (Some(&mut with), Mode::Resident),
+        (no_boundary.as_mut(), Mode::NoBoundary),
         (one_shot.as_mut(), Mode::OneShot),
     ] {
         let Some(run) = run else { continue };
@@ -504,7 +558,7 @@ fn main() -> ExitCode {
             let first = samples.first().copied().unwrap_or(f64::NAN);
             let (median, p90) = percentiles(samples);
             println!(
-                "                     {:<22} {first:>8.1} {median:>8.1} {p90:>8.1} {:>7}",
+                "                     {:<26} {first:>8.1} {median:>8.1} {p90:>8.1} {:>7}",
                 format!("{hook}, {}", mode.label()),
                 samples.len()
             );

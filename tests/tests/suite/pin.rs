@@ -1807,3 +1807,27 @@ fn claude_code_pins_refuse_what_the_harness_wrote_and_find_the_transcript_themse
         stderr(&out)
     );
 }
+
+#[test]
+fn mcs_own_compaction_boundary_is_never_taken_for_opencodes_compaction() {
+    let env = pin_env();
+    let server = server_with(&[("msg_u1", T, "user")]);
+    // mc's boundary after OpenCode's compaction (a later fold of mc's): the
+    // pins answer OpenCode's compaction, and its summary is the cursor.
+    for m in compaction("msg_u2mcb0", "msg_u2mcb1", T + 200_000)
+        .into_iter()
+        .take(2)
+    {
+        server.add_message(m);
+    }
+    let out = restore(&env, &server, &[], &compacted_event());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["compaction"], "msg_sum1", "{report}");
+    assert_eq!(server.prompts(SES).len(), 1);
+    assert_eq!(cursor(&server), "msg_sum1");
+    // The same event again: already restored, though mc's summary is newer.
+    let again = restore(&env, &server, &[], &compacted_event());
+    let report: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(report["reason"], "already_restored", "{report}");
+}
