@@ -194,12 +194,7 @@ impl Codex {
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let home = self.home();
         let mut command = Command::new(program);
-        crate::env::seal(&mut command)
-            .env("HOME", &home)
-            .env("XDG_CONFIG_HOME", home.join(".config"))
-            .env("XDG_DATA_HOME", home.join(".local/share"))
-            .env("XDG_CACHE_HOME", home.join(".cache"))
-            .env("XDG_STATE_HOME", home.join(".local/state"))
+        crate::env::seal_at_home(&mut command, &home)
             .env("CODEX_HOME", self.codex_home())
             .env("NO_PROXY", "127.0.0.1,localhost")
             .env("MC_DB", &self.db)

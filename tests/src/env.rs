@@ -32,6 +32,18 @@ pub fn seal(command: &mut Command) -> &mut Command {
     command
 }
 
+/// [`seal`], then `home` as `HOME` with the four XDG folders under it
+/// (`.config`, `.local/share`, `.cache`, `.local/state`): the layout every
+/// real-harness runner gives the harness and what it starts.
+pub fn seal_at_home<'a>(command: &'a mut Command, home: &Path) -> &'a mut Command {
+    seal(command)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_CACHE_HOME", home.join(".cache"))
+        .env("XDG_STATE_HOME", home.join(".local/state"))
+}
+
 /// A temp folder with a home, XDG folders, a database path and a fixed clock,
 /// and the commands that run in it.
 ///

@@ -178,12 +178,7 @@ impl Pi {
     pub fn sealed(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let home = self.home();
         let mut command = Command::new(program);
-        crate::env::seal(&mut command)
-            .env("HOME", &home)
-            .env("XDG_CONFIG_HOME", home.join(".config"))
-            .env("XDG_DATA_HOME", home.join(".local/share"))
-            .env("XDG_CACHE_HOME", home.join(".cache"))
-            .env("XDG_STATE_HOME", home.join(".local/state"))
+        crate::env::seal_at_home(&mut command, &home)
             .env("PI_CODING_AGENT_DIR", self.agent_dir())
             .env("PI_OFFLINE", "1")
             .env("PI_SKIP_VERSION_CHECK", "1")

@@ -59,11 +59,7 @@ impl Doctor {
 
     fn sealed(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut command = Command::new(program);
-        mc_tests::env::seal(&mut command)
-            .env("HOME", &self.home)
-            .env("XDG_CONFIG_HOME", self.home.join(".config"))
-            .env("XDG_DATA_HOME", self.home.join(".local/share"))
-            .env("XDG_STATE_HOME", self.home.join(".local/state"))
+        mc_tests::env::seal_at_home(&mut command, &self.home)
             .env("PATH", &self.path)
             .env("NO_PROXY", "127.0.0.1,localhost")
             .env("MC_NOW_MS", TestEnv::NOW_MS.to_string())
