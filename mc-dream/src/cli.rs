@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use mc_cli::{Failure, GlobalArgs, write_json};
 use mc_core::config::Config;
-use mc_core::dream::{self, Settings, Task, crontab, lease, team};
+use mc_core::dream::{self, Embedder, Settings, Task, crontab, lease, team};
 use mc_core::identity::project_identity;
 use mc_core::llm::{self, Client, Model};
 use mc_core::store::Store;
@@ -44,7 +44,7 @@ enum Command {
     /// Run every due task of every known project, then exit (for cron).
     Tick,
     /// Run one task now for one project, whatever its schedule says:
-    /// consolidate, verify, classify, archive-stale, git-index or sync.
+    /// consolidate, verify, classify, archive-stale, git-index, sync or embed.
     Run {
         task: String,
         /// The project's folder [default: the working directory]
@@ -197,6 +197,11 @@ fn with_settings<T>(config: &Config, f: impl FnOnce(&Settings<'_>) -> T) -> T {
     );
     let now = mc_cli::now_ms;
     let terminal = std::io::stderr().is_terminal();
+    let provider =
+        mc_core::search::embed::Provider::from_config(config, &|var| std::env::var(var).ok())
+            .map_err(|e| e.to_string())
+            .and_then(|p| p.ok_or_else(|| "no embeddings.model configured".to_string()));
+    let sleep = std::thread::sleep;
     let settings = Settings {
         dream: &config.dream,
         model,
@@ -211,6 +216,13 @@ fn with_settings<T>(config: &Config, f: impl FnOnce(&Settings<'_>) -> T) -> T {
         } else {
             &no_progress
         },
+        embeddings: provider
+            .as_ref()
+            .map_err(Clone::clone)
+            .map(|provider| Embedder {
+                provider,
+                sleep: &sleep,
+            }),
     };
     f(&settings)
 }

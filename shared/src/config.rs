@@ -263,6 +263,7 @@ pub struct DreamSchedule {
     pub archive_stale: Option<String>,
     pub git_index: Option<String>,
     pub sync: Option<String>,
+    pub embed: Option<String>,
 }
 
 impl DreamConfig {
@@ -331,6 +332,7 @@ impl Default for Config {
                     archive_stale: None,
                     git_index: None,
                     sync: None,
+                    embed: None,
                 },
             },
             embeddings: EmbeddingsConfig {

@@ -967,6 +967,19 @@ pub(super) const KEYS: &[KeyDef] = &[
         },
     },
     KeyDef {
+        path: "dream.schedule.embed",
+        kind: Kind::Cron,
+        default: Val::Cron(Some(Cow::Borrowed("20 * * * *"))),
+        trust: Trust::UserOnly,
+        description: "Embed what search holds that has no vector yet (mc-search index --embeddings); skipped without embeddings.model.",
+        get: |c| Val::Cron(c.dream.schedule.embed.clone().map(Cow::Owned)),
+        set: |c, v| {
+            if let Some(x) = v.cron() {
+                c.dream.schedule.embed = x;
+            }
+        },
+    },
+    KeyDef {
         path: "embeddings.model",
         kind: Kind::Model,
         default: Val::Model(None),

@@ -75,16 +75,19 @@ pub enum Task {
     Classify,
     ArchiveStale,
     Sync,
+    /// Last: vectors for what the memory tasks just wrote.
+    Embed,
 }
 
 impl Task {
-    pub const ALL: [Task; 6] = [
+    pub const ALL: [Task; 7] = [
         Task::GitIndex,
         Task::Consolidate,
         Task::Verify,
         Task::Classify,
         Task::ArchiveStale,
         Task::Sync,
+        Task::Embed,
     ];
 
     pub fn name(self) -> &'static str {
@@ -95,6 +98,7 @@ impl Task {
             Task::Classify => "classify",
             Task::ArchiveStale => "archive-stale",
             Task::Sync => "sync",
+            Task::Embed => "embed",
         }
     }
 
@@ -121,6 +125,7 @@ impl Task {
     pub fn domain(self) -> &'static str {
         match self {
             Task::GitIndex => "git-index",
+            Task::Embed => "embed",
             _ => "memory",
         }
     }
@@ -135,6 +140,7 @@ impl Task {
             Task::Classify => s.classify.as_deref(),
             Task::ArchiveStale => s.archive_stale.as_deref(),
             Task::Sync => s.sync.as_deref(),
+            Task::Embed => s.embed.as_deref(),
         }
     }
 }
@@ -158,6 +164,16 @@ pub struct Settings<'a> {
     pub now: &'a dyn Fn() -> i64,
     /// A line of progress (the binary shows it on a terminal).
     pub progress: &'a dyn Fn(&str),
+    /// The embeddings provider the `embed` task fills vectors with, or why
+    /// there is none (the task then skips with that reason).
+    pub embeddings: std::result::Result<Embedder<'a>, String>,
+}
+
+/// What the `embed` task needs: the provider, and how to wait between retries.
+#[derive(Clone, Copy)]
+pub struct Embedder<'a> {
+    pub provider: &'a crate::search::embed::Provider,
+    pub sleep: &'a dyn Fn(std::time::Duration),
 }
 
 /// Model tokens, as the providers reported them.
@@ -186,7 +202,8 @@ pub struct TaskFailure {
     /// `model` (the model call failed), `answer_rejected` (the manifest was
     /// malformed, truncated or named unknown ids: nothing applied),
     /// `lease_lost`, `budget` (the task's budget fits nothing), `git`,
-    /// `files`, `store`.
+    /// `files`, `store`, `embeddings` (the provider failed: what was
+    /// embedded before is kept).
     #[serde(rename = "error_class")]
     pub class: &'static str,
     #[serde(rename = "error_hints", skip_serializing_if = "Vec::is_empty")]
@@ -526,10 +543,16 @@ pub fn tick(store: &mut Store, settings: &Settings<'_>) -> Result<TickReport> {
         tokens: Tokens::default(),
         failed: false,
     };
+    // Vectors belong to the database, not to a project: `embed` runs at most
+    // once a tick, and not at all (silently, as if off) with no provider.
+    let mut embed_tried = settings.embeddings.is_err();
     for project in &projects {
         let mut place = Place::new(project);
         let mut tasks = Vec::new();
         for task in Task::ALL {
+            if task == Task::Embed && embed_tried {
+                continue;
+            }
             let Some(task_report) = attempt(
                 store,
                 settings,
@@ -541,6 +564,7 @@ pub fn tick(store: &mut Store, settings: &Settings<'_>) -> Result<TickReport> {
             else {
                 continue;
             };
+            embed_tried |= task == Task::Embed;
             report.tokens.add(task_report.tokens);
             report.failed |= task_report.outcome == "failed";
             tasks.push(task_report);
@@ -698,6 +722,11 @@ fn attempt(
                 .unwrap_or_else(|| "no dream.model configured".into()),
         );
     }
+    if task == Task::Embed
+        && let Err(why) = &settings.embeddings
+    {
+        return skip(why.clone());
+    }
     // The folder, for the tasks that read it.
     let root = if task.needs_folder() {
         if task == Task::GitIndex
@@ -824,6 +853,7 @@ fn attempt(
         Task::Classify => classify::run(&mut run),
         Task::ArchiveStale => stale::run(&mut run),
         Task::Sync => team::sync(&mut run),
+        Task::Embed => embed(&mut run),
     };
     let (spent, model, warnings) = (
         run.spent,
@@ -943,6 +973,28 @@ fn git_index(
     })
 }
 
+/// embed: vectors for every searchable text that has none under the
+/// configured model (all projects share the vectors: a text is embedded once).
+fn embed(run: &mut Run<'_, '_>) -> std::result::Result<Done, TaskFailure> {
+    let Ok(embedder) = run.settings.embeddings else {
+        return Err(TaskFailure::new("config", "no embeddings provider"));
+    };
+    let progress = run.settings.progress;
+    let mut shown = |done: u64, total: u64| progress(&format!("embed: {done}/{total}"));
+    let report =
+        crate::search::embed::backfill(run.store, embedder.provider, &mut shown, embedder.sleep)
+            .map_err(|e| {
+                TaskFailure::new("embeddings", e.to_string())
+                    .hint("the vectors stored so far are kept; the next run goes on from there")
+            })?;
+    let changed = report.embedded + report.pruned > 0;
+    Ok(Done {
+        result: if changed { "ok" } else { "nothing" },
+        detail: serde_json::to_value(&report).unwrap_or_default(),
+        head: None,
+    })
+}
+
 // ---------------------------------------------------------------------------
 // status
 
@@ -1025,6 +1077,8 @@ pub fn status(
                         .clone()
                         .unwrap_or_else(|| "no dream.model configured".into()),
                 )
+            } else if let (Task::Embed, Err(why)) = (task, &settings.embeddings) {
+                Some(why.clone())
             } else if task.needs_folder() && known.dir.is_none() {
                 Some("no folder known for this project".into())
             } else {

@@ -121,6 +121,7 @@ fn settings<'a>(
         lease_ms: 10 * MIN,
         now,
         progress: &no_progress,
+        embeddings: Err("no embeddings.model configured".into()),
     }
 }
 
@@ -1240,4 +1241,68 @@ fn the_commit_index_is_incremental_and_a_plain_folder_is_parked() {
             .unwrap()
             .starts_with("not a git repository (parked")
     );
+}
+
+// ---------------------------------------------------------------------------
+// embed
+
+#[test]
+fn embed_fills_vectors_once_skips_without_a_provider_and_keeps_what_it_stored_on_a_fault() {
+    use crate::search::embed::tests::{Fake, Mode};
+    let mut w = World::new();
+    w.write("CONSTRAINTS", "Never log API keys.");
+    w.write("ARCHITECTURE", "Retries double up to a minute.");
+    let dream = config();
+    let model = Scripted::new();
+    // No provider: skipped with the reason, nothing asked.
+    let report = w.run(&model, Task::Embed, NOW);
+    assert_eq!(report.outcome, "skipped");
+    assert_eq!(
+        report.reason.as_deref(),
+        Some("no embeddings.model configured")
+    );
+
+    let fake = Fake::start(Mode::Fine);
+    let provider = fake.provider();
+    let sleep = |_: std::time::Duration| {};
+    let run = |w: &mut World, now: i64| {
+        let clock = move || now;
+        let mut s = settings(&dream, Some(&model), &clock);
+        s.embeddings = Ok(Embedder {
+            provider: &provider,
+            sleep: &sleep,
+        });
+        let dir = w.dir.path().to_path_buf();
+        run_now(&mut w.store, &s, &dir, Task::Embed)
+            .unwrap()
+            .tasks
+            .remove(0)
+    };
+    let report = run(&mut w, NOW);
+    assert_eq!(report.outcome, "ok", "{report:?}");
+    let stored: i64 = w
+        .store
+        .conn()
+        .query_row("SELECT count(*) FROM embeddings", [], |r| r.get(0))
+        .unwrap();
+    assert!(stored >= 2, "{stored}");
+    let asked = fake.requests().len();
+    // A second run embeds nothing twice.
+    let report = run(&mut w, NOW + MIN);
+    assert_eq!(report.outcome, "nothing", "{report:?}");
+    assert_eq!(fake.requests().len(), asked);
+
+    // A new memory while the provider answers garbage: the run fails with the
+    // embeddings class, and the vectors already there stay.
+    w.write("PROJECT_RULES", "Tests use a fixed clock.");
+    fake.set(Mode::Garbage);
+    let report = run(&mut w, NOW + 2 * MIN);
+    assert_eq!(report.outcome, "failed", "{report:?}");
+    assert_eq!(report.failure.as_ref().unwrap().class, "embeddings");
+    let kept: i64 = w
+        .store
+        .conn()
+        .query_row("SELECT count(*) FROM embeddings", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(kept, stored);
 }

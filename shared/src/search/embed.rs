@@ -646,4 +646,4 @@ pub struct Fused {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

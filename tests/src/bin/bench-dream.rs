@@ -127,6 +127,7 @@ fn settings<'a>(
         lease_ms: 10 * MIN,
         now,
         progress: &no_progress,
+        embeddings: Err("no embeddings.model configured".into()),
     }
 }
 

@@ -748,7 +748,7 @@ fn bad_input_and_a_bad_schedule_say_what_is_wrong() {
     };
     assert_eq!(code, 2);
     assert!(
-        stderr.contains("unknown task \"dream-harder\" (one of git-index, consolidate, verify, classify, archive-stale, sync)"),
+        stderr.contains("unknown task \"dream-harder\" (one of git-index, consolidate, verify, classify, archive-stale, sync, embed)"),
         "{stderr}"
     );
     env.config(json!({"schedule": {"verify": "0 3 * *"}}));

@@ -18,7 +18,7 @@ const T0: i64 = 1_800_000_000_000;
 
 /// How the fake answers.
 #[derive(Debug, Clone, PartialEq)]
-enum Mode {
+pub(crate) enum Mode {
     /// Vectors of `dims` numbers (concept counts, see [`concepts`]), named `model`.
     Fine,
     /// A 500 for the next `n` requests, then fine.
@@ -33,7 +33,7 @@ enum Mode {
     Slow(Duration),
 }
 
-struct Fake {
+pub(crate) struct Fake {
     port: u16,
     mode: Arc<Mutex<Mode>>,
     /// Every request's body.
@@ -61,7 +61,7 @@ fn concepts(text: &str) -> Vec<f64> {
 }
 
 impl Fake {
-    fn start(mode: Mode) -> Fake {
+    pub(crate) fn start(mode: Mode) -> Fake {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let mode = Arc::new(Mutex::new(mode));
@@ -87,7 +87,7 @@ impl Fake {
         }
     }
 
-    fn provider(&self) -> Provider {
+    pub(crate) fn provider(&self) -> Provider {
         Provider {
             name: format!("local/{MODEL}"),
             url: format!("http://127.0.0.1:{}/v1/embeddings", self.port),
@@ -102,11 +102,11 @@ impl Fake {
         }
     }
 
-    fn set(&self, mode: Mode) {
+    pub(crate) fn set(&self, mode: Mode) {
         *self.mode.lock().unwrap() = mode;
     }
 
-    fn requests(&self) -> Vec<Value> {
+    pub(crate) fn requests(&self) -> Vec<Value> {
         self.requests.lock().unwrap().clone()
     }
 }
