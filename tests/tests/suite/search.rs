@@ -412,3 +412,50 @@ fn embeddings_come_from_the_config_and_a_dead_endpoint_leaves_full_text_with_a_w
         "{stderr}"
     );
 }
+
+/// Two `mc-search index` processes at once on one database: both succeed,
+/// every kept part is indexed exactly once, and `--check` finds the index whole.
+#[test]
+fn two_indexers_at_once_index_each_part_once() {
+    use mc_tests::generate::{self, SessionSpec};
+    let env = TestEnv::new();
+    let messages = generate::session(&SessionSpec::new(7, 40, 60_000));
+    let envelope = generate::envelope(
+        &messages,
+        "ses_race",
+        generate::usage_at_percent(20.0),
+        generate::last_time_ms(&messages) + 1_000,
+    );
+    let out = env.run_db("mc-transform", &[], &envelope.to_string());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before = json(&env.run_db("mc-search", &["index", "--check"], ""));
+    let parts = before["parts"].as_i64().unwrap();
+    assert!(parts > 40, "{before}");
+    assert_eq!(before["pending"].as_i64(), Some(parts), "{before}");
+
+    let mut indexers = [
+        env.db_command("mc-search", &["index"]),
+        env.db_command("mc-search", &["index"]),
+    ];
+    for out in mc_tests::pipe_all(&mut indexers, b"").unwrap() {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let after = json(&env.run_db("mc-search", &["index", "--check"], ""));
+    assert_eq!(after["pending"], 0, "{after}");
+    assert_eq!(after["indexed"].as_i64(), Some(parts), "{after}");
+    assert_eq!(after["healthy"], true, "{after}");
+    let store = mc_core::store::Store::open(&env.db(), &Default::default()).unwrap();
+    let rows: i64 = store
+        .conn()
+        .query_row("SELECT count(*) FROM messages_fts", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, parts, "a part indexed twice, or lost");
+}
