@@ -40,6 +40,8 @@ pub struct OpenCode {
     pub url: String,
     pub provider: FakeProvider,
     pub dir: PathBuf,
+    /// The folder OpenCode runs in (the project its sessions belong to).
+    pub project: PathBuf,
     /// The database mc uses.
     pub db: PathBuf,
     agent: ureq::Agent,
@@ -67,6 +69,9 @@ pub struct Options {
     pub historian_bin: Option<PathBuf>,
     /// More environment for the server (and so the plugin), e.g. `MC_OPENCODE_SESSIONS`.
     pub env: Vec<(String, String)>,
+    /// Run in this project folder instead of a new one under the instance's
+    /// folder (a second OpenCode process on another's project).
+    pub project: Option<PathBuf>,
 }
 
 /// More of the setup around OpenCode, for [`OpenCode::start_prepared`].
@@ -91,7 +96,10 @@ impl OpenCode {
         let home = dir.join("home");
         let config = home.join(".config/opencode");
         std::fs::create_dir_all(config.join("plugin")).unwrap();
-        let project = dir.join("project");
+        let project = options
+            .project
+            .clone()
+            .unwrap_or_else(|| dir.join("project"));
         std::fs::create_dir_all(project.join("src")).unwrap();
         std::fs::write(
             project.join("src/lib.rs"),
@@ -184,6 +192,7 @@ impl OpenCode {
             url,
             provider,
             dir: dir.to_path_buf(),
+            project,
             db,
             agent,
         }

@@ -22,6 +22,7 @@ fn with_mc(mc_config: Option<&str>) -> (OpenCode, tempfile::TempDir) {
             context: None,
             historian_bin: None,
             env: Vec::new(),
+            project: None,
         },
     );
     (oc, dir)
@@ -99,6 +100,7 @@ fn without_a_usable_database_the_session_keeps_working_untouched() {
             context: None,
             historian_bin: None,
             env: Vec::new(),
+            project: None,
         },
     );
     let session = oc.new_session();
@@ -207,19 +209,24 @@ fn reading_a_big_file(lines: usize, extra_config: &str) -> (OpenCode, tempfile::
 
 /// A new session after four turns that each read a file of `lines` lines at 20 % usage.
 fn read_a_big_file_four_times(oc: &OpenCode, lines: usize) -> String {
-    oc.provider.set_usage(usage_at(20));
     let big = "pub fn helper(x: u64) -> u64 { x.wrapping_mul(2_654_435_761) % 97 }\n".repeat(lines);
-    std::fs::write(oc.dir.join("project/src/big.rs"), big).unwrap();
+    std::fs::write(oc.project.join("src/big.rs"), big).unwrap();
     let session = oc.new_session();
-    for turn in 0..4 {
+    read_the_big_file(oc, &session, 0..4);
+    session
+}
+
+/// Turns `passes` of `session` at 20 % usage, each reading `src/big.rs`.
+fn read_the_big_file(oc: &OpenCode, session: &str, passes: std::ops::Range<usize>) {
+    oc.provider.set_usage(usage_at(20));
+    for turn in passes {
         let read = Reply::Tool {
             name: "read".into(),
             input: json!({"filePath": "src/big.rs"}),
         };
         oc.provider.push(read, None);
-        oc.prompt(&session, &format!("read the big file, pass {turn}"));
+        oc.prompt(session, &format!("read the big file, pass {turn}"));
     }
-    session
 }
 
 #[test]
@@ -415,6 +422,140 @@ fn after_a_fold_mcs_compaction_boundary_stops_opencode_loading_the_covered_messa
     assert!(status.is_object(), "{status}");
 }
 
+/// The historian folds what it can of `session` (a small window keeps the live tail short).
+fn fold(oc: &OpenCode, session: &str) {
+    let out = oc.mc(
+        "mc-historian",
+        &[
+            "run",
+            "--session",
+            session,
+            "--opencode-url",
+            &oc.url,
+            "--context-limit",
+            "8000",
+        ],
+        b"",
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(
+        report["status"],
+        "published",
+        "{report} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A turn that reports high usage, then one whose first pass busts.
+fn bust(oc: &OpenCode, session: &str) {
+    oc.provider.set_usage(usage_at(70));
+    oc.prompt(session, "turn that reports high usage");
+    oc.provider.set_usage(usage_at(30));
+    oc.prompt(session, "turn that busts");
+}
+
+/// The ids of mc's boundary messages in the session, as OpenCode stores it.
+fn boundaries(oc: &OpenCode, session: &str) -> Vec<String> {
+    oc.get(&format!("/session/{session}/message"))
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["info"]["id"].as_str())
+        .filter(|id| id.ends_with("mcb0"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn two_opencode_processes_on_one_database_continue_a_session_and_move_one_boundary_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    let opencode_db = dir.path().join("opencode.db");
+    let start = |name: &str, project: Option<std::path::PathBuf>| {
+        let folder = dir.path().join(name);
+        std::fs::create_dir_all(&folder).unwrap();
+        let log = folder.join("hook.log");
+        let oc = OpenCode::start(
+            &folder,
+            Options {
+                db: Some(dir.path().join("ctx.db")),
+                with_plugin: true,
+                mc_config: Some(historian_config("")),
+                timing_log: Some(log.clone()),
+                env: vec![("OPENCODE_DB".into(), opencode_db.display().to_string())],
+                project,
+                ..Options::default()
+            },
+        );
+        oc.provider.play_historian("mock-historian");
+        (oc, log)
+    };
+    // Two OpenCode servers (two plugins, two resident processes) on one
+    // OpenCode database, one project and one mc database.
+    let (a, a_log) = start("a", None);
+    let (b, b_log) = start("b", Some(a.project.clone()));
+
+    let session = read_a_big_file_four_times(&a, 180);
+    fold(&a, &session);
+    bust(&a, &session);
+    let first = boundaries(&a, &session);
+    assert_eq!(first.len(), 1, "the first process wrote the boundary");
+    let busted = a.provider.agent_requests().last().unwrap().clone();
+
+    // The second process continues the session: OpenCode hands its hook the
+    // boundary and what follows, and its pass defers on the state the first
+    // left: the provider sees the first process's bytes again.
+    b.provider.set_usage(usage_at(30));
+    b.prompt(&session, "a turn through the second process");
+    let inputs = hook_inputs(&b_log);
+    assert!(
+        inputs[0].1 == first[0],
+        "the second process's hook starts at the boundary: {inputs:?}"
+    );
+    let continued = b.provider.agent_requests()[0].clone();
+    let (x, y) = (cache_key(&busted), cache_key(&continued));
+    assert_eq!(x[..2], y[..2], "tools and system");
+    let prefix = x.len() - 1; // the busting request's last message carried its turn's prompt
+    assert_eq!(
+        x[..prefix],
+        y[..prefix],
+        "a defer pass in the other process: byte-identical prefix"
+    );
+
+    // More history through the second process, folded, then a pass that
+    // busts there: it moves the boundary forward, and the older pair is gone.
+    read_the_big_file(&b, &session, 4..8);
+    fold(&b, &session);
+    bust(&b, &session);
+    let second = boundaries(&b, &session);
+    assert_eq!(second.len(), 1, "one boundary pair: {second:?}");
+    assert_ne!(second, first, "the boundary moved");
+    let stored = b.get(&format!("/session/{session}/message"));
+    let ids: Vec<&str> = stored
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["info"]["id"].as_str())
+        .collect();
+    let at = |id: &str| ids.iter().position(|i| *i == id).unwrap();
+    let old_anchor = first[0].trim_end_matches("mcb0");
+    assert!(
+        at(&second[0]) > at(old_anchor),
+        "forward, never back: {ids:?}"
+    );
+    let text = all_text(b.provider.agent_requests().last().unwrap());
+    assert!(text.contains("Folded messages"));
+    assert!(!text.contains("What did we do so far"));
+
+    // And the first process's next call starts at the second's boundary.
+    a.provider.set_usage(usage_at(30));
+    a.prompt(&session, "back in the first process");
+    let (_, id) = hook_inputs(&a_log).last().unwrap().clone();
+    assert_eq!(id, second[0]);
+    let text = all_text(a.provider.agent_requests().last().unwrap());
+    assert!(text.contains("back in the first process"));
+    assert!(!text.contains("What did we do so far"));
+}
+
 #[test]
 fn a_pinned_message_comes_back_after_opencodes_own_compaction_once() {
     let (oc, _dir) = with_mc(None);
@@ -554,6 +695,7 @@ fn without_mc_transform_the_messages_go_out_untouched() {
             context: None,
             historian_bin: None,
             env: Vec::new(),
+            project: None,
         },
     );
     let session = oc.new_session();
@@ -696,7 +838,9 @@ fn a_subagent_session_gets_tags_but_no_head() {
 /// Beside it, [`modes_log`] says how each call came: `serve-start`,
 /// `resident KIND whole|delta` (a pass whole or as an incremental delta) or
 /// `oneshot KIND`. While the file [`die_flag`] exists, the resident process
-/// dies at the next pass request, before answering it (and removes the flag).
+/// dies at the next pass request, before answering it (and removes the flag);
+/// while [`slow_flag`] exists, it answers the next pass request half a second
+/// late (past the plugin's blocking wait; it removes that flag too).
 fn logging_wrapper(dir: &std::path::Path, bin: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     let log = dir.join(format!("{bin}-calls.log"));
     let wrapper = dir.join(format!("{bin}-wrapper"));
@@ -706,8 +850,8 @@ fn logging_wrapper(dir: &std::path::Path, bin: &str) -> (std::path::PathBuf, std
         &wrapper,
         format!(
             r#"#!/usr/bin/env python3
-import json, os, subprocess, sys
-BIN, LOG, MODES, DIE = {bin}, {log}, {modes}, {die}
+import json, os, subprocess, sys, time
+BIN, LOG, MODES, DIE, SLOW = {bin}, {log}, {modes}, {die}, {slow}
 args = sys.argv[1:]
 
 def field(text, *path):
@@ -738,6 +882,10 @@ if args[:1] == ["serve"]:
             append(MODES, "resident pass died")
             child.kill()
             sys.exit(1)
+        if kind == "pass" and os.path.exists(SLOW):
+            os.remove(SLOW)
+            append(MODES, "resident pass slow")
+            time.sleep(0.5)
         mode = "delta" if field(text, "incremental", "base") else "whole"
         append(MODES, f"resident {{kind}} {{mode}}" if kind == "pass" else f"resident {{kind}}")
         child.stdin.write(line)
@@ -760,6 +908,7 @@ sys.exit(done.returncode)
             log = quoted(&log),
             modes = quoted(&modes_log(dir, bin)),
             die = quoted(&die_flag(dir, bin)),
+            slow = quoted(&slow_flag(dir, bin)),
         ),
     )
     .unwrap();
@@ -777,6 +926,11 @@ fn modes_log(dir: &std::path::Path, bin: &str) -> std::path::PathBuf {
 /// While this file exists, the wrapped resident process dies at the next pass.
 fn die_flag(dir: &std::path::Path, bin: &str) -> std::path::PathBuf {
     dir.join(format!("{bin}-die"))
+}
+
+/// While this file exists, the wrapped resident process answers the next pass late.
+fn slow_flag(dir: &std::path::Path, bin: &str) -> std::path::PathBuf {
+    dir.join(format!("{bin}-slow"))
 }
 
 #[test]
@@ -798,6 +952,7 @@ fn after_a_failed_historian_run_the_plugin_backs_off() {
             context: None,
             historian_bin: Some(wrapper),
             env: Vec::new(),
+            project: None,
         },
     );
     for _ in 0..8 {
@@ -854,6 +1009,7 @@ fn while_passes_defer_the_system_prompt_is_rendered_once_and_reused() {
             context: None,
             historian_bin: None,
             env: Vec::new(),
+            project: None,
         },
     );
     oc.provider.set_usage(usage_at(20));
@@ -1457,6 +1613,55 @@ fn the_resident_process_takes_every_call_and_the_provider_sees_the_one_shot_byte
             .count(),
         one_shot.len()
     );
+}
+
+#[test]
+fn a_resident_answer_later_than_the_blocking_wait_still_reaches_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let (wrapper, _calls) = logging_wrapper(dir.path(), "mc-transform");
+    let oc = OpenCode::start(
+        dir.path(),
+        Options {
+            db: Some(dir.path().join("ctx.db")),
+            with_plugin: true,
+            transform_bin: Some(wrapper),
+            ..Options::default()
+        },
+    );
+    oc.provider.set_usage(usage_at(20));
+    let session = oc.new_session();
+    oc.prompt(&session, "turn 0");
+    oc.prompt(&session, "turn 1");
+    // The next pass is answered after the plugin stopped blocking for it: the
+    // call waits on without blocking and goes out with mc's answer.
+    std::fs::write(slow_flag(dir.path(), "mc-transform"), "").unwrap();
+    oc.prompt(&session, "turn 2: a slow answer");
+    oc.prompt(&session, "turn 3");
+    let texts: Vec<String> = oc.provider.agent_requests().iter().map(all_text).collect();
+    assert_eq!(texts.len(), 4, "one request per turn");
+    for (i, text) in texts.iter().enumerate().skip(1) {
+        assert!(text.contains("<session-history>"), "request {i}: {text}");
+        assert!(text.contains("§1§ turn 0"), "request {i}: {text}");
+    }
+    let modes = std::fs::read_to_string(modes_log(dir.path(), "mc-transform")).unwrap();
+    let lines: Vec<&str> = modes.lines().collect();
+    assert_eq!(
+        lines.iter().filter(|l| **l == "resident pass slow").count(),
+        1,
+        "{modes}"
+    );
+    assert_eq!(
+        lines.iter().filter(|l| **l == "serve-start").count(),
+        1,
+        "{modes}"
+    );
+    assert!(!modes.contains("oneshot pass"), "{modes}");
+    // The slow answer kept the session's baseline: the next call is a delta.
+    let passes: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("resident pass"))
+        .collect();
+    assert_eq!(passes.last(), Some(&&"resident pass delta"), "{modes}");
 }
 
 #[test]

@@ -25,6 +25,7 @@ import { createHash } from "node:crypto"
 import { existsSync, readdirSync } from "node:fs"
 import { homedir } from "node:os"
 import { isAbsolute, join } from "node:path"
+import { MessageChannel, Worker, receiveMessageOnPort } from "node:worker_threads"
 import { tool } from "@opencode-ai/plugin"
 
 const TRANSFORM_TIMEOUT_MS = 30_000
@@ -261,14 +262,26 @@ function runNode(command, args, input, timeoutMs) {
 // mc-transform serve: one per OpenCode process, shared by every instance of
 // this plugin it loads. Started on the first call, restarted on a later one
 // after it died (waiting 1 s, doubling up to a minute, during which calls
-// run the one-shot command). It answers one request at a time: a call that
-// finds it busy waits its turn for at most SERVE_QUEUE_WAIT_MS (about what
-// starting a process of its own costs), then runs the one-shot command, so
-// no call waits longer behind another. It never keeps OpenCode alive (a
-// call in flight holds a timer).
+// run the one-shot command). It answers one request at a time.
+//
+// The process is driven from a worker thread of its own, and a call waits for
+// its answer on OpenCode's thread, blocked (Atomics.wait), for at most
+// SERVE_SYNC_WAIT_MS. Waiting with `await` instead left the answer in
+// OpenCode's event loop behind whatever else OpenCode had queued: measured on
+// bench-opencode, serve answered in 1-2 ms and the hook saw it 8-67 ms later.
+// Blocked, nothing else runs until the answer is in (the TypeScript plugin we
+// learn from blocks the same way on its synchronous SQLite); past the cap the
+// call waits without blocking, so a slow or stuck process never freezes
+// OpenCode for long. A call that finds a request in flight waits its turn for
+// at most SERVE_QUEUE_WAIT_MS (about what starting a process of its own
+// costs), then runs the one-shot command. Nothing here keeps OpenCode alive
+// but a call in flight.
 const SERVE_RETRY_MS = 1_000
 const SERVE_RETRY_MAX_MS = 60_000
 const SERVE_QUEUE_WAIT_MS = 50
+const SERVE_SYNC_WAIT_MS = 250
+// How often a call past the blocking wait looks for its answer.
+const SERVE_POLL_MS = 2
 // serve's own cap on a request line: anything larger goes to the one-shot command.
 const SERVE_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 // Sessions whose last call the plugin keeps for the incremental envelope
@@ -276,90 +289,175 @@ const SERVE_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 // session's next call is sent whole.
 const INCREMENTAL_SESSIONS = 16
 
+// The worker thread: starts the process when told, writes each request line,
+// kills the process when a request outlives its timeout, and tells the main
+// thread every answer line and the process's end (each message also bumps
+// `signal[0]` and wakes a blocked waiter). Messages name the start they
+// belong to (`generation`), so nothing of a dead process is taken for its
+// successor's.
+const RESIDENT_THREAD = `
+const { workerData } = require("node:worker_threads")
+const { spawn } = require("node:child_process")
+const { port, signal } = workerData
+let child = null
+let generation = 0
+let chunks = []
+let stderr = ""
+let request = null
+function tell(message) {
+  port.postMessage(message)
+  Atomics.add(signal, 0, 1)
+  Atomics.notify(signal, 0)
+}
+function gone(c, why) {
+  if (c !== child) return
+  child = null
+  if (request) clearTimeout(request.timer)
+  request = null
+  tell({ type: "gone", generation, why, stderr })
+}
+function data(c, chunk) {
+  if (c !== child) return
+  let at = chunk.indexOf(10)
+  while (at >= 0) {
+    chunks.push(chunk.subarray(0, at))
+    const answer = Buffer.concat(chunks).toString("utf8")
+    chunks = []
+    const answered = request
+    request = null
+    if (answered) {
+      clearTimeout(answered.timer)
+      tell({ type: "answer", generation, id: answered.id, answer })
+    }
+    chunk = chunk.subarray(at + 1)
+    at = chunk.indexOf(10)
+  }
+  if (chunk.length) chunks.push(chunk)
+}
+port.on("message", (m) => {
+  if (m.type === "start") {
+    generation = m.generation
+    chunks = []
+    stderr = ""
+    request = null
+    let c
+    try {
+      c = spawn(m.command, ["serve"], { stdio: ["pipe", "pipe", "pipe"] })
+    } catch (error) {
+      tell({ type: "gone", generation, why: String(error), stderr: "" })
+      return
+    }
+    child = c
+    c.stdout.on("data", (chunk) => data(c, chunk))
+    c.stderr.on("data", (chunk) => {
+      if (c === child) stderr = (stderr + chunk).slice(-4000)
+    })
+    c.stdin.on("error", () => {})
+    c.on("error", (error) => gone(c, String(error)))
+    c.on("close", (code, sig) => gone(c, sig ? "killed by " + sig : "exit " + code))
+  } else if (m.type === "request") {
+    if (!child || m.generation !== generation) {
+      tell({ type: "gone", generation: m.generation, why: "not running", stderr: "" })
+      return
+    }
+    const c = child
+    request = { id: m.id, timer: setTimeout(() => c.kill("SIGKILL"), m.timeoutMs) }
+    c.stdin.write(m.line + "\\n")
+  }
+})
+`
+
 class Resident {
   constructor() {
-    this.child = null
+    // The worker thread, its port and the counter it bumps (created once).
+    this.worker = null
+    this.port = null
+    this.signal = null
+    // Whether the process is (being) started and has not ended.
+    this.running = false
     // Bumped at each start: a session's baseline belongs to one process.
     this.generation = 0
+    // The request in flight: {id, resolve}.
     this.pending = null
+    this.ids = 0
     // Requests waiting for the one in flight: {line, resolve, timer, timeoutMs}.
     this.queue = []
     this.failures = 0
     this.retryAt = 0
-    this.chunks = []
-    this.stderr = ""
+    this.polling = null
   }
 
   /** Whether `line` may go to the resident process (on, not backing off, under the cap). */
   usable(line) {
     if (process.env.MC_TRANSFORM_SERVE === "0") return false
-    if (!this.child && Date.now() < this.retryAt) return false
+    if (!this.running && Date.now() < this.retryAt) return false
     return line.length * 3 <= SERVE_MAX_REQUEST_BYTES || Buffer.byteLength(line) <= SERVE_MAX_REQUEST_BYTES
   }
 
   /** Start the process if it is not running and may be (its start overlaps the caller's own awaits). */
   warm() {
-    if (this.child || process.env.MC_TRANSFORM_SERVE === "0" || Date.now() < this.retryAt) return
+    if (this.running || process.env.MC_TRANSFORM_SERVE === "0" || Date.now() < this.retryAt) return
     try {
       this.start()
     } catch (error) {
+      this.worker = null
       this.failed()
     }
   }
 
   failed() {
-    this.child = null
+    this.running = false
     this.failures++
     this.retryAt = Date.now() + Math.min(SERVE_RETRY_MAX_MS, SERVE_RETRY_MS * 2 ** (this.failures - 1))
   }
 
   start() {
-    const child = spawn(bin("mc-transform", "MC_TRANSFORM_BIN"), ["serve"], { stdio: ["pipe", "pipe", "pipe"] })
-    this.child = child
-    this.generation++
-    this.chunks = []
-    this.stderr = ""
-    child.stdout.on("data", (chunk) => this.data(child, chunk))
-    child.stderr.on("data", (chunk) => {
-      if (child === this.child) this.stderr = (this.stderr + chunk).slice(-4000)
-    })
-    child.stdin.on("error", () => {})
-    child.on("error", (error) => this.gone(child, String(error)))
-    child.on("close", (code, signal) => this.gone(child, signal ? `killed by ${signal}` : `exit ${code}`))
-    child.unref()
-    for (const stream of [child.stdin, child.stdout, child.stderr]) stream?.unref?.()
-  }
-
-  /** Split stdout into answer lines, without rescanning what came before. */
-  data(child, chunk) {
-    if (child !== this.child) return
-    let at = chunk.indexOf(10)
-    while (at >= 0) {
-      this.chunks.push(chunk.subarray(0, at))
-      const line = Buffer.concat(this.chunks).toString("utf8")
-      this.chunks = []
-      const pending = this.pending
-      this.pending = null
-      if (pending) {
-        clearTimeout(pending.timer)
-        this.failures = 0
-        pending.resolve({ answer: line })
-      }
-      this.next()
-      chunk = chunk.subarray(at + 1)
-      at = chunk.indexOf(10)
+    if (!this.worker) {
+      const signal = new Int32Array(new SharedArrayBuffer(4))
+      const { port1, port2 } = new MessageChannel()
+      const worker = new Worker(RESIDENT_THREAD, { eval: true, workerData: { port: port2, signal }, transferList: [port2] })
+      worker.unref()
+      worker.on("error", (error) => {
+        if (worker !== this.worker) return
+        this.worker = null
+        this.gone(`its thread failed: ${error}`, "")
+      })
+      this.worker = worker
+      this.port = port1
+      this.signal = signal
     }
-    if (chunk.length) this.chunks.push(chunk)
+    this.generation++
+    this.running = true
+    this.port.postMessage({ type: "start", command: bin("mc-transform", "MC_TRANSFORM_BIN"), generation: this.generation })
   }
 
-  gone(child, why) {
-    if (child !== this.child) return
+  /** Take in what the thread said since (answers, the process's end), in order. */
+  drain() {
+    if (!this.port) return
+    for (;;) {
+      const received = receiveMessageOnPort(this.port)
+      if (!received) return
+      const m = received.message
+      if (m.generation !== this.generation) continue
+      if (m.type === "answer") {
+        const pending = this.pending
+        if (pending?.id !== m.id) continue
+        this.pending = null
+        this.failures = 0
+        pending.resolve({ answer: m.answer })
+        this.next()
+      } else if (m.type === "gone" && this.running) {
+        this.gone(m.why, m.stderr)
+      }
+    }
+  }
+
+  gone(why, stderr) {
     this.failed()
     const pending = this.pending
     this.pending = null
     if (pending) {
-      clearTimeout(pending.timer)
-      const said = failureText(this.stderr)
+      const said = failureText(stderr)
       pending.resolve({ died: `mc-transform serve ended while answering (${why})${said ? `: ${said}` : ""}` })
     }
     // Not sent yet: they run the one-shot command.
@@ -371,18 +469,40 @@ class Resident {
 
   /** Send the next waiting request, if the process is idle. */
   next() {
-    if (this.pending || !this.child) return
+    if (this.pending || !this.running) return
     const waiting = this.queue.shift()
     if (!waiting) return
     clearTimeout(waiting.timer)
     this.send(waiting.line, waiting.timeoutMs, waiting.resolve)
   }
 
+  /** Send `line`; block for its answer up to SERVE_SYNC_WAIT_MS, then poll for it. */
   send(line, timeoutMs, resolve) {
-    const child = this.child
-    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs)
-    this.pending = { resolve, timer }
-    child.stdin.write(`${line}\n`)
+    const id = ++this.ids
+    this.pending = { id, resolve }
+    this.port.postMessage({ type: "request", generation: this.generation, id, line, timeoutMs })
+    const deadline = performance.now() + SERVE_SYNC_WAIT_MS
+    for (;;) {
+      // Read the counter before looking, so a message that lands between
+      // the look and the wait ends the wait at once.
+      const seen = Atomics.load(this.signal, 0)
+      this.drain()
+      if (this.pending?.id !== id) return
+      const left = deadline - performance.now()
+      if (left <= 0) break
+      Atomics.wait(this.signal, 0, seen, left)
+    }
+    this.poll()
+  }
+
+  poll() {
+    if (this.polling) return
+    const tick = () => {
+      this.polling = null
+      this.drain()
+      if (this.pending) this.polling = setTimeout(tick, SERVE_POLL_MS)
+    }
+    this.polling = setTimeout(tick, SERVE_POLL_MS)
   }
 
   /**
@@ -391,9 +511,10 @@ class Resident {
    * the one-shot command). Check usable() first.
    */
   request(line, timeoutMs) {
-    if (!this.child) {
+    this.drain()
+    if (!this.running) {
       this.warm()
-      if (!this.child) return Promise.resolve({ unavailable: "cannot start mc-transform serve" })
+      if (!this.running) return Promise.resolve({ unavailable: "cannot start mc-transform serve" })
     }
     return new Promise((resolve) => {
       if (!this.pending) {
@@ -555,7 +676,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
   if (process.env.MC_HISTORIAN_CHILD) return {}
   const extraTools = await searchTools(directory)
   const server = String(serverUrl ?? "").replace(/\/$/, "")
-  const limits = new Map() // "provider/model" -> {context, output}
+  const limits = new Map() // "provider/model" -> Promise of {context, output}
   const historians = new Map() // sessionID -> Promise of a running historian (removed when it ends)
   // sessionID -> what the plugin knows of the session, least recently used first:
   //   passed          a messages pass has seen it: its system prompt is ours to render
@@ -576,6 +697,8 @@ export const McContext = async ({ client, serverUrl, directory }) => {
   let requests = 0
   let warned = false
   const moveBoundary = process.env.MC_OPENCODE_BOUNDARY === "0" ? undefined : boundaryWriter()
+  // Once loading is done: the first model call would otherwise wait for the list.
+  setTimeout(providerList, 0)
 
   /** The session's state, created if new, marked most recently used. */
   function session(sessionID) {
@@ -593,19 +716,36 @@ export const McContext = async ({ client, serverUrl, directory }) => {
     console.error(`mc: ${message} (messages left untouched; further failures are silent)`)
   }
 
-  async function modelLimits(providerID, modelID) {
-    const key = `${providerID}/${modelID}`
-    if (!limits.has(key)) {
-      let limit = {}
-      try {
-        const res = await client.config.providers()
-        const providers = res.data?.providers ?? res.providers ?? []
-        const model = providers.find((p) => p.id === providerID)?.models?.[modelID]
-        limit = model?.limit ?? {}
-      } catch {}
-      limits.set(key, { context: limit.context, output: limit.output })
+  // OpenCode's provider list (the models' limits), asked once and shared by
+  // every lookup: OpenCode takes ~0.2 s to build it the first time, so it is
+  // asked for when the plugin loads, before the first model call needs it.
+  let providers = null
+  function providerList() {
+    if (!providers) {
+      providers = client.config.providers().then(
+        (res) => res?.data?.providers ?? res?.providers ?? [],
+        () => {
+          providers = null // ask again next time
+          return undefined
+        },
+      )
     }
-    return limits.get(key)
+    return providers
+  }
+
+  /** A model's {context, output} limits (undefined fields when OpenCode does not say). */
+  function modelLimits(providerID, modelID) {
+    const key = `${providerID}/${modelID}`
+    let known = limits.get(key)
+    if (!known) {
+      known = providerList().then((list) => {
+        if (!list) limits.delete(key) // the server did not answer: ask again next call
+        const limit = list?.find((p) => p.id === providerID)?.models?.[modelID]?.limit ?? {}
+        return { context: limit.context, output: limit.output }
+      })
+      limits.set(key, known)
+    }
+    return known
   }
 
   function envelope(messages) {
@@ -683,7 +823,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
     for (let attempt = 0; attempt < 2; attempt++) {
       // A baseline belongs to the process that made it, while it runs.
       const held = state.incremental
-      const base = resident.child && held?.generation === resident.generation ? held : undefined
+      const base = resident.running && held?.generation === resident.generation ? held : undefined
       const key = `${process.pid}.${++requests}`
       let line
       if (base) {
@@ -927,7 +1067,7 @@ export const McContext = async ({ client, serverUrl, directory }) => {
     "chat.message": async (input) => {
       resident.warm()
       const model = input?.model
-      if (model?.providerID && model?.modelID) modelLimits(model.providerID, model.modelID).catch(() => {})
+      if (model?.providerID && model?.modelID) modelLimits(model.providerID, model.modelID)
     },
 
     "chat.params": async (input, output) => {

@@ -79,8 +79,8 @@ function run(command: string, args: string[], input: string, timeoutMs: number):
 }
 
 /**
- * One `mc-transform serve` per Pi process, started on the first call and
- * again on a later one after it died (waiting 1 s, doubling up to a minute).
+ * One `mc-transform serve` per Pi process, started when the extension loads
+ * and again on a later call after it died (waiting 1 s, doubling up to a minute).
  * Pi calls the model one request at a time per session, so requests simply
  * queue; it never keeps Pi alive.
  */
@@ -213,6 +213,9 @@ const text = (t: string) => ({ content: [{ type: "text", text: t }], details: {}
 
 export default async function mc(pi: any) {
   if (process.env.MC_HISTORIAN_CHILD === "1") return
+  // Start the resident process while Pi starts: the first prompt's system
+  // render would otherwise wait for it to start and open the database.
+  resident.warm()
   let warned = false
   const warnOnce = (message: string) => {
     if (warned) return

@@ -188,6 +188,7 @@ fn drive(mode: Mode, script: Script, mc_config: Option<&str>) -> Run {
                 }
                 env
             },
+            project: None,
         },
     );
     let src = dir.path().join("project/src");
