@@ -232,27 +232,7 @@ fn read_the_big_file(oc: &OpenCode, session: &str, passes: std::ops::Range<usize
 #[test]
 fn after_a_historian_run_the_next_busting_request_carries_compartments_not_covered_messages() {
     let (oc, _dir, session) = reading_a_big_file(180, "");
-    // The historian folds the old part (a small window keeps its live tail short).
-    let out = oc.mc(
-        "mc-historian",
-        &[
-            "run",
-            "--session",
-            &session,
-            "--opencode-url",
-            &oc.url,
-            "--context-limit",
-            "8000",
-        ],
-        b"",
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    assert_eq!(
-        report["status"],
-        "published",
-        "{report} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    fold(&oc, &session);
     // Nothing changes until a pass busts anyway; then the compartment is at the head.
     oc.prompt(&session, "quiet turn");
     let quiet = oc.provider.agent_requests().last().unwrap().clone();
@@ -329,21 +309,7 @@ fn after_a_fold_mcs_compaction_boundary_stops_opencode_loading_the_covered_messa
         "{}",
         String::from_utf8_lossy(&pinned.stderr)
     );
-    let out = oc.mc(
-        "mc-historian",
-        &[
-            "run",
-            "--session",
-            &session,
-            "--opencode-url",
-            &oc.url,
-            "--context-limit",
-            "8000",
-        ],
-        b"",
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    assert_eq!(report["status"], "published", "{report}");
+    fold(&oc, &session);
     let before = hook_inputs(&log).last().unwrap().0;
     oc.provider.set_usage(usage_at(70));
     oc.prompt(&session, "turn that reports high usage");
@@ -373,30 +339,17 @@ fn after_a_fold_mcs_compaction_boundary_stops_opencode_loading_the_covered_messa
         "the covered messages stopped arriving (a turn later, fewer messages): {inputs:?}"
     );
     assert!(previous > before, "{inputs:?}");
-    let stored = oc.get(&format!("/session/{session}/message"));
-    let ids: Vec<&str> = stored
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["info"]["id"].as_str())
-        .collect();
+    let ids = message_ids(&oc, &session);
     assert_eq!(
         ids.iter().filter(|id| id.ends_with("mcb0")).count(),
         1,
         "{ids:?}"
     );
-    assert!(ids.contains(&first.as_str()), "nothing is deleted: {ids:?}");
+    assert!(ids.contains(&first), "nothing is deleted: {ids:?}");
 
     // The call after the boundary moved is a defer pass: the provider sees the
     // busting request's bytes again, then the new turn (tags unchanged).
-    let (a, b) = (cache_key(&busted), cache_key(&after));
-    assert_eq!(a[..2], b[..2], "tools and system");
-    let prefix = a.len() - 1; // the busting request's last message carried the turn's prompt
-    assert_eq!(
-        a[..prefix],
-        b[..prefix],
-        "defer: byte-identical prefix across the boundary"
-    );
+    assert_defers_on(&busted, &after, "across the boundary");
     let text = all_text(&after);
     assert!(text.contains("read the big file, pass 0"), "the pin holds");
     assert!(text.contains("Folded messages"));
@@ -420,6 +373,23 @@ fn after_a_fold_mcs_compaction_boundary_stops_opencode_loading_the_covered_messa
     assert!(!text.contains("What did we do so far"));
     let status = status(&oc, &session);
     assert!(status.is_object(), "{status}");
+}
+
+/// `later` repeats the bytes of `busted` (a busting request whose last message
+/// carried its turn's prompt): tools, system and every message before that.
+fn assert_defers_on(
+    busted: &mc_tests::fake_provider::Recorded,
+    later: &mc_tests::fake_provider::Recorded,
+    what: &str,
+) {
+    let (a, b) = (cache_key(busted), cache_key(later));
+    assert_eq!(a[..2], b[..2], "tools and system {what}");
+    let prefix = a.len() - 1;
+    assert_eq!(
+        a[..prefix],
+        b[..prefix],
+        "a defer pass {what}: byte-identical prefix"
+    );
 }
 
 /// The historian folds what it can of `session` (a small window keeps the live tail short).
@@ -454,16 +424,22 @@ fn bust(oc: &OpenCode, session: &str) {
     oc.prompt(session, "turn that busts");
 }
 
-/// The ids of mc's boundary messages in the session, as OpenCode stores it.
-fn boundaries(oc: &OpenCode, session: &str) -> Vec<String> {
+/// The ids of the session's messages, as OpenCode stores them, oldest first.
+fn message_ids(oc: &OpenCode, session: &str) -> Vec<String> {
     oc.get(&format!("/session/{session}/message"))
         .as_array()
         .unwrap()
         .iter()
         .filter_map(|m| m["info"]["id"].as_str())
-        .filter(|id| id.ends_with("mcb0"))
         .map(str::to_string)
         .collect()
+}
+
+/// The ids of mc's boundary messages in the session.
+fn boundaries(oc: &OpenCode, session: &str) -> Vec<String> {
+    let mut ids = message_ids(oc, session);
+    ids.retain(|id| id.ends_with("mcb0"));
+    ids
 }
 
 #[test]
@@ -512,14 +488,7 @@ fn two_opencode_processes_on_one_database_continue_a_session_and_move_one_bounda
         "the second process's hook starts at the boundary: {inputs:?}"
     );
     let continued = b.provider.agent_requests()[0].clone();
-    let (x, y) = (cache_key(&busted), cache_key(&continued));
-    assert_eq!(x[..2], y[..2], "tools and system");
-    let prefix = x.len() - 1; // the busting request's last message carried its turn's prompt
-    assert_eq!(
-        x[..prefix],
-        y[..prefix],
-        "a defer pass in the other process: byte-identical prefix"
-    );
+    assert_defers_on(&busted, &continued, "in the other process");
 
     // More history through the second process, folded, then a pass that
     // busts there: it moves the boundary forward, and the older pair is gone.
@@ -529,13 +498,7 @@ fn two_opencode_processes_on_one_database_continue_a_session_and_move_one_bounda
     let second = boundaries(&b, &session);
     assert_eq!(second.len(), 1, "one boundary pair: {second:?}");
     assert_ne!(second, first, "the boundary moved");
-    let stored = b.get(&format!("/session/{session}/message"));
-    let ids: Vec<&str> = stored
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["info"]["id"].as_str())
-        .collect();
+    let ids = message_ids(&b, &session);
     let at = |id: &str| ids.iter().position(|i| *i == id).unwrap();
     let old_anchor = first[0].trim_end_matches("mcb0");
     assert!(
@@ -1615,8 +1578,9 @@ fn the_resident_process_takes_every_call_and_the_provider_sees_the_one_shot_byte
     );
 }
 
-#[test]
-fn a_resident_answer_later_than_the_blocking_wait_still_reaches_the_call() {
+/// OpenCode with mc whose mc-transform is a [`logging_wrapper`], and a new
+/// session at 20 % usage.
+fn through_a_logging_wrapper() -> (OpenCode, tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let (wrapper, _calls) = logging_wrapper(dir.path(), "mc-transform");
     let oc = OpenCode::start(
@@ -1630,6 +1594,12 @@ fn a_resident_answer_later_than_the_blocking_wait_still_reaches_the_call() {
     );
     oc.provider.set_usage(usage_at(20));
     let session = oc.new_session();
+    (oc, dir, session)
+}
+
+#[test]
+fn a_resident_answer_later_than_the_blocking_wait_still_reaches_the_call() {
+    let (oc, dir, session) = through_a_logging_wrapper();
     oc.prompt(&session, "turn 0");
     oc.prompt(&session, "turn 1");
     // The next pass is answered after the plugin stopped blocking for it: the
@@ -1666,19 +1636,7 @@ fn a_resident_answer_later_than_the_blocking_wait_still_reaches_the_call() {
 
 #[test]
 fn a_resident_process_that_dies_mid_call_leaves_that_call_untouched_and_the_next_restarts_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let (wrapper, _calls) = logging_wrapper(dir.path(), "mc-transform");
-    let oc = OpenCode::start(
-        dir.path(),
-        Options {
-            db: Some(dir.path().join("ctx.db")),
-            with_plugin: true,
-            transform_bin: Some(wrapper),
-            ..Options::default()
-        },
-    );
-    oc.provider.set_usage(usage_at(20));
-    let session = oc.new_session();
+    let (oc, dir, session) = through_a_logging_wrapper();
     for turn in 0..3 {
         oc.prompt(&session, &format!("turn {turn}"));
     }
