@@ -23,17 +23,41 @@ pub enum Wire {
     Pi(pi::Layout),
 }
 
+/// An envelope's messages, decoded.
+#[derive(Debug)]
+pub struct Decoded {
+    pub messages: Vec<Message>,
+    pub wire: Wire,
+    /// The message mc's compaction boundary follows, when the input had one
+    /// (OpenCode: the harness no longer sends it or anything before it). The
+    /// boundary's own messages are mc's bookkeeping, never in `messages`.
+    pub boundary: Option<String>,
+}
+
 impl Wire {
     /// Decode an envelope's messages by its `harness` (`session_id` names the
-    /// session for harnesses whose messages do not).
+    /// session for harnesses whose messages do not), mc's compaction boundary
+    /// taken out (only OpenCode's input can carry one; Pi's encoder writes
+    /// back by position, so nothing is taken from it).
     pub fn decode(
         harness: &str,
         session_id: Option<&str>,
         values: Vec<serde_json::Value>,
-    ) -> crate::error::Result<(Vec<Message>, Wire)> {
+    ) -> crate::error::Result<Decoded> {
         match harness {
-            PI => pi::decode(values, session_id).map(|(m, layout)| (m, Wire::Pi(layout))),
-            _ => opencode::decode_all(values).map(|m| (m, Wire::OpenCode)),
+            PI => pi::decode(values, session_id).map(|(messages, layout)| Decoded {
+                messages,
+                wire: Wire::Pi(layout),
+                boundary: None,
+            }),
+            _ => opencode::decode_all(values).map(|mut messages| {
+                let boundary = opencode::take_boundary(&mut messages);
+                Decoded {
+                    messages,
+                    wire: Wire::OpenCode,
+                    boundary,
+                }
+            }),
         }
     }
 

@@ -72,14 +72,12 @@ pub struct Input {
 impl Input {
     /// From the transform's envelope.
     pub fn from_envelope(envelope: Envelope) -> Result<Input> {
-        let (mut messages, wire) = crate::codec::Wire::decode(
+        let messages = crate::codec::Wire::decode(
             &envelope.harness,
             envelope.session_id.as_deref(),
             envelope.messages,
-        )?;
-        if matches!(wire, crate::codec::Wire::OpenCode) {
-            take_boundary(&mut messages);
-        }
+        )?
+        .messages;
         let session_id = envelope
             .session_id
             .or_else(|| session_from_messages(&messages))

@@ -8,8 +8,7 @@ use std::path::Path;
 use rusqlite::{Transaction, params};
 use serde_json::Value;
 
-use crate::codec::opencode::take_boundary;
-use crate::codec::{Message, Part, PartKind, Role, Wire};
+use crate::codec::{Decoded, Message, Part, PartKind, Role, Wire};
 use crate::config::TransformConfig;
 use crate::error::Result;
 use crate::history::head::PinnedText;
@@ -55,12 +54,11 @@ pub fn run_pass(
         messages,
         ..
     } = envelope;
-    let (mut messages, wire) = Wire::decode(&harness, session_id.as_deref(), messages)?;
-    // mc's own compaction boundary (OpenCode): bookkeeping, never on the wire.
-    let boundary = match wire {
-        Wire::OpenCode => take_boundary(&mut messages),
-        Wire::Pi(_) => None,
-    };
+    let Decoded {
+        mut messages,
+        wire,
+        boundary,
+    } = Wire::decode(&harness, session_id.as_deref(), messages)?;
     let session_id = session_id.or_else(|| session_from_messages(&messages));
     let Some(session_id) = session_id else {
         let mut report = PassReport::passthrough(

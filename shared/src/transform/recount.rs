@@ -9,7 +9,6 @@ use serde::Serialize;
 
 use crate::codec::PartKind;
 use crate::codec::Wire;
-use crate::codec::opencode::take_boundary;
 use crate::error::Result;
 use crate::store::Store;
 use crate::tokens;
@@ -33,14 +32,12 @@ pub struct RecountResult {
 }
 
 pub fn recount(store: &mut Store, envelope: Envelope) -> Result<RecountResult> {
-    let (mut messages, wire) = Wire::decode(
+    let messages = Wire::decode(
         &envelope.harness,
         envelope.session_id.as_deref(),
         envelope.messages,
-    )?;
-    if matches!(wire, Wire::OpenCode) {
-        take_boundary(&mut messages);
-    }
+    )?
+    .messages;
     let mut result = RecountResult::default();
     let Some(session_id) = envelope
         .session_id
