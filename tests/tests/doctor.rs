@@ -51,6 +51,29 @@ struct Doctor {
 }
 
 impl Doctor {
+    /// mc-doctor beside a real harness: the harness's home, PATH with only
+    /// that harness's `binary` (linked into `root`), mc's database and config
+    /// (`mc`), and the variable naming the harness's own folder.
+    fn beside(
+        home: PathBuf,
+        root: &Path,
+        binary: &str,
+        mc: (&Path, &Path),
+        folder: (&str, &Path),
+    ) -> Doctor {
+        std::fs::create_dir_all(root).unwrap();
+        let harnesses = harness_dir(root, &[binary]);
+        Doctor {
+            home,
+            path: path_with(&harnesses),
+            vars: vec![
+                ("MC_DB".into(), mc.0.display().to_string()),
+                ("MC_CONFIG".into(), mc.1.display().to_string()),
+                (folder.0.into(), folder.1.display().to_string()),
+            ],
+        }
+    }
+
     fn command(&self, args: &[&str]) -> Command {
         let mut command = self.sealed(bin_path("mc-doctor"));
         command.args(args);
@@ -294,21 +317,13 @@ fn claude_code_setup_then_the_real_claude_code_runs_mc_s_hook_and_mcp_server() {
     ) else {
         return;
     };
-    let root = cc.file("doctor");
-    std::fs::create_dir_all(&root).unwrap();
-    let harnesses = harness_dir(&root, &["claude"]);
-    let doctor = Doctor {
-        home: cc.home(),
-        path: path_with(&harnesses),
-        vars: vec![
-            ("MC_DB".into(), cc.db.display().to_string()),
-            ("MC_CONFIG".into(), cc.mc_config().display().to_string()),
-            (
-                "CLAUDE_CONFIG_DIR".into(),
-                cc.config_dir().display().to_string(),
-            ),
-        ],
-    };
+    let doctor = Doctor::beside(
+        cc.home(),
+        &cc.file("doctor"),
+        "claude",
+        (&cc.db, &cc.mc_config()),
+        ("CLAUDE_CONFIG_DIR", &cc.config_dir()),
+    );
     doctor.setup("claude-code");
     const MEMORY: &str = "The doctor wired this project.";
     let out = cc.mc_search(&[
@@ -364,18 +379,13 @@ fn codex_setup_then_the_real_codex_runs_mc_s_hook_and_offers_mc_s_tools() {
     ) else {
         return;
     };
-    let root = cx.file("doctor");
-    std::fs::create_dir_all(&root).unwrap();
-    let harnesses = harness_dir(&root, &["codex"]);
-    let doctor = Doctor {
-        home: cx.home(),
-        path: path_with(&harnesses),
-        vars: vec![
-            ("MC_DB".into(), cx.db.display().to_string()),
-            ("MC_CONFIG".into(), cx.mc_config().display().to_string()),
-            ("CODEX_HOME".into(), cx.codex_home().display().to_string()),
-        ],
-    };
+    let doctor = Doctor::beside(
+        cx.home(),
+        &cx.file("doctor"),
+        "codex",
+        (&cx.db, &cx.mc_config()),
+        ("CODEX_HOME", &cx.codex_home()),
+    );
     doctor.setup("codex");
     const MEMORY: &str = "The doctor wired Codex.";
     let out = cx.mc(
@@ -441,21 +451,13 @@ fn pi_setup_then_the_real_pi_loads_mc_s_extension_from_its_folder() {
     ) else {
         return;
     };
-    let root = pi.file("doctor");
-    std::fs::create_dir_all(&root).unwrap();
-    let harnesses = harness_dir(&root, &["pi"]);
-    let doctor = Doctor {
-        home: pi.home(),
-        path: path_with(&harnesses),
-        vars: vec![
-            ("MC_DB".into(), pi.db.display().to_string()),
-            ("MC_CONFIG".into(), pi.mc_config().display().to_string()),
-            (
-                "PI_CODING_AGENT_DIR".into(),
-                pi.agent_dir().display().to_string(),
-            ),
-        ],
-    };
+    let doctor = Doctor::beside(
+        pi.home(),
+        &pi.file("doctor"),
+        "pi",
+        (&pi.db, &pi.mc_config()),
+        ("PI_CODING_AGENT_DIR", &pi.agent_dir()),
+    );
     doctor.setup("pi");
     let extension = pi.agent_dir().join("extensions/mc.ts");
     assert_eq!(
