@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use mc_cli::serve::{Line, Lines, code, error_answer, failure_answer};
 use mc_cli::{Failure, GlobalArgs, Stores};
 use mc_core::transform::ReduceRequest;
-use mc_core::transform::incremental::{Baselines, Delta, delta_of};
+use mc_core::transform::incremental::{Baselines, Delta, Output, delta_of};
 
 use crate::cli::{self, Ctx};
 
@@ -319,7 +319,7 @@ impl Server<'_> {
             // Exactly the one-shot answer; its messages become the baseline.
             let line = text_of(&doc);
             match doc.shift_remove("messages") {
-                Some(Value::Array(output)) => (line, output),
+                Some(Value::Array(output)) => (line, Output::from(output)),
                 _ => {
                     self.forget(&harness, &session);
                     return Ok(line);
@@ -331,10 +331,13 @@ impl Server<'_> {
                 return Err(Failure::runtime(anyhow!("the pass answered no messages")));
             };
             let previous = self.baselines.output(&harness, &session).unwrap_or(&[]);
+            let (messages, kept) = delta_of(previous, &output);
             let mut answer = Map::new();
-            answer.insert("messages".into(), Value::Array(delta_of(previous, &output)));
+            answer.insert("messages".into(), Value::Array(messages));
             answer.extend(doc);
-            (text_of(&answer), output)
+            // The baseline keeps the output's fingerprints, not the output.
+            self.discard(output);
+            (text_of(&answer), Output::from(kept))
         };
         let released = self
             .baselines

@@ -645,7 +645,7 @@ fn reduce_and_system_requests_over_arbitrary_input() {
 
 #[test]
 fn incremental_deltas_over_arbitrary_input() {
-    use crate::transform::incremental::{Baselines, Delta, delta_of, same};
+    use crate::transform::incremental::{Baselines, Delta, delta_of, fingerprint, kept, same};
     property(
         "incremental_deltas_over_arbitrary_input",
         512,
@@ -671,9 +671,17 @@ fn incremental_deltas_over_arbitrary_input() {
             if let Ok(input) = baselines.resolve("opencode", "s", delta) {
                 prop_assert_eq!(input.len(), items.len());
             }
-            let answer = delta_of(&base, &items);
+            let (answer, now) = delta_of(&kept(&base), &items);
             prop_assert_eq!(answer.len(), items.len());
+            prop_assert_eq!(now.len(), items.len());
+            // Every message named by its index is the same bytes there.
+            for (sent, item) in answer.iter().zip(&items) {
+                if let Some(at) = sent.as_u64().filter(|_| !item.is_number()) {
+                    prop_assert!(same(&base[at as usize], item));
+                }
+            }
             prop_assert!(same(&value, &value));
+            prop_assert_eq!(fingerprint(&value), fingerprint(&value.clone()));
             Ok(())
         },
     );

@@ -64,19 +64,64 @@ struct Facts {
 
 impl Facts {
     fn of(raw: &Map<String, Value>) -> Facts {
-        let Some(info) = raw.get("info").and_then(Value::as_object) else {
+        let Some(info) = field(raw, "info").and_then(Value::as_object) else {
             return Facts::default();
         };
-        let time = |field: &str| info.get("time")?.get(field)?.as_i64();
-        Facts {
-            id: info.get("id").and_then(Value::as_str).map(Box::from),
-            role: Some(match info.get("role").and_then(Value::as_str) {
-                Some("user") => Role::User,
-                Some("assistant") => Role::Assistant,
-                _ => Role::Other,
-            }),
-            created_ms: time("created"),
-            completed_ms: time("completed"),
+        // One walk over `info` instead of a hashed lookup per field (a map
+        // never holds a key twice, so the first match is the only one).
+        let mut facts = Facts {
+            role: Some(Role::Other),
+            ..Facts::default()
+        };
+        for (key, value) in info {
+            match key.as_str() {
+                "id" => facts.id = value.as_str().map(Box::from),
+                "role" => {
+                    facts.role = Some(match value.as_str() {
+                        Some("user") => Role::User,
+                        Some("assistant") => Role::Assistant,
+                        _ => Role::Other,
+                    });
+                }
+                "time" => {
+                    facts.created_ms = value.get("created").and_then(Value::as_i64);
+                    facts.completed_ms = value.get("completed").and_then(Value::as_i64);
+                }
+                _ => {}
+            }
+        }
+        facts
+    }
+}
+
+/// `map.get(key)` by a walk over the entries while the map is small: a
+/// message's and a part's objects hold a handful of keys, and comparing
+/// those (by length first) costs less than hashing the key.
+fn field<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    if map.len() <= 12 {
+        map.iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v)
+    } else {
+        map.get(key)
+    }
+}
+
+fn field_mut<'a>(map: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Value> {
+    if map.len() <= 12 {
+        map.iter_mut()
+            .find(|(k, _)| k.as_str() == key)
+            .map(|(_, v)| v)
+    } else {
+        map.get_mut(key)
+    }
+}
+
+/// `map.insert(key, value)`: an existing key's value is replaced in place
+/// (found as [`field`] finds it), a new key goes last.
+fn set_field(map: &mut Map<String, Value>, key: &str, value: Value) {
+    match field_mut(map, key) {
+        Some(slot) => *slot = value,
+        None => {
+            map.insert(key.into(), value);
         }
     }
 }
@@ -97,7 +142,7 @@ impl Part {
     pub fn decode(value: Value) -> Result<Part> {
         match value {
             Value::Object(raw) => {
-                let kind = kind_of(raw.get("type").and_then(Value::as_str));
+                let kind = kind_of(field(&raw, "type").and_then(Value::as_str));
                 Ok(Part { kind, raw })
             }
             other => Err(Error::input(format!(
@@ -112,15 +157,17 @@ impl Part {
     }
 
     pub fn text(&self) -> Option<&str> {
-        self.raw.get("text").and_then(Value::as_str)
+        field(&self.raw, "text").and_then(Value::as_str)
     }
 
     pub fn set_text(&mut self, text: String) {
-        self.raw.insert("text".into(), Value::String(text));
+        set_field(&mut self.raw, "text", Value::String(text));
     }
 
     fn flag(&self, name: &str) -> bool {
-        self.raw.get(name).and_then(Value::as_bool).unwrap_or(false)
+        field(&self.raw, name)
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
     }
 
     pub fn is_synthetic(&self) -> bool {
@@ -132,42 +179,42 @@ impl Part {
     }
 
     pub fn call_id(&self) -> Option<&str> {
-        self.raw.get("callID").and_then(Value::as_str)
+        field(&self.raw, "callID").and_then(Value::as_str)
     }
 
     pub fn tool_name(&self) -> Option<&str> {
-        self.raw.get("tool").and_then(Value::as_str)
+        field(&self.raw, "tool").and_then(Value::as_str)
     }
 
     fn state(&self) -> Option<&Map<String, Value>> {
-        self.raw.get("state").and_then(Value::as_object)
+        field(&self.raw, "state").and_then(Value::as_object)
     }
 
     fn state_mut(&mut self) -> Option<&mut Map<String, Value>> {
-        self.raw.get_mut("state").and_then(Value::as_object_mut)
+        field_mut(&mut self.raw, "state").and_then(Value::as_object_mut)
     }
 
     pub fn tool_status(&self) -> Option<&str> {
-        self.state()?.get("status").and_then(Value::as_str)
+        field(self.state()?, "status").and_then(Value::as_str)
     }
 
     /// The output of a completed tool call.
     pub fn tool_output(&self) -> Option<&str> {
-        self.state()?.get("output").and_then(Value::as_str)
+        field(self.state()?, "output").and_then(Value::as_str)
     }
 
     pub fn set_tool_output(&mut self, output: String) {
         if let Some(state) = self.state_mut() {
-            state.insert("output".into(), Value::String(output));
+            set_field(state, "output", Value::String(output));
         }
     }
 
     pub fn tool_input(&self) -> Option<&Value> {
-        self.state()?.get("input")
+        field(self.state()?, "input")
     }
 
     pub fn tool_input_mut(&mut self) -> Option<&mut Value> {
-        self.state_mut()?.get_mut("input")
+        field_mut(self.state_mut()?, "input")
     }
 
     /// A tool arc is closed once it has a result (completed) or failed; open
@@ -181,7 +228,7 @@ impl Part {
     }
 
     pub fn file_url(&self) -> Option<&str> {
-        self.raw.get("url").and_then(Value::as_str)
+        field(&self.raw, "url").and_then(Value::as_str)
     }
 
     /// Does this part carry content the model reads (as opposed to structure)?
@@ -191,7 +238,7 @@ impl Part {
             PartKind::Reasoning | PartKind::StepStart | PartKind::StepFinish => false,
             PartKind::Tool | PartKind::File => true,
             PartKind::Other => !matches!(
-                self.raw.get("type").and_then(Value::as_str),
+                field(&self.raw, "type").and_then(Value::as_str),
                 Some("snapshot" | "patch" | "agent" | "retry" | "meta")
             ),
         }
@@ -209,13 +256,17 @@ impl Message {
                 )));
             }
         };
-        if !raw.get("info").is_some_and(Value::is_object) {
+        if !field(&raw, "info").is_some_and(Value::is_object) {
             return Err(Error::input(
                 "a message has no \"info\" object; expected OpenCode's {info, parts} shape",
             ));
         }
         // Take the parts out but leave the slot, so the key keeps its position.
-        let parts = match raw.get_mut("parts").map(Value::take) {
+        let parts = match raw
+            .iter_mut()
+            .find(|(k, _)| k.as_str() == "parts")
+            .map(|(_, v)| v.take())
+        {
             Some(Value::Array(items)) => items
                 .into_iter()
                 .map(Part::decode)
@@ -239,7 +290,13 @@ impl Message {
 
     pub fn encode(mut self) -> Value {
         let parts = Value::Array(self.parts.into_iter().map(Part::encode).collect());
-        self.raw.insert("parts".into(), parts);
+        // Into the slot `decode` left (no new key to hash and allocate).
+        match self.raw.iter_mut().find(|(k, _)| k.as_str() == "parts") {
+            Some((_, slot)) => *slot = parts,
+            None => {
+                self.raw.insert("parts".into(), parts);
+            }
+        }
         Value::Object(self.raw)
     }
 
@@ -247,8 +304,7 @@ impl Message {
     /// hand without it reads as an empty one).
     pub fn info(&self) -> &Map<String, Value> {
         static EMPTY: LazyLock<Map<String, Value>> = LazyLock::new(Map::new);
-        self.raw
-            .get("info")
+        field(&self.raw, "info")
             .and_then(Value::as_object)
             .unwrap_or(&EMPTY)
     }
@@ -258,7 +314,7 @@ impl Message {
     }
 
     pub fn session_id(&self) -> Option<&str> {
-        self.info().get("sessionID").and_then(Value::as_str)
+        field(self.info(), "sessionID").and_then(Value::as_str)
     }
 
     pub fn role(&self) -> Role {
@@ -274,7 +330,7 @@ impl Message {
     }
 
     pub fn finish(&self) -> Option<&str> {
-        self.info().get("finish").and_then(Value::as_str)
+        field(self.info(), "finish").and_then(Value::as_str)
     }
 
     /// The user message's per-session tool allow-list (`tools: {name: bool}`).

@@ -290,21 +290,42 @@ pub fn part_identity(
     part_index: usize,
     part: &Part,
 ) -> Option<(TagKind, String)> {
-    match part.kind {
+    let mut identity = String::new();
+    part_identity_into(message_id, part_index, part, &mut identity).map(|kind| (kind, identity))
+}
+
+/// [`part_identity`], written into `identity` (cleared first; left empty
+/// for a part that never gets a tag), for a caller that reuses one buffer.
+pub fn part_identity_into(
+    message_id: &str,
+    part_index: usize,
+    part: &Part,
+    identity: &mut String,
+) -> Option<TagKind> {
+    use std::fmt::Write as _;
+    identity.clear();
+    let kind = match part.kind {
         PartKind::Text
             if !part.is_ignored() && part.text().is_some_and(|t| !t.trim().is_empty()) =>
         {
-            Some((TagKind::Message, format!("{message_id}:p{part_index}")))
+            let _ = write!(identity, "{message_id}:p{part_index}");
+            TagKind::Message
         }
         PartKind::File if part.file_url().is_some() => {
-            Some((TagKind::File, format!("{message_id}:file{part_index}")))
+            let _ = write!(identity, "{message_id}:file{part_index}");
+            TagKind::File
         }
         // Tool identity is (call id, owning message): harnesses reuse call ids.
-        PartKind::Tool => part
-            .call_id()
-            .map(|c| (TagKind::Tool, format!("{c}@{message_id}"))),
-        _ => None,
-    }
+        PartKind::Tool => {
+            let call = part.call_id()?;
+            identity.push_str(call);
+            identity.push('@');
+            identity.push_str(message_id);
+            TagKind::Tool
+        }
+        _ => return None,
+    };
+    Some(kind)
 }
 
 /// (bytes, estimated tokens, input bytes, estimated input tokens) of a part.

@@ -4,6 +4,7 @@
 //! shared the same way.
 
 use std::collections::HashSet;
+use std::sync::LazyLock;
 
 use rusqlite::{Connection, params};
 use serde::Serialize;
@@ -173,18 +174,24 @@ pub fn trigger_input(
             .query_row(params![session, tail.covered_through], |r| r.get(0))?,
         None => 0,
     };
-    let texts: Vec<String> = tail
-        .unfolded()
-        .filter(|m| m.role() == Role::Assistant)
-        .map(message_text)
-        .collect();
+    // Each message's text is read where it is (`message_mentions_commit`
+    // reads it as `mentions_commit` reads `message_text`).
+    let mut clusters = 0;
+    let mut in_cluster = false;
+    for message in tail.unfolded().filter(|m| m.role() == Role::Assistant) {
+        let has = message_mentions_commit(message);
+        if has && !in_cluster {
+            clusters += 1;
+        }
+        in_cluster = has;
+    }
     Ok(TriggerInput {
         usage_percent: pressure.usage_percent,
         threshold,
         force_band: measure::force_band(threshold),
         window: pressure.window,
         tail_tokens: stored.max(0) as u64 + untagged_tokens,
-        commit_clusters: commit_clusters(texts.iter().map(String::as_str)),
+        commit_clusters: clusters,
         subagent,
     })
 }
@@ -238,15 +245,42 @@ pub fn commit_clusters<'a>(texts: impl IntoIterator<Item = &'a str>) -> usize {
 }
 
 fn mentions_commit(text: &str) -> bool {
-    let lower = text.to_ascii_lowercase();
-    let verb = ["commit", "cherry-pick", "merge", "rebase"]
-        .iter()
-        .any(|v| lower.contains(v));
-    verb && lower.split(|c: char| !c.is_ascii_hexdigit()).any(|w| {
+    has_commit_verb(text, &mut Vec::new()) && has_hash(text)
+}
+
+/// A commit verb anywhere in `text`, in any ASCII case (`lower`: a buffer
+/// for the lowercased text).
+fn has_commit_verb(text: &str, lower: &mut Vec<u8>) -> bool {
+    static VERBS: LazyLock<[memchr::memmem::Finder<'static>; 4]> = LazyLock::new(|| {
+        ["commit", "cherry-pick", "merge", "rebase"].map(memchr::memmem::Finder::new)
+    });
+    lower.clear();
+    lower.extend(text.bytes().map(|b| b.to_ascii_lowercase()));
+    VERBS.iter().any(|verb| verb.find(lower).is_some())
+}
+
+/// A run of 7–12 hex digits, not part of a longer one, with a digit and a letter.
+fn has_hash(text: &str) -> bool {
+    text.split(|c: char| !c.is_ascii_hexdigit()).any(|w| {
         (7..=12).contains(&w.len())
             && w.bytes().any(|b| b.is_ascii_digit())
             && w.bytes().any(|b| b.is_ascii_alphabetic())
     })
+}
+
+/// `mentions_commit(&message_text(message))`, without joining the texts:
+/// the verb and the hash may sit in different parts, and the separator
+/// the join puts between them is no hex digit and no part of a verb.
+fn message_mentions_commit(message: &Message) -> bool {
+    let texts = || {
+        message
+            .parts
+            .iter()
+            .filter(|p| p.kind == PartKind::Text && !p.is_ignored())
+            .filter_map(Part::text)
+    };
+    let mut lower = Vec::new();
+    texts().any(|t| has_commit_verb(t, &mut lower)) && texts().any(has_hash)
 }
 
 #[cfg(test)]
@@ -345,5 +379,37 @@ mod tests {
         ];
         assert_eq!(commit_clusters(texts), 3);
         assert_eq!(commit_clusters(["deadbeef without a verb"]), 0);
+    }
+
+    #[test]
+    fn a_message_mentions_a_commit_as_its_joined_text_does() {
+        let message = |texts: &[&str]| {
+            let parts = texts
+                .iter()
+                .map(|t| serde_json::json!({"type": "text", "text": t}))
+                .collect::<Vec<_>>();
+            Message::decode(
+                serde_json::json!({"info": {"id": "m", "role": "assistant"}, "parts": parts}),
+            )
+            .unwrap()
+        };
+        for texts in [
+            &["Committed a1b2c3d"][..],
+            &["MERGED", "into 0badc0de1"],
+            &["rebase", ""],
+            &["  a1b2c3d  ", "cherry-pick it"],
+            &["com", "mit a1b2c3d"],
+            &["commit abcdefa"],
+            &["commit a1b2c3", "d4e5f6"],
+            &["commit a1b2c3d4e5f6a7"],
+            &[],
+        ] {
+            let m = message(texts);
+            assert_eq!(
+                message_mentions_commit(&m),
+                mentions_commit(&message_text(&m)),
+                "{texts:?}"
+            );
+        }
     }
 }

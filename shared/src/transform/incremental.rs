@@ -122,6 +122,57 @@ impl Resync {
     }
 }
 
+/// What a baseline keeps of one output message: its `info.id` and the
+/// fingerprint of its bytes ([`fingerprint`]), so the next answer is
+/// compared without the previous output's values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kept {
+    id: Option<Box<str>>,
+    print: u128,
+}
+
+/// A baseline's output: the messages as answered (a whole envelope: they are
+/// fingerprinted while the process waits) or, once fingerprinted, what
+/// [`delta_of`] compares.
+#[derive(Debug)]
+pub enum Output {
+    Messages(Vec<Value>),
+    Kept(Vec<Kept>),
+}
+
+impl From<Vec<Value>> for Output {
+    fn from(messages: Vec<Value>) -> Output {
+        Output::Messages(messages)
+    }
+}
+
+impl From<Vec<Kept>> for Output {
+    fn from(kept: Vec<Kept>) -> Output {
+        Output::Kept(kept)
+    }
+}
+
+impl Output {
+    /// Fingerprint the messages if not yet; returns them, to be freed.
+    fn settle(&mut self) -> Vec<Value> {
+        match self {
+            Output::Kept(_) => Vec::new(),
+            Output::Messages(messages) => {
+                let messages = std::mem::take(messages);
+                *self = Output::Kept(kept(&messages));
+                messages
+            }
+        }
+    }
+
+    fn into_messages(self) -> Vec<Value> {
+        match self {
+            Output::Messages(messages) => messages,
+            Output::Kept(_) => Vec::new(),
+        }
+    }
+}
+
 /// One session's baseline: the last call's input and output messages.
 #[derive(Debug)]
 struct Baseline {
@@ -129,7 +180,7 @@ struct Baseline {
     session: String,
     key: String,
     input: Vec<Value>,
-    output: Vec<Value>,
+    output: Output,
     /// A deep copy of `input`, made while the process waits for the next
     /// request ([`Baselines::prepare_spare`]): the next delta takes its pass
     /// input and its new baseline from the two without copying then.
@@ -249,13 +300,14 @@ impl Baselines {
     }
 
     /// Copy the most recently used baseline's input, if it has no spare yet
-    /// (see [`Baseline::spare`]); for the time between requests.
+    /// (see [`Baseline::spare`]), and fingerprint its output if it was
+    /// kept whole; for the time between requests.
     pub fn prepare_spare(&mut self) {
-        if let Some(base) = self.entries.last_mut()
-            && base.spare.is_none()
-            && !base.input.is_empty()
-        {
-            base.spare = Some(base.input.clone());
+        if let Some(base) = self.entries.last_mut() {
+            drop(base.output.settle());
+            if base.spare.is_none() && !base.input.is_empty() {
+                base.spare = Some(base.input.clone());
+            }
         }
     }
 
@@ -314,10 +366,16 @@ impl Baselines {
         Ok(rebuilt)
     }
 
-    /// The output messages of the session's baseline, if it has one.
-    pub fn output(&self, harness: &str, session: &str) -> Option<&[Value]> {
+    /// What the session's baseline keeps of its output, if it has one
+    /// (fingerprinted now if the process had no time for it yet).
+    pub fn output(&mut self, harness: &str, session: &str) -> Option<&[Kept]> {
         let at = self.position(harness, session)?;
-        self.entries.get(at).map(|b| b.output.as_slice())
+        let base = self.entries.get_mut(at)?;
+        drop(base.output.settle());
+        match &base.output {
+            Output::Kept(kept) => Some(kept.as_slice()),
+            Output::Messages(_) => None,
+        }
     }
 
     /// Make `(input, output)` the session's baseline under `key`, dropping
@@ -329,7 +387,7 @@ impl Baselines {
         session: &str,
         key: String,
         input: Vec<Value>,
-        output: Vec<Value>,
+        output: impl Into<Output>,
     ) -> Vec<Value> {
         let mut released = self.forget(harness, session);
         self.entries.push(Baseline {
@@ -337,13 +395,13 @@ impl Baselines {
             session: session.to_string(),
             key,
             input,
-            output,
+            output: output.into(),
             spare: None,
         });
         while self.entries.len() > self.cap {
             let dropped = self.entries.remove(0);
             released.extend(dropped.input);
-            released.extend(dropped.output);
+            released.extend(dropped.output.into_messages());
             released.extend(dropped.spare.unwrap_or_default());
         }
         released
@@ -363,7 +421,7 @@ impl Baselines {
             Some(at) => {
                 let dropped = self.entries.remove(at);
                 let mut released = dropped.input;
-                released.extend(dropped.output);
+                released.extend(dropped.output.into_messages());
                 released.extend(dropped.spare.unwrap_or_default());
                 released
             }
@@ -374,16 +432,17 @@ impl Baselines {
 
 /// The answer's messages for `output` against the `previous` output: the
 /// index of an equal message there (equal byte for byte once serialised:
-/// same keys in the same order), else the message itself.
+/// same keys in the same order, compared by [`fingerprint`]), else the
+/// message itself; and what the next baseline keeps of `output`.
 ///
 /// Messages are matched by `info.id`; the few without one (the synthetic
 /// head and reminders) are compared with the previous ones without one.
-pub fn delta_of(previous: &[Value], output: &[Value]) -> Vec<Value> {
+pub fn delta_of(previous: &[Kept], output: &[Value]) -> (Vec<Value>, Vec<Kept>) {
     let mut by_id: std::collections::HashMap<&str, usize> =
         std::collections::HashMap::with_capacity(previous.len());
     let mut anonymous = Vec::new();
-    for (index, message) in previous.iter().enumerate() {
-        match message_id(message) {
+    for (index, kept) in previous.iter().enumerate() {
+        match kept.id.as_deref() {
             // The first of a repeated id wins; a later one is matched by content only if it is first.
             Some(id) => {
                 by_id.entry(id).or_insert(index);
@@ -391,29 +450,110 @@ pub fn delta_of(previous: &[Value], output: &[Value]) -> Vec<Value> {
             None => anonymous.push(index),
         }
     }
-    output
+    let now = kept(output);
+    let answer = output
         .iter()
-        .map(|message| {
-            let found = match message_id(message) {
-                Some(id) => by_id
-                    .get(id)
-                    .copied()
-                    .filter(|&i| previous.get(i).is_some_and(|p| same(p, message))),
-                None => anonymous
-                    .iter()
-                    .copied()
-                    .find(|&i| previous.get(i).is_some_and(|p| same(p, message))),
+        .zip(&now)
+        .map(|(message, mine)| {
+            let same = |i: &usize| previous.get(*i).is_some_and(|p| p.print == mine.print);
+            let found = match mine.id.as_deref() {
+                Some(id) => by_id.get(id).copied().filter(same),
+                None => anonymous.iter().copied().find(same),
             };
             match found {
                 Some(index) => Value::from(index),
                 None => message.clone(),
             }
         })
+        .collect();
+    (answer, now)
+}
+
+/// What a baseline keeps of each of `output`'s messages.
+pub fn kept(output: &[Value]) -> Vec<Kept> {
+    let mut bytes = Vec::new();
+    output
+        .iter()
+        .map(|message| Kept {
+            id: message_id(message).map(Box::from),
+            print: fingerprint_into(message, &mut bytes),
+        })
         .collect()
 }
 
 fn message_id(message: &Value) -> Option<&str> {
     message.get("info")?.get("id")?.as_str()
+}
+
+/// A 128-bit fingerprint of `value`'s serialised bytes: XXH3-128 over a
+/// canonical encoding of the tree (see [`canonical`]).
+///
+/// Why equal fingerprints may stand for equal bytes: the encoding is
+/// injective (every value is a type tag, then its length, then its
+/// contents, keys in their order, so a stream decodes back to exactly one
+/// value), and serialisation is a function of the value, so two messages
+/// whose bytes differ feed XXH3 different streams. XXH3-128 is no
+/// cryptographic hash, but the messages of one session's two consecutive
+/// outputs are not chosen to collide: the chance that any of a few hundred
+/// changed messages meets its predecessor's fingerprint is about 2^-120 a
+/// pass. The worst a collision does is answer one message as unchanged.
+pub fn fingerprint(value: &Value) -> u128 {
+    fingerprint_into(value, &mut Vec::new())
+}
+
+fn fingerprint_into(value: &Value, bytes: &mut Vec<u8>) -> u128 {
+    bytes.clear();
+    canonical(value, bytes);
+    xxhash_rust::xxh3::xxh3_128(bytes)
+}
+
+/// The canonical encoding [`fingerprint`] hashes: a tag byte per value;
+/// numbers as their kind and 8 bytes (serde_json without
+/// `arbitrary_precision` keeps a number as a u64, an i64 or an f64, and
+/// prints each as a function of it); strings, arrays and objects with their
+/// length first, an object's keys (length, bytes) in their order.
+fn canonical(value: &Value, out: &mut Vec<u8>) {
+    fn length(out: &mut Vec<u8>, n: usize) {
+        out.extend_from_slice(&(n as u64).to_le_bytes());
+    }
+    match value {
+        Value::Null => out.push(0),
+        Value::Bool(b) => out.push(1 + u8::from(*b)),
+        Value::Number(n) => {
+            if let Some(u) = n.as_u64() {
+                out.push(3);
+                out.extend_from_slice(&u.to_le_bytes());
+            } else if let Some(i) = n.as_i64() {
+                out.push(4);
+                out.extend_from_slice(&i.to_le_bytes());
+            } else {
+                out.push(5);
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                out.extend_from_slice(&f.to_bits().to_le_bytes());
+            }
+        }
+        Value::String(s) => {
+            out.push(6);
+            length(out, s.len());
+            out.extend_from_slice(s.as_bytes());
+        }
+        Value::Array(items) => {
+            out.push(7);
+            length(out, items.len());
+            for item in items {
+                canonical(item, out);
+            }
+        }
+        Value::Object(map) => {
+            out.push(8);
+            length(out, map.len());
+            for (key, item) in map {
+                length(out, key.len());
+                out.extend_from_slice(key.as_bytes());
+                canonical(item, out);
+            }
+        }
+    }
 }
 
 /// Equal as serialised bytes: the same values with the same keys in the same
@@ -465,7 +605,13 @@ mod tests {
         ];
         for spare in [false, true] {
             let mut baselines = Baselines::default();
-            baselines.remember("opencode", "s", "k1".into(), input.clone(), Vec::new());
+            baselines.remember(
+                "opencode",
+                "s",
+                "k1".into(),
+                input.clone(),
+                Vec::<Value>::new(),
+            );
             if spare {
                 baselines.prepare_spare();
             }
@@ -475,7 +621,7 @@ mod tests {
             assert_eq!(messages, want, "spare: {spare}");
             assert_eq!(copy, want, "spare: {spare}");
             // A doubt still resyncs and forgets the session.
-            baselines.remember("opencode", "s", "k2".into(), copy, Vec::new());
+            baselines.remember("opencode", "s", "k2".into(), copy, Vec::<Value>::new());
             baselines.prepare_spare();
             assert_eq!(
                 baselines.resolve_with_copy("opencode", "s", delta(Some("k1"), "k3", refs())),
@@ -489,7 +635,13 @@ mod tests {
     fn a_delta_is_rebuilt_from_the_base_input() {
         let mut baselines = Baselines::default();
         let input = vec![message("a", "one"), message("b", "two")];
-        baselines.remember("opencode", "s", "k1".into(), input.clone(), Vec::new());
+        baselines.remember(
+            "opencode",
+            "s",
+            "k1".into(),
+            input.clone(),
+            Vec::<Value>::new(),
+        );
         let new = message("c", "three");
         let rebuilt = baselines
             .resolve(
@@ -504,7 +656,13 @@ mod tests {
             .unwrap();
         assert_eq!(rebuilt, [input[0].clone(), input[1].clone(), new]);
         // A message named twice is there twice (moved once, then copied).
-        baselines.remember("opencode", "s", "k2".into(), input.clone(), Vec::new());
+        baselines.remember(
+            "opencode",
+            "s",
+            "k2".into(),
+            input.clone(),
+            Vec::<Value>::new(),
+        );
         let twice = baselines
             .resolve(
                 "opencode",
@@ -523,7 +681,13 @@ mod tests {
         let input = vec![message("a", "one")];
         let fresh = || {
             let mut b = Baselines::default();
-            b.remember("opencode", "s", "k1".into(), input.clone(), Vec::new());
+            b.remember(
+                "opencode",
+                "s",
+                "k1".into(),
+                input.clone(),
+                Vec::<Value>::new(),
+            );
             b
         };
         let cases: Vec<(Delta, Resync)> = vec![
@@ -578,10 +742,10 @@ mod tests {
     fn the_least_recently_used_session_goes_first() {
         let mut baselines = Baselines::new(2);
         for s in ["a", "b"] {
-            baselines.remember("opencode", s, "k".into(), Vec::new(), Vec::new());
+            baselines.remember("opencode", s, "k".into(), Vec::new(), Vec::<Value>::new());
         }
         baselines.touch("opencode", "a");
-        baselines.remember("opencode", "c", "k".into(), Vec::new(), Vec::new());
+        baselines.remember("opencode", "c", "k".into(), Vec::new(), Vec::<Value>::new());
         assert!(baselines.output("opencode", "a").is_some());
         assert!(baselines.output("opencode", "b").is_none());
         assert!(baselines.output("opencode", "c").is_some());
@@ -598,15 +762,33 @@ mod tests {
         let changed = message("b", "[dropped §2§]");
         let new = message("c", "§3§ three");
         let output = vec![head, message("a", "§1§ one"), changed.clone(), new.clone()];
-        assert_eq!(
-            delta_of(&previous, &output),
-            [json!(0), json!(1), changed, new]
-        );
+        let (answer, now) = delta_of(&kept(&previous), &output);
+        assert_eq!(answer, [json!(0), json!(1), changed.clone(), new.clone()]);
+        // What the next baseline keeps is the output's own fingerprints.
+        assert_eq!(now, kept(&output));
         // A new head (no id) is sent whole.
         let other_head = json!({"info": {"role": "user", "syntheticHead": true}, "parts": [{"type": "text", "text": "m0'"}]});
         assert_eq!(
-            delta_of(&previous, std::slice::from_ref(&other_head)),
+            delta_of(&kept(&previous), std::slice::from_ref(&other_head)).0,
             [other_head]
+        );
+        // Against that output, the next call names its messages there; a
+        // message that moved is named where it is now, and one changed back
+        // is sent whole again.
+        let (answer, _) = delta_of(
+            &now,
+            &[
+                message("c", "§3§ three"),
+                output[0].clone(),
+                message("b", "§2§ two"),
+            ],
+        );
+        assert_eq!(answer, [json!(3), json!(0), message("b", "§2§ two")]);
+        // A message whose id repeats is matched against the first of them.
+        let twice = vec![message("a", "x"), message("a", "y")];
+        assert_eq!(
+            delta_of(&kept(&twice), &twice).0,
+            [json!(0), message("a", "y")]
         );
     }
 
@@ -616,7 +798,69 @@ mod tests {
         let b = json!({"y": 2, "x": 1});
         assert_eq!(a, b, "serde_json's == ignores the order");
         assert!(!same(&a, &b));
+        assert_ne!(fingerprint(&a), fingerprint(&b));
         assert!(same(&json!([a.clone(), "s", 1.5]), &json!([a, "s", 1.5])));
+    }
+
+    #[test]
+    fn fingerprints_tell_apart_what_serialises_apart() {
+        // Pairs that differ in their bytes, many of them where a careless
+        // encoding would feed the hash the same stream.
+        let pairs = [
+            (json!("1"), json!(1)),
+            (json!(1), json!(1.0)),
+            (json!(-1), json!(-1.0)),
+            (json!(0.0), json!(-0.0)),
+            (json!(u64::MAX), json!(-1)),
+            (json!(null), json!(false)),
+            (json!(true), json!(false)),
+            (json!(""), json!(null)),
+            (json!([]), json!({})),
+            (json!([[]]), json!([[], []])),
+            (json!(["ab"]), json!(["a", "b"])),
+            (json!({"a": "b"}), json!({"ab": ""})),
+            (json!({"a": ["b"]}), json!({"a": "b"})),
+            (json!([{"a": 1}, 2]), json!([{"a": [1, 2]}])),
+            (json!({"x": {"y": 1}}), json!({"x": {}, "y": 1})),
+            (json!("§1§ one"), json!("§1§ one ")),
+        ];
+        for (a, b) in &pairs {
+            assert_ne!(
+                serde_json::to_string(a).unwrap(),
+                serde_json::to_string(b).unwrap()
+            );
+            assert_ne!(fingerprint(a), fingerprint(b), "{a} and {b}");
+        }
+        // Equal bytes, equal fingerprints, whatever the values' history.
+        let built = {
+            let mut map = Map::new();
+            map.insert("x".into(), json!([1, "two", {"three": 3.5}]));
+            Value::Object(map)
+        };
+        let parsed: Value = serde_json::from_str(r#"{"x":[1,"two",{"three":3.5}]}"#).unwrap();
+        assert_eq!(fingerprint(&built), fingerprint(&parsed));
+    }
+
+    #[test]
+    fn numbers_are_kept_as_values_not_as_their_text() {
+        // The canonical encoding hashes a number's value: that stands for its
+        // bytes only while serde_json prints every number from its value
+        // (no `arbitrary_precision`, which keeps the text it read).
+        let read: Value = serde_json::from_str("[1.00, 1e2, 10]").unwrap();
+        assert_eq!(serde_json::to_string(&read).unwrap(), "[1.0,100.0,10]");
+    }
+
+    #[test]
+    fn a_whole_output_is_fingerprinted_while_the_process_waits() {
+        let output = vec![message("a", "one")];
+        let mut baselines = Baselines::default();
+        baselines.remember("opencode", "s", "k1".into(), Vec::new(), output.clone());
+        baselines.prepare_spare();
+        assert_eq!(baselines.output("opencode", "s"), Some(&kept(&output)[..]));
+        // Or when the next request comes first.
+        baselines.remember("opencode", "t", "k1".into(), Vec::new(), output.clone());
+        baselines.touch("opencode", "s");
+        assert_eq!(baselines.output("opencode", "t"), Some(&kept(&output)[..]));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use rusqlite::{Transaction, params};
+use rustc_hash::FxHashMap;
 use serde_json::Value;
 
 use crate::codec::{Decoded, Message, Part, PartKind, Role, Wire};
@@ -28,7 +29,9 @@ use crate::domain::envelope::{Envelope, ModelInfo, Usage};
 use crate::domain::measure;
 use crate::domain::messages::{self, session_from_messages};
 use crate::domain::sessions::{self, SessionRow};
-use crate::domain::tags::{self, DropMode, NewTag, TagKind, TagRow, measure_part, part_identity};
+use crate::domain::tags::{
+    self, DropMode, NewTag, TagKind, TagRow, measure_part, part_identity_into,
+};
 
 /// The newest this-many tool tags (any status) are dropped as skeletons; older ones go whole.
 pub const SKELETON_WINDOW: u32 = 20;
@@ -1085,12 +1088,17 @@ fn bind_tags(
     now_ms: i64,
 ) -> Result<(Vec<TagRow>, Bindings)> {
     let from = ordinals.iter().flatten().min().copied().unwrap_or(i64::MAX);
-    let mut tags = tags::load_tags_from_ordinal(tx, session.id, from)?;
-    let mut by_identity: HashMap<String, usize> = tags
+    let loaded = tags::load_tags_from_ordinal(tx, session.id, from)?;
+    // The loaded tags by identity, borrowed; the tags this pass creates go
+    // to `fresh` (their index: after the loaded ones), by identity in `created`.
+    let by_identity: FxHashMap<&str, usize> = loaded
         .iter()
         .enumerate()
-        .map(|(i, t)| (t.identity.clone(), i))
+        .map(|(i, t)| (t.identity.as_str(), i))
         .collect();
+    let mut fresh: Vec<TagRow> = Vec::new();
+    let mut created: FxHashMap<String, usize> = FxHashMap::default();
+    let mut identity = String::new();
 
     let mut bindings = Vec::with_capacity(messages.len());
     for (message, ordinal) in messages.iter().zip(ordinals) {
@@ -1107,11 +1115,14 @@ fn bind_tags(
         let mut first_text = true;
         let mut row = Vec::with_capacity(message.parts.len());
         for (part_index, part) in message.parts.iter().enumerate() {
-            let Some((kind, identity)) = part_identity(message_id, part_index, part) else {
+            let Some(kind) = part_identity_into(message_id, part_index, part, &mut identity) else {
                 row.push(None);
                 continue;
             };
-            if let Some(&existing) = by_identity.get(&identity) {
+            if let Some(&existing) = by_identity
+                .get(identity.as_str())
+                .or_else(|| created.get(&identity))
+            {
                 row.push(Some(existing));
                 continue;
             }
@@ -1149,7 +1160,7 @@ fn bind_tags(
                 },
             )?;
             content::record_part(tx, session.id, &identity, ordinal, part_index, kind, part)?;
-            tags.push(TagRow {
+            fresh.push(TagRow {
                 number,
                 kind,
                 identity: identity.clone(),
@@ -1161,11 +1172,15 @@ fn bind_tags(
                 caveman_depth: 0,
                 nudge: None,
             });
-            by_identity.insert(identity, tags.len() - 1);
-            row.push(Some(tags.len() - 1));
+            let index = loaded.len() + fresh.len() - 1;
+            created.insert(identity.clone(), index);
+            row.push(Some(index));
         }
         bindings.push(row);
     }
+    drop(by_identity);
+    let mut tags = loaded;
+    tags.extend(fresh);
     Ok((tags, bindings))
 }
 

@@ -208,12 +208,12 @@ pub fn render(messages: Vec<Message>, state: &RenderState<'_>) -> Vec<Message> {
         {
             continue;
         }
-        let id = message.id().map(str::to_string);
-        let session = message.session_id().map(str::to_string);
+        let after = message
+            .id()
+            .and_then(|id| state.nudge2.get(id))
+            .map(|text| reminder(message.session_id().unwrap_or_default(), text));
         out.push(message);
-        if let Some(text) = id.as_deref().and_then(|id| state.nudge2.get(id)) {
-            out.push(reminder(session.as_deref().unwrap_or_default(), text));
-        }
+        out.extend(after);
     }
     out
 }
