@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
 use mc_cli::{Failure, GlobalArgs, SessionSetup, Stores, Wait, now_ms, write_json};
+use mc_core::codec::Message;
 use mc_core::historian::choice;
 use mc_core::transform::{
     self, Envelope, OverflowRequest, PassReport, ReduceRequest, SystemRequest,
@@ -182,18 +183,22 @@ fn one_shot_pass(ctx: &mut Ctx<'_>) -> Result<Value, Failure> {
     pass(
         ctx,
         value,
+        None,
         || parse_json(&text).unwrap_or(Value::Null),
         started,
     )
 }
 
-/// One pass over the envelope `value`; `original` gives the input document
-/// again for a passthrough (its messages and system, unchanged). `started`
-/// is when the call began: a passthrough is recorded within what is left of
-/// the hook's wait since then.
+/// One pass over the envelope `value`; on `decoded` instead of its
+/// messages when given (a resident process's delta: OpenCode messages it
+/// decoded while waiting). `original` gives the input document again for a
+/// passthrough (its messages and system, unchanged). `started` is when the
+/// call began: a passthrough is recorded within what is left of the hook's
+/// wait since then.
 pub(crate) fn pass(
     ctx: &mut Ctx<'_>,
     value: Value,
+    decoded: Option<Vec<Message>>,
     original: impl FnOnce() -> Value,
     started: Instant,
 ) -> Result<Value, Failure> {
@@ -213,9 +218,10 @@ pub(crate) fn pass(
     let mut store = setup.store;
     let result = mc_cli::catch_panic(|| {
         let store = store.as_mut().map_err(|e| anyhow!("{e:#}"))?;
-        Ok(transform::run_pass(
+        Ok(transform::run_pass_on(
             store,
             envelope,
+            decoded,
             &config.transform,
             now,
         )?)

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use mc_cli::serve::{Line, Lines, code, error_answer, failure_answer};
 use mc_cli::{Failure, GlobalArgs, Stores};
 use mc_core::transform::ReduceRequest;
-use mc_core::transform::incremental::{Baselines, Delta, Output, delta_of};
+use mc_core::transform::incremental::{Baselines, Delta, Output, PassInput, delta_of};
 
 use crate::cli::{self, Ctx};
 
@@ -204,6 +204,7 @@ impl Server<'_> {
                     None => cli::pass(
                         &mut ctx,
                         Value::Object(map),
+                        None,
                         || cli::parse_json(line).unwrap_or(Value::Null),
                         started,
                     )
@@ -260,6 +261,7 @@ impl Server<'_> {
         };
         let key = delta.key.clone();
         let whole = delta.messages.is_none();
+        let mut decoded = None;
         let input = if whole {
             match map.get("messages") {
                 Some(Value::Array(messages)) => messages.clone(),
@@ -267,12 +269,19 @@ impl Server<'_> {
                 _ => Vec::new(),
             }
         } else {
-            // The pass consumes its messages; `input` is the baseline's copy
-            // (from the spare made while the process waited: no deep copy now).
-            match self.baselines.resolve_with_copy(&harness, &session, delta) {
-                Ok((messages, copy)) => {
+            // `input` becomes the next baseline; the pass consumes its twin,
+            // made from the spare while the process waited (OpenCode's
+            // messages already decoded): nothing is copied or decoded now
+            // but the delta's own messages.
+            match self.baselines.resolve_for_pass(&harness, &session, delta) {
+                Ok((input, PassInput::Values(messages))) => {
                     map.insert("messages".into(), Value::Array(messages));
-                    copy
+                    input
+                }
+                Ok((input, PassInput::Decoded(messages))) => {
+                    map.insert("messages".into(), Value::Array(Vec::new()));
+                    decoded = Some(messages);
+                    input
                 }
                 Err(resync) => return Ok(text(&resync.answer())),
             }
@@ -290,7 +299,7 @@ impl Server<'_> {
             global: self.global,
             stores: &mut self.stores,
         };
-        let answer = match cli::pass(&mut ctx, Value::Object(map), original, started) {
+        let answer = match cli::pass(&mut ctx, Value::Object(map), decoded, original, started) {
             Ok(answer) => answer,
             Err(failure) => {
                 self.forget(&harness, &session);

@@ -34,6 +34,19 @@ pub struct Decoded {
     pub boundary: Option<String>,
 }
 
+impl Decoded {
+    /// OpenCode messages already decoded one by one (`opencode::decode_all`
+    /// of the envelope's values), with mc's boundary taken out.
+    pub fn opencode(mut messages: Vec<Message>) -> Decoded {
+        let boundary = opencode::take_boundary(&mut messages);
+        Decoded {
+            messages,
+            wire: Wire::OpenCode,
+            boundary,
+        }
+    }
+}
+
 impl Wire {
     /// Decode an envelope's messages by its `harness` (`session_id` names the
     /// session for harnesses whose messages do not), mc's compaction boundary
@@ -50,14 +63,7 @@ impl Wire {
                 wire: Wire::Pi(layout),
                 boundary: None,
             }),
-            _ => opencode::decode_all(values).map(|mut messages| {
-                let boundary = opencode::take_boundary(&mut messages);
-                Decoded {
-                    messages,
-                    wire: Wire::OpenCode,
-                    boundary,
-                }
-            }),
+            _ => opencode::decode_all(values).map(Decoded::opencode),
         }
     }
 

@@ -19,6 +19,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::codec::PI;
+use crate::codec::opencode::{Message, decode_all};
 use crate::error::{Error, Result};
 
 /// Sessions whose baselines a resident process keeps, least recently used
@@ -181,10 +183,32 @@ struct Baseline {
     key: String,
     input: Vec<Value>,
     output: Output,
-    /// A deep copy of `input`, made while the process waits for the next
-    /// request ([`Baselines::prepare_spare`]): the next delta takes its pass
-    /// input and its new baseline from the two without copying then.
-    spare: Option<Vec<Value>>,
+    /// A twin of `input`, made while the process waits for the next request
+    /// ([`Baselines::prepare_spare`]): the next delta takes its pass input
+    /// from it and its new baseline from `input`, copying nothing deeply
+    /// but its own messages.
+    spare: Option<Spare>,
+}
+
+/// A baseline input's twin ([`Baseline::spare`]).
+#[derive(Debug)]
+enum Spare {
+    /// Pi's messages, copied: its codec decodes the whole array at once
+    /// (by position), so the pass decodes them.
+    Values(Vec<Value>),
+    /// OpenCode's messages, already decoded: its codec decodes each message
+    /// alone, so a delta's pass decodes only the delta's own messages.
+    Decoded(Vec<Message>),
+}
+
+/// The messages a delta's pass runs on ([`Baselines::resolve_for_pass`]).
+#[derive(Debug)]
+pub enum PassInput {
+    /// As JSON: the pass decodes them.
+    Values(Vec<Value>),
+    /// Already decoded (OpenCode), as `codec::opencode::decode_all` would
+    /// decode the rebuilt input's values.
+    Decoded(Vec<Message>),
 }
 
 /// The baselines of a resident process, most recently used last.
@@ -245,16 +269,17 @@ impl Baselines {
         resolved
     }
 
-    /// [`Baselines::resolve`], plus a second, separate copy of the input
-    /// (for the next baseline, while the pass consumes the first). The copy
-    /// comes from the baseline's spare when it has one, so nothing is copied
-    /// deeply but the delta's own messages.
-    pub fn resolve_with_copy(
+    /// [`Baselines::resolve`], plus the messages the pass runs on: a second,
+    /// separate copy of the input (the rebuilt input itself is the next
+    /// baseline), or its messages decoded. Both come from the baseline's
+    /// spare when it has one, so nothing is copied or decoded but the
+    /// delta's own messages.
+    pub fn resolve_for_pass(
         &mut self,
         harness: &str,
         session: &str,
         delta: Delta,
-    ) -> std::result::Result<(Vec<Value>, Vec<Value>), Resync> {
+    ) -> std::result::Result<(Vec<Value>, PassInput), Resync> {
         let resolved = self.rebuild_both(harness, session, delta);
         if resolved.is_err() {
             self.forget(harness, session);
@@ -267,7 +292,7 @@ impl Baselines {
         harness: &str,
         session: &str,
         delta: Delta,
-    ) -> std::result::Result<(Vec<Value>, Vec<Value>), Resync> {
+    ) -> std::result::Result<(Vec<Value>, PassInput), Resync> {
         let spare = self
             .position(harness, session)
             .and_then(|at| self.entries.get_mut(at))
@@ -283,20 +308,26 @@ impl Baselines {
         let input = self.rebuild(harness, session, delta)?;
         let (Some(spare), Some(refs)) = (spare, refs) else {
             let copy = input.clone();
-            return Ok((input, copy));
+            return Ok((input, PassInput::Values(copy)));
         };
         // The spare is the base input's twin: take each referenced message
-        // from it (a message referenced twice, or new, is copied).
-        let mut spare: Vec<Option<Value>> = spare.into_iter().map(Some).collect();
-        let copy = input
-            .iter()
-            .zip(refs)
-            .map(|(message, at)| {
-                at.and_then(|i| spare.get_mut(i).and_then(Option::take))
-                    .unwrap_or_else(|| message.clone())
-            })
-            .collect();
-        Ok((input, copy))
+        // from it (a message referenced twice is copied; a new one is
+        // copied, or decoded, from the rebuilt input).
+        let pass = match spare {
+            Spare::Values(spare) => PassInput::Values(twin(spare, &refs, &input, Value::clone)),
+            Spare::Decoded(spare) => {
+                let decoded = twin(spare.into_iter().map(Ok).collect(), &refs, &input, |v| {
+                    Message::decode(v.clone())
+                });
+                match decoded.into_iter().collect::<Result<Vec<_>>>() {
+                    Ok(messages) => PassInput::Decoded(messages),
+                    // A new message the codec refuses: the pass decodes the
+                    // whole input and says which one, as the one-shot would.
+                    Err(_) => PassInput::Values(input.clone()),
+                }
+            }
+        };
+        Ok((input, pass))
     }
 
     /// Copy the most recently used baseline's input, if it has no spare yet
@@ -306,7 +337,15 @@ impl Baselines {
         if let Some(base) = self.entries.last_mut() {
             drop(base.output.settle());
             if base.spare.is_none() && !base.input.is_empty() {
-                base.spare = Some(base.input.clone());
+                base.spare = Some(if base.harness == PI {
+                    Spare::Values(base.input.clone())
+                } else {
+                    match decode_all(base.input.clone()) {
+                        Ok(decoded) => Spare::Decoded(decoded),
+                        // Not OpenCode's shape: the pass will say so.
+                        Err(_) => Spare::Values(base.input.clone()),
+                    }
+                });
             }
         }
     }
@@ -402,7 +441,7 @@ impl Baselines {
             let dropped = self.entries.remove(0);
             released.extend(dropped.input);
             released.extend(dropped.output.into_messages());
-            released.extend(dropped.spare.unwrap_or_default());
+            released.extend(dropped.spare.map(Spare::into_values).unwrap_or_default());
         }
         released
     }
@@ -422,12 +461,43 @@ impl Baselines {
                 let dropped = self.entries.remove(at);
                 let mut released = dropped.input;
                 released.extend(dropped.output.into_messages());
-                released.extend(dropped.spare.unwrap_or_default());
+                released.extend(dropped.spare.map(Spare::into_values).unwrap_or_default());
                 released
             }
             None => Vec::new(),
         }
     }
+}
+
+impl Spare {
+    /// The values to free after the answer (a decoded spare's messages go
+    /// back into their values: moves, no copies).
+    fn into_values(self) -> Vec<Value> {
+        match self {
+            Spare::Values(values) => values,
+            Spare::Decoded(messages) => messages.into_iter().map(Message::encode).collect(),
+        }
+    }
+}
+
+/// The pass's twin of a rebuilt `input` from `spare`, the base input's twin:
+/// a referenced message is taken from the spare the first time, made from
+/// its place in `input` (by `make`) when referenced again or new.
+fn twin<T>(
+    spare: Vec<T>,
+    refs: &[Option<usize>],
+    input: &[Value],
+    make: impl Fn(&Value) -> T,
+) -> Vec<T> {
+    let mut spare: Vec<Option<T>> = spare.into_iter().map(Some).collect();
+    input
+        .iter()
+        .zip(refs)
+        .map(|(message, at)| {
+            at.and_then(|i| spare.get_mut(i).and_then(Option::take))
+                .unwrap_or_else(|| make(message))
+        })
+        .collect()
 }
 
 /// The answer's messages for `output` against the `previous` output: the
@@ -591,6 +661,68 @@ mod tests {
         }
     }
 
+    /// The pass's messages as values (decoded ones encoded back).
+    fn values_of(pass: PassInput) -> Vec<Value> {
+        match pass {
+            PassInput::Values(values) => values,
+            PassInput::Decoded(messages) => messages.into_iter().map(Message::encode).collect(),
+        }
+    }
+
+    #[test]
+    fn an_opencode_spare_is_decoded_and_pi_s_copied_and_both_give_the_input() {
+        let input = vec![message("a", "one"), message("b", "two")];
+        let new = message("c", "three");
+        let refs = || Some(vec![json!(1), json!(0), json!(1), new.clone()]);
+        let want = vec![
+            input[1].clone(),
+            input[0].clone(),
+            input[1].clone(),
+            new.clone(),
+        ];
+        for (harness, decoded) in [("opencode", true), ("pi", false)] {
+            let mut baselines = Baselines::default();
+            baselines.remember(
+                harness,
+                "s",
+                "k1".into(),
+                input.clone(),
+                Vec::<Value>::new(),
+            );
+            baselines.prepare_spare();
+            let (rebuilt, pass) = baselines
+                .resolve_for_pass(harness, "s", delta(Some("k1"), "k2", refs()))
+                .unwrap();
+            assert_eq!(matches!(pass, PassInput::Decoded(_)), decoded, "{harness}");
+            assert_eq!(rebuilt, want, "{harness}");
+            assert_eq!(values_of(pass), want, "{harness}");
+        }
+        // A new message OpenCode's codec refuses: the pass gets the values
+        // (and decodes them itself, naming the message, as the one-shot does).
+        let mut baselines = Baselines::default();
+        baselines.remember(
+            "opencode",
+            "s",
+            "k1".into(),
+            input.clone(),
+            Vec::<Value>::new(),
+        );
+        baselines.prepare_spare();
+        let odd = json!({"no": "info"});
+        let (rebuilt, pass) = baselines
+            .resolve_for_pass(
+                "opencode",
+                "s",
+                delta(Some("k1"), "k2", Some(vec![json!(0), odd.clone()])),
+            )
+            .unwrap();
+        let PassInput::Values(values) = pass else {
+            panic!("a message the codec refuses goes to the pass as JSON");
+        };
+        assert_eq!(values, vec![input[0].clone(), odd.clone()]);
+        assert_eq!(rebuilt, values);
+    }
+
     #[test]
     fn the_baselines_copy_is_the_input_with_or_without_a_spare() {
         let input = vec![message("a", "one"), message("b", "two")];
@@ -615,18 +747,18 @@ mod tests {
             if spare {
                 baselines.prepare_spare();
             }
-            let (messages, copy) = baselines
-                .resolve_with_copy("opencode", "s", delta(Some("k1"), "k2", refs()))
+            let (input, pass) = baselines
+                .resolve_for_pass("opencode", "s", delta(Some("k1"), "k2", refs()))
                 .unwrap();
-            assert_eq!(messages, want, "spare: {spare}");
-            assert_eq!(copy, want, "spare: {spare}");
+            assert_eq!(input, want, "spare: {spare}");
+            assert_eq!(values_of(pass), want, "spare: {spare}");
             // A doubt still resyncs and forgets the session.
-            baselines.remember("opencode", "s", "k2".into(), copy, Vec::<Value>::new());
+            baselines.remember("opencode", "s", "k2".into(), input, Vec::<Value>::new());
             baselines.prepare_spare();
-            assert_eq!(
-                baselines.resolve_with_copy("opencode", "s", delta(Some("k1"), "k3", refs())),
+            assert!(matches!(
+                baselines.resolve_for_pass("opencode", "s", delta(Some("k1"), "k3", refs())),
                 Err(Resync::StaleBase)
-            );
+            ));
             assert!(baselines.is_empty());
         }
     }

@@ -45,6 +45,19 @@ pub fn run_pass(
     config: &TransformConfig,
     now_ms: i64,
 ) -> Result<PassOutput> {
+    run_pass_on(store, envelope, None, config, now_ms)
+}
+
+/// [`run_pass`], on `decoded` instead of the envelope's messages when given
+/// (OpenCode messages as `codec::opencode::decode_all` decodes them: a
+/// resident process decoded most of them while it waited).
+pub fn run_pass_on(
+    store: &mut Store,
+    envelope: Envelope,
+    decoded: Option<Vec<Message>>,
+    config: &TransformConfig,
+    now_ms: i64,
+) -> Result<PassOutput> {
     let Envelope {
         harness,
         session_id,
@@ -61,7 +74,10 @@ pub fn run_pass(
         mut messages,
         wire,
         boundary,
-    } = Wire::decode(&harness, session_id.as_deref(), messages)?;
+    } = match decoded {
+        Some(decoded) => Decoded::opencode(decoded),
+        None => Wire::decode(&harness, session_id.as_deref(), messages)?,
+    };
     let session_id = session_id.or_else(|| session_from_messages(&messages));
     let Some(session_id) = session_id else {
         let mut report = PassReport::passthrough(
