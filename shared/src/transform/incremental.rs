@@ -669,10 +669,27 @@ mod tests {
         }
     }
 
+    /// A baseline of `input` for `harness`, its spare made when `spare`.
+    fn baseline_of(harness: &str, input: &[Value], spare: bool) -> Baselines {
+        let mut baselines = Baselines::default();
+        baselines.remember(
+            harness,
+            "s",
+            "k1".into(),
+            input.to_vec(),
+            Vec::<Value>::new(),
+        );
+        if spare {
+            baselines.prepare_spare();
+        }
+        baselines
+    }
+
     #[test]
-    fn an_opencode_spare_is_decoded_and_pi_s_copied_and_both_give_the_input() {
+    fn the_pass_input_is_the_rebuilt_input_with_or_without_a_spare() {
         let input = vec![message("a", "one"), message("b", "two")];
         let new = message("c", "three");
+        // Reordered, one message twice, one new.
         let refs = || Some(vec![json!(1), json!(0), json!(1), new.clone()]);
         let want = vec![
             input[1].clone(),
@@ -680,34 +697,32 @@ mod tests {
             input[1].clone(),
             new.clone(),
         ];
-        for (harness, decoded) in [("opencode", true), ("pi", false)] {
-            let mut baselines = Baselines::default();
-            baselines.remember(
-                harness,
-                "s",
-                "k1".into(),
-                input.clone(),
-                Vec::<Value>::new(),
-            );
-            baselines.prepare_spare();
+        // OpenCode's spare is decoded, Pi's copied; without one, a copy.
+        for (harness, spare, decoded) in [
+            ("opencode", false, false),
+            ("opencode", true, true),
+            ("pi", true, false),
+        ] {
+            let what = format!("{harness}, spare: {spare}");
+            let mut baselines = baseline_of(harness, &input, spare);
             let (rebuilt, pass) = baselines
                 .resolve_for_pass(harness, "s", delta(Some("k1"), "k2", refs()))
                 .unwrap();
-            assert_eq!(matches!(pass, PassInput::Decoded(_)), decoded, "{harness}");
-            assert_eq!(rebuilt, want, "{harness}");
-            assert_eq!(values_of(pass), want, "{harness}");
+            assert_eq!(matches!(pass, PassInput::Decoded(_)), decoded, "{what}");
+            assert_eq!(rebuilt, want, "{what}");
+            assert_eq!(values_of(pass), want, "{what}");
+            // A doubt still resyncs and forgets the session.
+            baselines.remember(harness, "s", "k2".into(), rebuilt, Vec::<Value>::new());
+            baselines.prepare_spare();
+            assert!(matches!(
+                baselines.resolve_for_pass(harness, "s", delta(Some("k1"), "k3", refs())),
+                Err(Resync::StaleBase)
+            ));
+            assert!(baselines.is_empty());
         }
         // A new message OpenCode's codec refuses: the pass gets the values
         // (and decodes them itself, naming the message, as the one-shot does).
-        let mut baselines = Baselines::default();
-        baselines.remember(
-            "opencode",
-            "s",
-            "k1".into(),
-            input.clone(),
-            Vec::<Value>::new(),
-        );
-        baselines.prepare_spare();
+        let mut baselines = baseline_of("opencode", &input, true);
         let odd = json!({"no": "info"});
         let (rebuilt, pass) = baselines
             .resolve_for_pass(
@@ -721,46 +736,6 @@ mod tests {
         };
         assert_eq!(values, vec![input[0].clone(), odd.clone()]);
         assert_eq!(rebuilt, values);
-    }
-
-    #[test]
-    fn the_baselines_copy_is_the_input_with_or_without_a_spare() {
-        let input = vec![message("a", "one"), message("b", "two")];
-        let new = message("c", "three");
-        // Reordered, one message twice, one new.
-        let refs = || Some(vec![json!(1), json!(0), json!(1), new.clone()]);
-        let want = vec![
-            input[1].clone(),
-            input[0].clone(),
-            input[1].clone(),
-            new.clone(),
-        ];
-        for spare in [false, true] {
-            let mut baselines = Baselines::default();
-            baselines.remember(
-                "opencode",
-                "s",
-                "k1".into(),
-                input.clone(),
-                Vec::<Value>::new(),
-            );
-            if spare {
-                baselines.prepare_spare();
-            }
-            let (input, pass) = baselines
-                .resolve_for_pass("opencode", "s", delta(Some("k1"), "k2", refs()))
-                .unwrap();
-            assert_eq!(input, want, "spare: {spare}");
-            assert_eq!(values_of(pass), want, "spare: {spare}");
-            // A doubt still resyncs and forgets the session.
-            baselines.remember("opencode", "s", "k2".into(), input, Vec::<Value>::new());
-            baselines.prepare_spare();
-            assert!(matches!(
-                baselines.resolve_for_pass("opencode", "s", delta(Some("k1"), "k3", refs())),
-                Err(Resync::StaleBase)
-            ));
-            assert!(baselines.is_empty());
-        }
     }
 
     #[test]
