@@ -279,6 +279,7 @@ impl Server<'_> {
                     input
                 }
                 Ok((input, PassInput::Decoded(messages))) => {
+                    // The envelope must name its messages; the pass reads `decoded`.
                     map.insert("messages".into(), Value::Array(Vec::new()));
                     decoded = Some(messages);
                     input

@@ -176,22 +176,18 @@ pub fn trigger_input(
     };
     // Each message's text is read where it is (`message_mentions_commit`
     // reads it as `mentions_commit` reads `message_text`).
-    let mut clusters = 0;
-    let mut in_cluster = false;
-    for message in tail.unfolded().filter(|m| m.role() == Role::Assistant) {
-        let has = message_mentions_commit(message);
-        if has && !in_cluster {
-            clusters += 1;
-        }
-        in_cluster = has;
-    }
+    let commit_clusters = clusters(
+        tail.unfolded()
+            .filter(|m| m.role() == Role::Assistant)
+            .map(message_mentions_commit),
+    );
     Ok(TriggerInput {
         usage_percent: pressure.usage_percent,
         threshold,
         force_band: measure::force_band(threshold),
         window: pressure.window,
         tail_tokens: stored.max(0) as u64 + untagged_tokens,
-        commit_clusters: clusters,
+        commit_clusters,
         subagent,
     })
 }
@@ -232,16 +228,20 @@ pub fn untagged_tokens(conn: &Connection, session: Option<i64>, tail: &Tail<'_>)
 /// Count runs of commit mentions: a commit verb with a 7–12 hex hash in a
 /// text, where texts with no commit between them separate the runs.
 pub fn commit_clusters<'a>(texts: impl IntoIterator<Item = &'a str>) -> usize {
-    let mut clusters = 0;
+    clusters(texts.into_iter().map(mentions_commit))
+}
+
+/// Count runs of `true` (a text that mentions a commit) in `mentions`.
+fn clusters(mentions: impl IntoIterator<Item = bool>) -> usize {
+    let mut count = 0;
     let mut in_cluster = false;
-    for text in texts {
-        let has = mentions_commit(text);
+    for has in mentions {
         if has && !in_cluster {
-            clusters += 1;
+            count += 1;
         }
         in_cluster = has;
     }
-    clusters
+    count
 }
 
 fn mentions_commit(text: &str) -> bool {

@@ -155,15 +155,10 @@ impl From<Vec<Kept>> for Output {
 }
 
 impl Output {
-    /// Fingerprint the messages if not yet; returns them, to be freed.
-    fn settle(&mut self) -> Vec<Value> {
-        match self {
-            Output::Kept(_) => Vec::new(),
-            Output::Messages(messages) => {
-                let messages = std::mem::take(messages);
-                *self = Output::Kept(kept(&messages));
-                messages
-            }
+    /// Fingerprint the messages if not yet (and let them go).
+    fn settle(&mut self) {
+        if let Output::Messages(messages) = self {
+            *self = Output::Kept(kept(messages));
         }
     }
 
@@ -335,7 +330,7 @@ impl Baselines {
     /// kept whole; for the time between requests.
     pub fn prepare_spare(&mut self) {
         if let Some(base) = self.entries.last_mut() {
-            drop(base.output.settle());
+            base.output.settle();
             if base.spare.is_none() && !base.input.is_empty() {
                 base.spare = Some(if base.harness == PI {
                     Spare::Values(base.input.clone())
@@ -410,7 +405,7 @@ impl Baselines {
     pub fn output(&mut self, harness: &str, session: &str) -> Option<&[Kept]> {
         let at = self.position(harness, session)?;
         let base = self.entries.get_mut(at)?;
-        drop(base.output.settle());
+        base.output.settle();
         match &base.output {
             Output::Kept(kept) => Some(kept.as_slice()),
             Output::Messages(_) => None,
