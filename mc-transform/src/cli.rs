@@ -9,10 +9,10 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
 use mc_cli::{Failure, GlobalArgs, SessionSetup, Stores, Wait, now_ms, write_json};
-use mc_core::codec::Message;
 use mc_core::historian::choice;
+use mc_core::transform::render::ForNextPass;
 use mc_core::transform::{
-    self, Envelope, OverflowRequest, PassReport, ReduceRequest, SystemRequest,
+    self, Envelope, OverflowRequest, PassReport, ReduceRequest, Resident, SystemRequest,
 };
 
 pub(crate) const NAME: &str = "mc-transform";
@@ -183,25 +183,26 @@ fn one_shot_pass(ctx: &mut Ctx<'_>) -> Result<Value, Failure> {
     pass(
         ctx,
         value,
-        None,
+        Resident::default(),
         || parse_json(&text).unwrap_or(Value::Null),
         started,
     )
+    .map(|(answer, _)| answer)
 }
 
-/// One pass over the envelope `value`; on `decoded` instead of its
-/// messages when given (a resident process's delta: OpenCode messages it
-/// decoded while waiting). `original` gives the input document again for a
-/// passthrough (its messages and system, unchanged). `started` is when the
-/// call began: a passthrough is recorded within what is left of the hook's
-/// wait since then.
+/// One pass over the envelope `value`, with what a resident process brings
+/// (`Resident`: messages it decoded while waiting, the renderings it kept);
+/// the answer, and what the pass left for the next when it says. `original`
+/// gives the input document again for a passthrough (its messages and
+/// system, unchanged). `started` is when the call began: a passthrough is
+/// recorded within what is left of the hook's wait since then.
 pub(crate) fn pass(
     ctx: &mut Ctx<'_>,
     value: Value,
-    decoded: Option<Vec<Message>>,
+    resident: Resident,
     original: impl FnOnce() -> Value,
     started: Instant,
-) -> Result<Value, Failure> {
+) -> Result<(Value, Option<ForNextPass>), Failure> {
     let mut envelope =
         Envelope::from_value(value).map_err(|e| Failure::input(anyhow::Error::from(e)))?;
     let now = envelope.now_ms.unwrap_or_else(now_ms);
@@ -221,7 +222,7 @@ pub(crate) fn pass(
         Ok(transform::run_pass_on(
             store,
             envelope,
-            decoded,
+            resident,
             &config.transform,
             now,
         )?)
@@ -229,7 +230,8 @@ pub(crate) fn pass(
     let output = match result {
         Ok(mut output) => {
             output.pass.warnings.extend(setup.warnings);
-            output.into_value()
+            let for_next = output.for_next.take();
+            (output.into_value(), for_next)
         }
         Err(error) => {
             // Fail open: the agent's prompt loop must never stop because of mc.
@@ -249,7 +251,7 @@ pub(crate) fn pass(
                     warnings.push(format!("passthrough not recorded in the database: {e}"));
                 }
             }
-            passthrough(original(), message, warnings)
+            (passthrough(original(), message, warnings), None)
         }
     };
     ctx.stores.keep_result(store);

@@ -13,8 +13,8 @@ use serde_json::{Map, Value};
 
 use mc_cli::serve::{Line, Lines, code, error_answer, failure_answer};
 use mc_cli::{Failure, GlobalArgs, Stores};
-use mc_core::transform::ReduceRequest;
 use mc_core::transform::incremental::{Baselines, Delta, Output, PassInput, delta_of};
+use mc_core::transform::{ReduceRequest, Resident};
 
 use crate::cli::{self, Ctx};
 
@@ -204,11 +204,11 @@ impl Server<'_> {
                     None => cli::pass(
                         &mut ctx,
                         Value::Object(map),
-                        None,
+                        Resident::default(),
                         || cli::parse_json(line).unwrap_or(Value::Null),
                         started,
                     )
-                    .map(|answer| {
+                    .map(|(answer, _)| {
                         let line = text(&answer);
                         self.discard(vec![answer]);
                         line
@@ -261,7 +261,12 @@ impl Server<'_> {
         };
         let key = delta.key.clone();
         let whole = delta.messages.is_none();
-        let mut decoded = None;
+        // A whole envelope's pass renders everything and says how, for the
+        // next delta's.
+        let mut resident = Resident {
+            decoded: None,
+            replay: Some(Default::default()),
+        };
         let input = if whole {
             match map.get("messages") {
                 Some(Value::Array(messages)) => messages.clone(),
@@ -272,16 +277,21 @@ impl Server<'_> {
             // `input` becomes the next baseline; the pass consumes its twin,
             // made from the spare while the process waited (OpenCode's
             // messages already decoded): nothing is copied or decoded now
-            // but the delta's own messages.
+            // but the delta's own messages. The messages it references
+            // render again only if their render input changed.
             match self.baselines.resolve_for_pass(&harness, &session, delta) {
-                Ok((input, PassInput::Values(messages))) => {
-                    map.insert("messages".into(), Value::Array(messages));
-                    input
-                }
-                Ok((input, PassInput::Decoded(messages))) => {
-                    // The envelope must name its messages; the pass reads `decoded`.
-                    map.insert("messages".into(), Value::Array(Vec::new()));
-                    decoded = Some(messages);
+                Ok((input, pass, replay)) => {
+                    resident.replay = Some(replay);
+                    match pass {
+                        PassInput::Values(messages) => {
+                            map.insert("messages".into(), Value::Array(messages));
+                        }
+                        PassInput::Decoded(messages) => {
+                            // The envelope must name its messages; the pass reads `decoded`.
+                            map.insert("messages".into(), Value::Array(Vec::new()));
+                            resident.decoded = Some(messages);
+                        }
+                    }
                     input
                 }
                 Err(resync) => return Ok(text(&resync.answer())),
@@ -300,13 +310,14 @@ impl Server<'_> {
             global: self.global,
             stores: &mut self.stores,
         };
-        let answer = match cli::pass(&mut ctx, Value::Object(map), decoded, original, started) {
-            Ok(answer) => answer,
-            Err(failure) => {
-                self.forget(&harness, &session);
-                return Err(failure);
-            }
-        };
+        let (answer, for_next) =
+            match cli::pass(&mut ctx, Value::Object(map), resident, original, started) {
+                Ok(answered) => answered,
+                Err(failure) => {
+                    self.forget(&harness, &session);
+                    return Err(failure);
+                }
+            };
         let Value::Object(mut doc) = answer else {
             self.forget(&harness, &session);
             return Err(Failure::runtime(anyhow!("the pass answered no object")));
@@ -341,17 +352,23 @@ impl Server<'_> {
                 return Err(Failure::runtime(anyhow!("the pass answered no messages")));
             };
             let previous = self.baselines.output(&harness, &session).unwrap_or(&[]);
-            let (messages, kept) = delta_of(previous, &output);
+            // The baseline keeps the output's fingerprints, not the output.
+            let mut spent = Vec::new();
+            let Some((messages, kept)) = delta_of(previous, output, &mut spent) else {
+                self.forget(&harness, &session);
+                return Err(Failure::runtime(anyhow!(
+                    "the pass named a message the previous answer does not have"
+                )));
+            };
+            self.discard(spent);
             let mut answer = Map::new();
             answer.insert("messages".into(), Value::Array(messages));
             answer.extend(doc);
-            // The baseline keeps the output's fingerprints, not the output.
-            self.discard(output);
             (text_of(&answer), Output::from(kept))
         };
         let released = self
             .baselines
-            .remember(&harness, &session, key, input, output);
+            .remember(&harness, &session, key, input, output, for_next);
         self.discard(released);
         Ok(line)
     }

@@ -2,12 +2,13 @@
 //! of its incremental envelope as an adapter would run it: for tests and the
 //! benchmark.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::Duration;
 
-use mc_core::transform::incremental::same;
+use mc_core::transform::incremental::{fingerprint, same};
 use serde_json::{Map, Value, json};
 
 /// How long a test waits for one answer before it fails (a guard against a
@@ -119,12 +120,26 @@ pub struct Incremental {
     /// and the resync reason when the server asked for the whole envelope.
     pub last_sent_delta: bool,
     pub last_resync: Option<String>,
+    /// The fingerprints of the last line's envelope's messages: the next
+    /// base's index (each message fingerprinted once a call).
+    sent: Option<HashMap<u128, usize>>,
 }
 
 struct Base {
     key: String,
     input: Vec<Value>,
     output: Vec<Value>,
+    /// The first index of each input message's fingerprint.
+    at: HashMap<u128, usize>,
+}
+
+/// The first index of each fingerprint in `prints`.
+fn index_of(prints: impl Iterator<Item = u128>) -> HashMap<u128, usize> {
+    let mut at = HashMap::new();
+    for (i, print) in prints.enumerate() {
+        at.entry(print).or_insert(i);
+    }
+    at
 }
 
 impl Incremental {
@@ -148,6 +163,7 @@ impl Incremental {
         tamper: impl FnOnce(&mut Map<String, Value>),
     ) -> String {
         let key = self.key();
+        self.sent = None;
         let mut fields = envelope.as_object().cloned().unwrap_or_default();
         let mut incremental = Map::new();
         incremental.insert("key".into(), json!(key));
@@ -157,13 +173,18 @@ impl Incremental {
                 .shift_remove("messages")
                 .and_then(|m| m.as_array().cloned())
                 .unwrap_or_default();
+            // Equal bytes (the fingerprints match, and the values, keys in
+            // their order): the first such message of the base.
+            let prints: Vec<u128> = messages.iter().map(fingerprint).collect();
             let refs: Vec<Value> = messages
                 .into_iter()
-                .map(|m| match base.input.iter().position(|b| same(b, &m)) {
-                    Some(i) => json!(i),
-                    None => m,
+                .zip(&prints)
+                .map(|(m, print)| match base.at.get(print) {
+                    Some(&i) if same(&base.input[i], &m) => json!(i),
+                    _ => m,
                 })
                 .collect();
+            self.sent = Some(index_of(prints.into_iter()));
             incremental.insert("base".into(), json!(base.key));
             incremental.insert("base_len".into(), json!(base.input.len()));
             incremental.insert("messages".into(), Value::Array(refs));
@@ -178,6 +199,12 @@ impl Incremental {
     /// print it (the delta's references resolved), or `Err(answer)` for an
     /// error line. A resync is followed at once by the whole envelope.
     pub fn pass(&mut self, served: &mut Served, envelope: &Value) -> Result<String, String> {
+        self.pass_value(served, envelope)
+            .map(|doc| serde_json::to_string(&doc).expect("serialises"))
+    }
+
+    /// [`Incremental::pass`], the answer as a value.
+    pub fn pass_value(&mut self, served: &mut Served, envelope: &Value) -> Result<Value, String> {
         self.last_resync = None;
         let line = self.line(envelope, |_| {});
         let mut answer = served.request(&line);
@@ -194,7 +221,7 @@ impl Incremental {
             delta = false;
             answer = served.request(&line);
         }
-        self.settle(envelope, &answer, key, delta)
+        self.settle_value(envelope, &answer, key, delta)
     }
 
     /// Take `answer` to a request made by [`Incremental::line`] with `key`
@@ -206,6 +233,18 @@ impl Incremental {
         key: String,
         delta: bool,
     ) -> Result<String, String> {
+        self.settle_value(envelope, answer, key, delta)
+            .map(|doc| serde_json::to_string(&doc).expect("serialises"))
+    }
+
+    /// [`Incremental::settle`], the answer as a value.
+    pub fn settle_value(
+        &mut self,
+        envelope: &Value,
+        answer: &str,
+        key: String,
+        delta: bool,
+    ) -> Result<Value, String> {
         let mut doc: Map<String, Value> = match serde_json::from_str(answer) {
             Ok(Value::Object(doc)) => doc,
             _ => {
@@ -219,7 +258,7 @@ impl Incremental {
         }
         if doc["pass"]["decision"] == "wait" {
             self.base = None;
-            return Ok(answer.to_string());
+            return Ok(Value::Object(doc));
         }
         let output: Vec<Value> = if delta {
             let previous = &self.base.as_ref().expect("a delta has a base").output;
@@ -239,12 +278,18 @@ impl Incremental {
             doc["messages"].as_array().cloned().unwrap_or_default()
         };
         doc.insert("messages".into(), Value::Array(output.clone()));
+        let input = envelope["messages"].as_array().cloned().unwrap_or_default();
+        let at = self
+            .sent
+            .take()
+            .unwrap_or_else(|| index_of(input.iter().map(fingerprint)));
         self.base = Some(Base {
             key,
-            input: envelope["messages"].as_array().cloned().unwrap_or_default(),
+            input,
             output,
+            at,
         });
-        Ok(serde_json::to_string(&doc).expect("serialises"))
+        Ok(Value::Object(doc))
     }
 }
 

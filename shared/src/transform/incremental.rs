@@ -17,11 +17,14 @@
 //! *resync*: the adapter sends the whole envelope, which starts a new
 //! baseline. Pure bookkeeping: no I/O, no clock.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
 use crate::codec::PI;
 use crate::codec::opencode::{Message, decode_all};
 use crate::error::{Error, Result};
+use crate::transform::render::{ForNextPass, Replay};
 
 /// Sessions whose baselines a resident process keeps, least recently used
 /// dropped first (a dropped one costs one whole envelope, never a wrong answer).
@@ -129,7 +132,7 @@ impl Resync {
 /// compared without the previous output's values.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kept {
-    id: Option<Box<str>>,
+    id: Option<Arc<str>>,
     print: u128,
 }
 
@@ -178,6 +181,9 @@ struct Baseline {
     key: String,
     input: Vec<Value>,
     output: Output,
+    /// What the pass left for the next (its renderings, and the input
+    /// messages it did not render again, decoded: part of the next spare).
+    for_next: Option<ForNextPass>,
     /// A twin of `input`, made while the process waits for the next request
     /// ([`Baselines::prepare_spare`]): the next delta takes its pass input
     /// from it and its new baseline from `input`, copying nothing deeply
@@ -264,17 +270,18 @@ impl Baselines {
         resolved
     }
 
-    /// [`Baselines::resolve`], plus the messages the pass runs on: a second,
+    /// [`Baselines::resolve`], plus what the pass runs on: a second,
     /// separate copy of the input (the rebuilt input itself is the next
-    /// baseline), or its messages decoded. Both come from the baseline's
-    /// spare when it has one, so nothing is copied or decoded but the
-    /// delta's own messages.
+    /// baseline), or its messages decoded, both from the baseline's spare
+    /// when it has one (so nothing is copied or decoded but the delta's own
+    /// messages); and what the base pass's render left for this one (see
+    /// `pass::Resident::replay`), the delta's own messages named changed.
     pub fn resolve_for_pass(
         &mut self,
         harness: &str,
         session: &str,
         delta: Delta,
-    ) -> std::result::Result<(Vec<Value>, PassInput), Resync> {
+    ) -> std::result::Result<(Vec<Value>, PassInput, Replay), Resync> {
         let resolved = self.rebuild_both(harness, session, delta);
         if resolved.is_err() {
             self.forget(harness, session);
@@ -287,23 +294,36 @@ impl Baselines {
         harness: &str,
         session: &str,
         delta: Delta,
-    ) -> std::result::Result<(Vec<Value>, PassInput), Resync> {
-        let spare = self
+    ) -> std::result::Result<(Vec<Value>, PassInput, Replay), Resync> {
+        let (spare, for_next, previous_len) = match self
             .position(harness, session)
             .and_then(|at| self.entries.get_mut(at))
-            .and_then(|base| base.spare.take());
-        let refs: Option<Vec<Option<usize>>> = spare.as_ref().and_then(|_| {
-            delta.messages.as_ref().map(|items| {
-                items
-                    .iter()
-                    .map(|item| item.as_u64().and_then(|i| usize::try_from(i).ok()))
-                    .collect()
-            })
-        });
+        {
+            Some(base) => (
+                base.spare.take(),
+                base.for_next.take(),
+                match &base.output {
+                    Output::Kept(kept) => kept.len(),
+                    Output::Messages(messages) => messages.len(),
+                },
+            ),
+            None => (None, None, 0),
+        };
+        let items = delta.messages.as_deref().unwrap_or_default();
+        let refs: Vec<Option<usize>> = items
+            .iter()
+            .map(|item| item.as_u64().and_then(|i| usize::try_from(i).ok()))
+            .collect();
+        let changed = items.iter().filter_map(message_id).map(Box::from).collect();
         let input = self.rebuild(harness, session, delta)?;
-        let (Some(spare), Some(refs)) = (spare, refs) else {
+        let replay = Replay {
+            previous: for_next.map(|f| f.renderings).unwrap_or_default(),
+            previous_len,
+            changed,
+        };
+        let Some(spare) = spare.filter(|_| !refs.is_empty()) else {
             let copy = input.clone();
-            return Ok((input, PassInput::Values(copy)));
+            return Ok((input, PassInput::Values(copy), replay));
         };
         // The spare is the base input's twin: take each referenced message
         // from it (a message referenced twice is copied; a new one is
@@ -322,7 +342,7 @@ impl Baselines {
                 }
             }
         };
-        Ok((input, pass))
+        Ok((input, pass, replay))
     }
 
     /// Copy the most recently used baseline's input, if it has no spare yet
@@ -332,10 +352,15 @@ impl Baselines {
         if let Some(base) = self.entries.last_mut() {
             base.output.settle();
             if base.spare.is_none() && !base.input.is_empty() {
+                let unused = base
+                    .for_next
+                    .as_mut()
+                    .map(|f| std::mem::take(&mut f.unused))
+                    .unwrap_or_default();
                 base.spare = Some(if base.harness == PI {
                     Spare::Values(base.input.clone())
                 } else {
-                    match decode_all(base.input.clone()) {
+                    match decode_reusing(&base.input, unused) {
                         Ok(decoded) => Spare::Decoded(decoded),
                         // Not OpenCode's shape: the pass will say so.
                         Err(_) => Spare::Values(base.input.clone()),
@@ -422,6 +447,7 @@ impl Baselines {
         key: String,
         input: Vec<Value>,
         output: impl Into<Output>,
+        for_next: Option<ForNextPass>,
     ) -> Vec<Value> {
         let mut released = self.forget(harness, session);
         self.entries.push(Baseline {
@@ -430,6 +456,7 @@ impl Baselines {
             key,
             input,
             output: output.into(),
+            for_next,
             spare: None,
         });
         while self.entries.len() > self.cap {
@@ -437,6 +464,7 @@ impl Baselines {
             released.extend(dropped.input);
             released.extend(dropped.output.into_messages());
             released.extend(dropped.spare.map(Spare::into_values).unwrap_or_default());
+            released.extend(unused_values(dropped.for_next));
         }
         released
     }
@@ -457,11 +485,20 @@ impl Baselines {
                 let mut released = dropped.input;
                 released.extend(dropped.output.into_messages());
                 released.extend(dropped.spare.map(Spare::into_values).unwrap_or_default());
+                released.extend(unused_values(dropped.for_next));
                 released
             }
             None => Vec::new(),
         }
     }
+}
+
+/// The decoded messages a baseline kept for its spare, as values to free.
+fn unused_values(for_next: Option<ForNextPass>) -> impl Iterator<Item = Value> {
+    for_next
+        .into_iter()
+        .flat_map(|f| f.unused)
+        .map(Message::encode)
 }
 
 impl Spare {
@@ -473,6 +510,46 @@ impl Spare {
             Spare::Decoded(messages) => messages.into_iter().map(Message::encode).collect(),
         }
     }
+}
+
+/// `input` decoded as `decode_all` decodes it, taking a message from
+/// `decoded` (messages decoded from values of `input`, by id) where one
+/// has its id, and only if no other message of either carries it.
+fn decode_reusing(input: &[Value], decoded: Vec<Message>) -> Result<Vec<Message>> {
+    if decoded.is_empty() {
+        return decode_all(input.to_vec());
+    }
+    let mut count: rustc_hash::FxHashMap<&str, u32> = Default::default();
+    for id in input.iter().filter_map(message_id) {
+        *count.entry(id).or_default() += 1;
+    }
+    let mut by_id: rustc_hash::FxHashMap<Box<str>, Option<Message>> = Default::default();
+    for message in decoded {
+        let Some(id) = message.id().filter(|id| count.get(id) == Some(&1)) else {
+            continue;
+        };
+        match by_id.get_mut(id) {
+            // Decoded twice: neither is taken.
+            Some(slot) => *slot = None,
+            None => {
+                by_id.insert(Box::from(id), Some(message));
+            }
+        }
+    }
+    input
+        .iter()
+        .enumerate()
+        .map(|(i, value)| {
+            match message_id(value)
+                .and_then(|id| by_id.get_mut(id))
+                .and_then(Option::take)
+            {
+                Some(message) => Ok(message),
+                None => Message::decode(value.clone())
+                    .map_err(|e| Error::input(format!("messages[{i}]: {e}"))),
+            }
+        })
+        .collect()
 }
 
 /// The pass's twin of a rebuilt `input` from `spare`, the base input's twin:
@@ -498,13 +575,20 @@ fn twin<T>(
 /// The answer's messages for `output` against the `previous` output: the
 /// index of an equal message there (equal byte for byte once serialised:
 /// same keys in the same order, compared by [`fingerprint`]), else the
-/// message itself; and what the next baseline keeps of `output`.
+/// message itself; and what the next baseline keeps of `output`. An index
+/// in `output` (a message the pass knew to be the previous output's) stays
+/// that index; `None` if one is out of range. The messages the answer
+/// names by index go to `spent`, for the caller to free when it has time.
 ///
 /// Messages are matched by `info.id`; the few without one (the synthetic
 /// head and reminders) are compared with the previous ones without one.
-pub fn delta_of(previous: &[Kept], output: &[Value]) -> (Vec<Value>, Vec<Kept>) {
-    let mut by_id: std::collections::HashMap<&str, usize> =
-        std::collections::HashMap::with_capacity(previous.len());
+pub fn delta_of(
+    previous: &[Kept],
+    output: Vec<Value>,
+    spent: &mut Vec<Value>,
+) -> Option<(Vec<Value>, Vec<Kept>)> {
+    let mut by_id: rustc_hash::FxHashMap<&str, usize> =
+        rustc_hash::FxHashMap::with_capacity_and_hasher(previous.len(), Default::default());
     let mut anonymous = Vec::new();
     for (index, kept) in previous.iter().enumerate() {
         match kept.id.as_deref() {
@@ -515,23 +599,39 @@ pub fn delta_of(previous: &[Kept], output: &[Value]) -> (Vec<Value>, Vec<Kept>) 
             None => anonymous.push(index),
         }
     }
-    let now = kept(output);
-    let answer = output
-        .iter()
-        .zip(&now)
-        .map(|(message, mine)| {
-            let same = |i: &usize| previous.get(*i).is_some_and(|p| p.print == mine.print);
-            let found = match mine.id.as_deref() {
-                Some(id) => by_id.get(id).copied().filter(same),
-                None => anonymous.iter().copied().find(same),
-            };
-            match found {
-                Some(index) => Value::from(index),
-                None => message.clone(),
+    let mut bytes = Vec::new();
+    let mut now = Vec::with_capacity(output.len());
+    let mut answer = Vec::with_capacity(output.len());
+    for message in output {
+        if let Value::Number(n) = &message {
+            let index = n.as_u64().and_then(|i| usize::try_from(i).ok())?;
+            now.push(previous.get(index)?.clone());
+            answer.push(message);
+            continue;
+        }
+        let mine = kept_of(&message, &mut bytes);
+        let same = |i: &usize| previous.get(*i).is_some_and(|p| p.print == mine.print);
+        let found = match mine.id.as_deref() {
+            Some(id) => by_id.get(id).copied().filter(same),
+            None => anonymous.iter().copied().find(same),
+        };
+        answer.push(match found {
+            Some(index) => {
+                spent.push(message);
+                Value::from(index)
             }
-        })
-        .collect();
-    (answer, now)
+            None => message,
+        });
+        now.push(mine);
+    }
+    Some((answer, now))
+}
+
+fn kept_of(message: &Value, bytes: &mut Vec<u8>) -> Kept {
+    Kept {
+        id: message_id(message).map(Arc::from),
+        print: fingerprint_into(message, bytes),
+    }
 }
 
 /// What a baseline keeps of each of `output`'s messages.
@@ -539,10 +639,7 @@ pub fn kept(output: &[Value]) -> Vec<Kept> {
     let mut bytes = Vec::new();
     output
         .iter()
-        .map(|message| Kept {
-            id: message_id(message).map(Box::from),
-            print: fingerprint_into(message, &mut bytes),
-        })
+        .map(|message| kept_of(message, &mut bytes))
         .collect()
 }
 
@@ -673,6 +770,7 @@ mod tests {
             "k1".into(),
             input.to_vec(),
             Vec::<Value>::new(),
+            None,
         );
         if spare {
             baselines.prepare_spare();
@@ -700,14 +798,21 @@ mod tests {
         ] {
             let what = format!("{harness}, spare: {spare}");
             let mut baselines = baseline_of(harness, &input, spare);
-            let (rebuilt, pass) = baselines
+            let (rebuilt, pass, _) = baselines
                 .resolve_for_pass(harness, "s", delta(Some("k1"), "k2", refs()))
                 .unwrap();
             assert_eq!(matches!(pass, PassInput::Decoded(_)), decoded, "{what}");
             assert_eq!(rebuilt, want, "{what}");
             assert_eq!(values_of(pass), want, "{what}");
             // A doubt still resyncs and forgets the session.
-            baselines.remember(harness, "s", "k2".into(), rebuilt, Vec::<Value>::new());
+            baselines.remember(
+                harness,
+                "s",
+                "k2".into(),
+                rebuilt,
+                Vec::<Value>::new(),
+                None,
+            );
             baselines.prepare_spare();
             assert!(matches!(
                 baselines.resolve_for_pass(harness, "s", delta(Some("k1"), "k3", refs())),
@@ -719,7 +824,7 @@ mod tests {
         // (and decodes them itself, naming the message, as the one-shot does).
         let mut baselines = baseline_of("opencode", &input, true);
         let odd = json!({"no": "info"});
-        let (rebuilt, pass) = baselines
+        let (rebuilt, pass, _) = baselines
             .resolve_for_pass(
                 "opencode",
                 "s",
@@ -743,6 +848,7 @@ mod tests {
             "k1".into(),
             input.clone(),
             Vec::<Value>::new(),
+            None,
         );
         let new = message("c", "three");
         let rebuilt = baselines
@@ -764,6 +870,7 @@ mod tests {
             "k2".into(),
             input.clone(),
             Vec::<Value>::new(),
+            None,
         );
         let twice = baselines
             .resolve(
@@ -789,6 +896,7 @@ mod tests {
                 "k1".into(),
                 input.clone(),
                 Vec::<Value>::new(),
+                None,
             );
             b
         };
@@ -844,10 +952,24 @@ mod tests {
     fn the_least_recently_used_session_goes_first() {
         let mut baselines = Baselines::new(2);
         for s in ["a", "b"] {
-            baselines.remember("opencode", s, "k".into(), Vec::new(), Vec::<Value>::new());
+            baselines.remember(
+                "opencode",
+                s,
+                "k".into(),
+                Vec::new(),
+                Vec::<Value>::new(),
+                None,
+            );
         }
         baselines.touch("opencode", "a");
-        baselines.remember("opencode", "c", "k".into(), Vec::new(), Vec::<Value>::new());
+        baselines.remember(
+            "opencode",
+            "c",
+            "k".into(),
+            Vec::new(),
+            Vec::<Value>::new(),
+            None,
+        );
         assert!(baselines.output("opencode", "a").is_some());
         assert!(baselines.output("opencode", "b").is_none());
         assert!(baselines.output("opencode", "c").is_some());
@@ -864,14 +986,16 @@ mod tests {
         let changed = message("b", "[dropped §2§]");
         let new = message("c", "§3§ three");
         let output = vec![head, message("a", "§1§ one"), changed.clone(), new.clone()];
-        let (answer, now) = delta_of(&kept(&previous), &output);
+        let (answer, now) = delta_of(&kept(&previous), output.clone(), &mut Vec::new()).unwrap();
         assert_eq!(answer, [json!(0), json!(1), changed.clone(), new.clone()]);
         // What the next baseline keeps is the output's own fingerprints.
         assert_eq!(now, kept(&output));
         // A new head (no id) is sent whole.
         let other_head = json!({"info": {"role": "user", "syntheticHead": true}, "parts": [{"type": "text", "text": "m0'"}]});
         assert_eq!(
-            delta_of(&kept(&previous), std::slice::from_ref(&other_head)).0,
+            delta_of(&kept(&previous), vec![other_head.clone()], &mut Vec::new())
+                .unwrap()
+                .0,
             [other_head]
         );
         // Against that output, the next call names its messages there; a
@@ -879,17 +1003,21 @@ mod tests {
         // is sent whole again.
         let (answer, _) = delta_of(
             &now,
-            &[
+            vec![
                 message("c", "§3§ three"),
                 output[0].clone(),
                 message("b", "§2§ two"),
             ],
-        );
+            &mut Vec::new(),
+        )
+        .unwrap();
         assert_eq!(answer, [json!(3), json!(0), message("b", "§2§ two")]);
         // A message whose id repeats is matched against the first of them.
         let twice = vec![message("a", "x"), message("a", "y")];
         assert_eq!(
-            delta_of(&kept(&twice), &twice).0,
+            delta_of(&kept(&twice), twice.clone(), &mut Vec::new())
+                .unwrap()
+                .0,
             [json!(0), message("a", "y")]
         );
     }
@@ -953,14 +1081,112 @@ mod tests {
     }
 
     #[test]
+    fn a_delta_replays_what_the_base_pass_left_and_names_its_own_messages_changed() {
+        use crate::transform::render::{Rendering, Renderings};
+        let input = vec![message("a", "one"), message("b", "two"), message("c", "3")];
+        let mut baselines = Baselines::default();
+        let rendering = |first| Rendering {
+            key: 7,
+            first,
+            count: 1,
+        };
+        let renderings: Renderings = [("a", 0), ("b", 1), ("c", 2)]
+            .into_iter()
+            .map(|(id, at)| (Box::from(id), rendering(at)))
+            .collect();
+        // The pass left `a` and `c` unrendered: the spare takes them as they are.
+        let unused = decode_all(vec![input[0].clone(), input[2].clone()]).unwrap();
+        baselines.remember(
+            "opencode",
+            "s",
+            "k1".into(),
+            input.clone(),
+            input.clone(),
+            Some(ForNextPass {
+                renderings: renderings.clone(),
+                unused,
+            }),
+        );
+        baselines.prepare_spare();
+        let changed_b = message("b", "two, edited");
+        let (rebuilt, pass, replay) = baselines
+            .resolve_for_pass(
+                "opencode",
+                "s",
+                delta(
+                    Some("k1"),
+                    "k2",
+                    Some(vec![
+                        json!(0),
+                        changed_b.clone(),
+                        json!(2),
+                        message("d", "4"),
+                    ]),
+                ),
+            )
+            .unwrap();
+        let want = vec![
+            input[0].clone(),
+            changed_b,
+            input[2].clone(),
+            message("d", "4"),
+        ];
+        assert_eq!(rebuilt, want);
+        assert!(matches!(pass, PassInput::Decoded(_)));
+        assert_eq!(values_of(pass), want);
+        assert_eq!(replay.previous, renderings);
+        assert_eq!(replay.previous_len, 3);
+        let mut changed: Vec<&str> = replay.changed.iter().map(|id| &**id).collect();
+        changed.sort_unstable();
+        assert_eq!(changed, ["b", "d"]);
+    }
+
+    #[test]
+    fn a_spare_from_messages_the_pass_left_is_the_input_decoded() {
+        let input = vec![
+            message("a", "one"),
+            message("b", "two"),
+            message("a", "again"),
+        ];
+        let all = |decoded: Vec<Message>| -> Vec<Value> {
+            decoded.into_iter().map(Message::encode).collect()
+        };
+        // Left: `b` (taken), and `a`, whose id the input carries twice (not taken).
+        let left = decode_all(vec![input[1].clone(), input[0].clone()]).unwrap();
+        assert_eq!(all(decode_reusing(&input, left).unwrap()), input);
+        assert_eq!(all(decode_reusing(&input, Vec::new()).unwrap()), input);
+        // A message the codec refuses is named as decode_all names it.
+        let odd = vec![message("a", "one"), json!({"no": "info"})];
+        let left = decode_all(vec![odd[0].clone()]).unwrap();
+        assert_eq!(
+            decode_reusing(&odd, left).unwrap_err().to_string(),
+            decode_all(odd.clone()).unwrap_err().to_string()
+        );
+    }
+
+    #[test]
     fn a_whole_output_is_fingerprinted_while_the_process_waits() {
         let output = vec![message("a", "one")];
         let mut baselines = Baselines::default();
-        baselines.remember("opencode", "s", "k1".into(), Vec::new(), output.clone());
+        baselines.remember(
+            "opencode",
+            "s",
+            "k1".into(),
+            Vec::new(),
+            output.clone(),
+            None,
+        );
         baselines.prepare_spare();
         assert_eq!(baselines.output("opencode", "s"), Some(&kept(&output)[..]));
         // Or when the next request comes first.
-        baselines.remember("opencode", "t", "k1".into(), Vec::new(), output.clone());
+        baselines.remember(
+            "opencode",
+            "t",
+            "k1".into(),
+            Vec::new(),
+            output.clone(),
+            None,
+        );
         baselines.touch("opencode", "s");
         assert_eq!(baselines.output("opencode", "t"), Some(&kept(&output)[..]));
     }

@@ -20,7 +20,7 @@ pub mod temporal;
 
 pub use crate::domain::envelope::Envelope;
 pub use overflow::{OverflowAnswer, OverflowRequest};
-pub use pass::{record_passthrough, run_pass, run_pass_on};
+pub use pass::{Resident, record_passthrough, run_pass, run_pass_on};
 pub use reduce::{ReduceRequest, ReduceResult, reduce};
 pub use report::{Bust, Decision, PassOutput, PassReport};
 pub use status::{StatusReport, status};

@@ -19,7 +19,9 @@ use crate::identity::project_identity;
 use crate::store::Store;
 
 use super::head::{self as heads, HardSignals, HeadContext, HeadRow, Markers};
-use super::render::{Bindings, Head, RENDER_VERSION, RenderState, age_tags, render};
+use super::render::{
+    Bindings, Head, RENDER_VERSION, RenderState, Replay, Slot, age_tags, render, render_replaying,
+};
 use super::report::{Bust, Decision, PassOutput, PassReport};
 use super::scheduler::{self, Schedule, SchedulerInput};
 use super::state;
@@ -45,19 +47,34 @@ pub fn run_pass(
     config: &TransformConfig,
     now_ms: i64,
 ) -> Result<PassOutput> {
-    run_pass_on(store, envelope, None, config, now_ms)
+    run_pass_on(store, envelope, Resident::default(), config, now_ms)
 }
 
-/// [`run_pass`], on `decoded` instead of the envelope's messages when given
-/// (OpenCode messages as `codec::opencode::decode_all` decodes them: a
-/// resident process decoded most of them while it waited).
+/// What a resident process (`mc-transform serve`) brings to a pass besides
+/// the envelope.
+#[derive(Debug, Default)]
+pub struct Resident {
+    /// OpenCode messages as `codec::opencode::decode_all` decodes the
+    /// envelope's (which are then not read): the process decoded most of
+    /// them while it waited.
+    pub decoded: Option<Vec<Message>>,
+    /// What the process knows of the previous pass's render. When given
+    /// (even empty) and the input is OpenCode's, each output message whose
+    /// render is the same again is the previous output's index instead of
+    /// the message (see `render::render_replaying`), and the output says
+    /// what the next pass may replay ([`PassOutput::for_next`]).
+    pub replay: Option<Replay>,
+}
+
+/// [`run_pass`] with what a resident process brings ([`Resident`]).
 pub fn run_pass_on(
     store: &mut Store,
     envelope: Envelope,
-    decoded: Option<Vec<Message>>,
+    resident: Resident,
     config: &TransformConfig,
     now_ms: i64,
 ) -> Result<PassOutput> {
+    let Resident { decoded, replay } = resident;
     let Envelope {
         harness,
         session_id,
@@ -71,7 +88,7 @@ pub fn run_pass_on(
         ..
     } = envelope;
     let Decoded {
-        mut messages,
+        messages,
         wire,
         boundary,
     } = match decoded {
@@ -87,6 +104,7 @@ pub fn run_pass_on(
         report.reason = "no_session";
         return Ok(PassOutput {
             messages: wire.encode(messages),
+            for_next: None,
             system,
             pass: report,
         });
@@ -126,6 +144,7 @@ pub fn run_pass_on(
         Applied::Wait(due) => {
             return Ok(PassOutput {
                 messages: wire.encode(messages),
+                for_next: None,
                 system,
                 pass: PassReport::wait(facts.usage_percent, due.reason),
             });
@@ -158,7 +177,21 @@ pub fn run_pass_on(
     } else {
         fold_boundary(&messages, &outcome.ordinals, state.covered_through)
     };
-    messages = render(messages, &state);
+    // Pi's codec writes back by position: only OpenCode's output is replayed.
+    let (messages, for_next) = match (replay, &wire) {
+        (Some(replay), Wire::OpenCode) => {
+            let (slots, for_next) = render_replaying(messages, &state, &replay);
+            let messages = slots
+                .into_iter()
+                .map(|slot| match slot {
+                    Slot::Fresh(message) => message.encode(),
+                    Slot::Again(index) => Value::from(index),
+                })
+                .collect();
+            (messages, Some(for_next))
+        }
+        _ => (wire.encode(render(messages, &state)), None),
+    };
     let mut warnings = Vec::new();
     if outcome.schedule.emergency {
         warnings.push(format!(
@@ -169,7 +202,8 @@ pub fn run_pass_on(
     }
     warnings.extend(recovery.warning(facts.window));
     Ok(PassOutput {
-        messages: wire.encode(messages),
+        messages,
+        for_next,
         system: outcome.system,
         pass: PassReport {
             decision: outcome.schedule.decision,

@@ -3,6 +3,8 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::render::ForNextPass;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Decision {
@@ -113,9 +115,14 @@ impl PassReport {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct PassOutput {
+    /// The output messages (with `Resident::replay`, an index for a message
+    /// of the previous output, byte for byte).
     pub messages: Vec<Value>,
+    /// What the next pass may replay, with `Resident::replay` (never part
+    /// of the document).
+    pub for_next: Option<ForNextPass>,
     pub system: Option<Value>,
     pub pass: PassReport,
 }

@@ -5,12 +5,20 @@
 //! large outputs, drops them all and piles them up again: the sequences that
 //! re-arm reduce reminders and make relief drops act (it found reminders that
 //! moved on a defer pass).
+//!
+//! Every pass also goes through a resident `mc-transform serve` on a second
+//! database that sees the same steps, as deltas of the incremental envelope:
+//! the answer, rebuilt, is the in-process pass's document byte for byte
+//! (what the serve process replays of its previous render is never stale).
 
 use mc_core::config::TransformConfig;
 use mc_core::domain::sessions;
 use mc_core::history::store::{self as history, NewCompartment};
-use mc_core::store::Store;
+use mc_core::store::{Store, StoreOptions};
+use mc_core::transform::incremental::{fingerprint, same};
 use mc_core::transform::{Decision, Envelope, ReduceRequest, reduce, run_pass};
+use mc_tests::TestEnv;
+use mc_tests::serve::{Incremental, Served};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -37,6 +45,11 @@ enum Step {
     Memory { update: bool },
     /// The user pins a message (index taken modulo the messages so far).
     Pin(u16),
+    /// The newest message grows (a streamed answer, a tool step that goes on).
+    Grow,
+    /// The newest message's last part changes in place (a text streamed on,
+    /// a tool's output rewritten).
+    Edit,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -49,7 +62,40 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (1u8..=100).prop_map(|share| Step::Publish { share }),
         1 => any::<bool>().prop_map(|update| Step::Memory { update }),
         1 => any::<u16>().prop_map(Step::Pin),
+        1 => Just(Step::Grow),
+        1 => Just(Step::Edit),
     ]
+}
+
+impl Builder {
+    /// The newest message's last text or tool output gets more text; its id.
+    fn edit(&mut self) -> Option<String> {
+        let at = self.tick();
+        let last = self.messages.last_mut()?;
+        let id = last["info"]["id"].as_str()?.to_string();
+        let part = last["parts"]
+            .as_array_mut()?
+            .iter_mut()
+            .rev()
+            .find(|p| p["text"].is_string() || p["state"]["output"].is_string())?;
+        let text = if part["text"].is_string() {
+            &mut part["text"]
+        } else {
+            &mut part["state"]["output"]
+        };
+        *text = json!(format!("{} (edited at {at})", text.as_str()?));
+        Some(id)
+    }
+
+    /// The newest message gets a text part more (its id stays); its id.
+    fn grow(&mut self) -> Option<String> {
+        let at = self.tick();
+        let last = self.messages.last_mut()?;
+        let id = last["info"]["id"].as_str()?.to_string();
+        let parts = last["parts"].as_array_mut()?;
+        parts.push(json!({"id": format!("{id}_g{at}"), "type": "text", "text": format!("and more at {at}")}));
+        Some(id)
+    }
 }
 
 struct Builder {
@@ -198,14 +244,33 @@ fn pin(store: &mut Store, messages: &[Value], pick: u16, now: i64) {
         .unwrap();
 }
 
-fn serialized(messages: &[Value]) -> Vec<String> {
-    messages
-        .iter()
-        .map(|m| serde_json::to_string(m).unwrap())
-        .collect()
+/// The serve side of [`replay_holds`]: a resident process on its own
+/// database, which the test also opens to apply the same steps.
+struct Resident {
+    /// Its folders live as long as the process.
+    _env: TestEnv,
+    store: Store,
+    served: Served,
+    client: Incremental,
 }
 
-/// Run `steps` and check every defer pass against the pass before it.
+impl Resident {
+    fn start() -> Resident {
+        let env = TestEnv::new();
+        env.user_config(r#"{"transform": {"protected_tags": 4, "clear_reasoning_age": 10}}"#);
+        let store = Store::open(&env.db(), &StoreOptions::default()).unwrap();
+        let served = Served::start(&mut env.db_command("mc-transform", &["serve"]));
+        Resident {
+            _env: env,
+            store,
+            served,
+            client: Incremental::default(),
+        }
+    }
+}
+
+/// Run `steps` and check every defer pass against the pass before it, and
+/// every pass against the resident process's answer.
 fn replay_holds(steps: Vec<Step>) -> Result<(), TestCaseError> {
     let config = TransformConfig {
         protected_tags: 4,
@@ -213,6 +278,7 @@ fn replay_holds(steps: Vec<Step>) -> Result<(), TestCaseError> {
         ..TransformConfig::default()
     };
     let mut store = Store::open_in_memory().unwrap();
+    let mut resident = Resident::start();
     let project = tempfile::tempdir().unwrap();
     let mut b = Builder {
         messages: Vec::new(),
@@ -220,15 +286,24 @@ fn replay_holds(steps: Vec<Step>) -> Result<(), TestCaseError> {
         n: 0,
     };
     b.turn(&[3], true, false);
-    let mut previous: Option<Vec<String>> = None;
+    let mut previous: Option<Vec<(Option<String>, u128)>> = None;
+    // The messages that changed since the last pass.
+    let mut grown: Vec<String> = Vec::new();
     let mut max_tag = 0i64;
     for step in steps {
+        // Each step that writes the store writes both.
+        let mut both = |f: &mut dyn FnMut(&mut Store)| {
+            f(&mut store);
+            f(&mut resident.store);
+        };
         match step {
             Step::Turn {
                 tools,
                 finished,
                 with_file,
             } => b.turn(&tools, finished, with_file),
+            Step::Grow => grown.extend(b.grow()),
+            Step::Edit => grown.extend(b.edit()),
             Step::Reduce(picks) => {
                 if max_tag > 0 {
                     let drop: Vec<i64> =
@@ -238,7 +313,9 @@ fn replay_holds(steps: Vec<Step>) -> Result<(), TestCaseError> {
                         session_id: SESSION.into(),
                         drop,
                     };
-                    reduce(&mut store, &request, &config, b.clock).unwrap();
+                    both(&mut |s| {
+                        reduce(s, &request, &config, b.clock).unwrap();
+                    });
                 }
             }
             Step::ReduceAll => {
@@ -248,14 +325,16 @@ fn replay_holds(steps: Vec<Step>) -> Result<(), TestCaseError> {
                     session_id: SESSION.into(),
                     drop,
                 };
-                reduce(&mut store, &request, &config, b.clock).unwrap();
+                both(&mut |s| {
+                    reduce(s, &request, &config, b.clock).unwrap();
+                });
             }
-            Step::Publish { share } => publish(&mut store, share, b.clock),
-            Step::Memory { update } => remember(&mut store, update, b.n, b.clock),
-            Step::Pin(pick) => pin(&mut store, &b.messages, pick, b.clock),
+            Step::Publish { share } => both(&mut |s| publish(s, share, b.clock)),
+            Step::Memory { update } => both(&mut |s| remember(s, update, b.n, b.clock)),
+            Step::Pin(pick) => both(&mut |s| pin(s, &b.messages, pick, b.clock)),
             Step::Pass { percent, idle_min } => {
                 let now = b.clock + 1000 + idle_min * 60_000;
-                let envelope = Envelope::from_value(json!({
+                let value = json!({
                     "session_id": SESSION,
                     "project_dir": project.path(),
                     "system": [format!("You are an agent.\nToday's date: day {}", b.n)],
@@ -263,12 +342,24 @@ fn replay_holds(steps: Vec<Step>) -> Result<(), TestCaseError> {
                     "usage": {"input": percent * 1000},
                     "now_ms": now,
                     "messages": b.messages,
-                }))
+                });
+                let served = resident.client.pass_value(&mut resident.served, &value);
+                let out = run_pass(
+                    &mut store,
+                    Envelope::from_value(value).unwrap(),
+                    &config,
+                    now,
+                )
                 .unwrap();
-                let out = run_pass(&mut store, envelope, &config, now).unwrap();
-                let mut bytes = serialized(&out.messages);
+                // Each message's bytes, by their fingerprint (equal exactly
+                // when they serialise alike), with its id.
+                let mut bytes: Vec<(Option<String>, u128)> = out
+                    .messages
+                    .iter()
+                    .map(|m| (m["info"]["id"].as_str().map(str::to_string), fingerprint(m)))
+                    .collect();
                 // The system prompt is the first thing a prompt cache keys on.
-                bytes.insert(0, serde_json::to_string(&out.system).unwrap());
+                bytes.insert(0, (None, fingerprint(&json!(out.system))));
                 max_tag = max_tag.max(out.pass.tags as i64);
                 if out.pass.decision == Decision::Defer {
                     prop_assert!(
@@ -279,13 +370,28 @@ fn replay_holds(steps: Vec<Step>) -> Result<(), TestCaseError> {
                     if let Some(prev) = &previous {
                         prop_assert!(bytes.len() >= prev.len(), "a defer pass lost messages");
                         for (i, (new, old)) in bytes.iter().zip(prev).enumerate() {
+                            // A message that grew since is new content.
+                            if old.0.as_ref().is_some_and(|id| grown.contains(id)) {
+                                break;
+                            }
                             prop_assert_eq!(new, old, "message {} changed on a defer pass", i);
                         }
                     }
                 }
+                let decision = out.pass.decision;
+                let document = out.into_value();
+                let served = served.map_err(|e| TestCaseError::fail(format!("serve: {e}")))?;
+                prop_assert!(
+                    same(&served, &document),
+                    "the resident answer, rebuilt, is the pass ({:?}):\n{}\n{}",
+                    decision,
+                    served,
+                    document
+                );
                 // Time moves on past this pass.
                 b.clock = now;
                 previous = Some(bytes);
+                grown.clear();
             }
         }
     }
