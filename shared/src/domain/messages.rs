@@ -2,7 +2,7 @@
 //! per-session number on first sight, the one address space the transform,
 //! the historian, pins and search share.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -16,7 +16,7 @@ fn load_message_ordinals(
     conn: &Connection,
     session: i64,
     from_ordinal: i64,
-) -> Result<HashMap<String, (i64, bool)>> {
+) -> Result<FxHashMap<String, (i64, bool)>> {
     let mut stmt = conn.prepare_cached(
         "SELECT message_id, ordinal, keep_reasoning FROM messages WHERE session = ?1 AND ordinal >= ?2",
     )?;
@@ -108,7 +108,7 @@ fn assign_ordinals(
 ) -> Result<(Vec<Option<i64>>, Vec<bool>)> {
     // Load the known window in one range scan, starting from the first visible
     // message we have seen before (probe a few, in case the head is new).
-    let mut known = HashMap::new();
+    let mut known = FxHashMap::default();
     if let Some(session) = session {
         let mut from = None;
         for id in messages.iter().filter_map(Message::id).take(8) {

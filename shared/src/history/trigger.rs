@@ -259,13 +259,26 @@ fn has_commit_verb(text: &str, lower: &mut Vec<u8>) -> bool {
     VERBS.iter().any(|verb| verb.find(lower).is_some())
 }
 
-/// A run of 7–12 hex digits, not part of a longer one, with a digit and a letter.
+/// A run of 7–12 hex digits, not part of a longer one, with a digit and a
+/// letter. (Read by bytes: a character that is no ASCII hex digit is made
+/// of bytes that are none either, so the runs are the same.)
 fn has_hash(text: &str) -> bool {
-    text.split(|c: char| !c.is_ascii_hexdigit()).any(|w| {
-        (7..=12).contains(&w.len())
-            && w.bytes().any(|b| b.is_ascii_digit())
-            && w.bytes().any(|b| b.is_ascii_alphabetic())
-    })
+    let is_hash =
+        |len: usize, digit: bool, letter: bool| (7..=12).contains(&len) && digit && letter;
+    let (mut len, mut digit, mut letter) = (0, false, false);
+    for b in text.bytes() {
+        if b.is_ascii_hexdigit() {
+            len += 1;
+            digit |= b.is_ascii_digit();
+            letter |= b.is_ascii_alphabetic();
+        } else {
+            if is_hash(len, digit, letter) {
+                return true;
+            }
+            (len, digit, letter) = (0, false, false);
+        }
+    }
+    is_hash(len, digit, letter)
 }
 
 /// `mentions_commit(&message_text(message))`, without joining the texts:
@@ -379,6 +392,34 @@ mod tests {
         ];
         assert_eq!(commit_clusters(texts), 3);
         assert_eq!(commit_clusters(["deadbeef without a verb"]), 0);
+    }
+
+    #[test]
+    fn a_hash_is_found_by_bytes_as_by_characters() {
+        let by_characters = |text: &str| {
+            text.split(|c: char| !c.is_ascii_hexdigit()).any(|w| {
+                (7..=12).contains(&w.len())
+                    && w.bytes().any(|b| b.is_ascii_digit())
+                    && w.bytes().any(|b| b.is_ascii_alphabetic())
+            })
+        };
+        for text in [
+            "a1b2c3d",
+            "a1b2c3",
+            "a1b2c3d4e5f6",
+            "a1b2c3d4e5f6a",
+            "abcdefab",
+            "12345678",
+            "é1a2b3c4é",
+            "→a1b2c3d←",
+            "x a1b2c3d4 y",
+            "a1b2c3d4e5f6a7 then 0badc0de",
+            "",
+            "ß",
+            "deadbeef1",
+        ] {
+            assert_eq!(has_hash(text), by_characters(text), "{text:?}");
+        }
     }
 
     #[test]
