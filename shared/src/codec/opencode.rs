@@ -459,8 +459,13 @@ pub fn decode_all(values: Vec<Value>) -> Result<Vec<Message>> {
     values
         .into_iter()
         .enumerate()
-        .map(|(i, v)| Message::decode(v).map_err(|e| Error::input(format!("messages[{i}]: {e}"))))
+        .map(|(i, v)| decode_at(i, v))
         .collect()
+}
+
+/// Decode the message at `index` of an array, an error naming where it is.
+pub fn decode_at(index: usize, value: Value) -> Result<Message> {
+    Message::decode(value).map_err(|e| Error::input(format!("messages[{index}]: {e}")))
 }
 
 pub fn encode_all(messages: Vec<Message>) -> Vec<Value> {

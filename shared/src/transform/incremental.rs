@@ -22,7 +22,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::codec::PI;
-use crate::codec::opencode::{Message, decode_all};
+use crate::codec::opencode::{Message, decode_all, decode_at};
 use crate::error::{Error, Result};
 use crate::transform::render::{ForNextPass, Replay};
 
@@ -321,7 +321,7 @@ impl Baselines {
             previous_len,
             changed,
         };
-        let Some(spare) = spare.filter(|_| !refs.is_empty()) else {
+        let Some(spare) = spare else {
             let copy = input.clone();
             return Ok((input, PassInput::Values(copy), replay));
         };
@@ -545,8 +545,7 @@ fn decode_reusing(input: &[Value], decoded: Vec<Message>) -> Result<Vec<Message>
                 .and_then(Option::take)
             {
                 Some(message) => Ok(message),
-                None => Message::decode(value.clone())
-                    .map_err(|e| Error::input(format!("messages[{i}]: {e}"))),
+                None => decode_at(i, value.clone()),
             }
         })
         .collect()
