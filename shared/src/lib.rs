@@ -35,6 +35,7 @@ mod never_panics;
 pub mod opencode_api;
 pub mod paths;
 pub mod pin;
+pub mod repo_fs;
 pub mod search;
 pub mod store;
 pub mod tokens;

@@ -224,7 +224,7 @@ fn config_checks(env: &Env, loaded: &config::Loaded) -> Vec<Check> {
         .layers
         .iter()
         .filter_map(|layer| {
-            let text = std::fs::read_to_string(&layer.path).ok()?;
+            let text = crate::config::read_layer_of(layer).ok()??;
             let found = super::migrate::deprecated_in(&text);
             (!found.is_empty()).then(|| {
                 format!(
