@@ -76,6 +76,7 @@ pub fn run(env: &Env, options: &Options) -> Vec<Check> {
     checks.extend(binaries(env));
     checks.extend(config_checks(env, &loaded));
     checks.extend(database(env));
+    checks.extend(super::indexes::search_indexes(env));
     checks.extend(providers(env, &loaded.config, options));
     for (integration, version) in integrations.iter().zip(versions) {
         checks.extend(harness_checks(env, integration, version.as_deref()));

@@ -8,6 +8,7 @@
 
 pub mod embed;
 pub mod expand;
+pub mod fts;
 pub mod index;
 pub mod memory;
 pub mod notes;

@@ -25,6 +25,7 @@ mod concurrency;
 mod defer_replay;
 mod dream;
 mod historian;
+mod index_repair;
 mod mcp;
 mod pin;
 mod search;
