@@ -20,6 +20,7 @@ macro_rules! snapshot {
     };
 }
 
+mod arguments;
 mod cli;
 mod concurrency;
 mod defer_replay;
