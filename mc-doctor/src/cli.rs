@@ -47,8 +47,8 @@ struct Args {
     fix: bool,
     /// Write a redacted Markdown report for an issue [default file:
     /// ./mc-issue-YYYYMMDD-HHMMSS.md]; nothing is sent anywhere
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "")]
-    issue: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    issue: Option<Option<PathBuf>>,
     /// Do not call the providers (no network)
     #[arg(long)]
     no_probe: bool,
@@ -176,11 +176,10 @@ fn run(args: Args) -> Result<ExitCode, Failure> {
     let options = check_options(&args);
     let before = checks::run(&env, &options);
     if let Some(file) = &args.issue {
-        let file = if file.as_os_str().is_empty() {
-            PathBuf::from(issue::file_name(env.now_ms))
-        } else {
-            file.clone()
-        };
+        // `--issue` alone: the default name, in the working folder.
+        let file = file
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(issue::file_name(env.now_ms)));
         let state = std::env::var_os("XDG_STATE_HOME")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)

@@ -11,6 +11,7 @@
 //! - [`claim`]: one restorer per compaction (a row only one process can insert).
 //! - [`locate`]: where Claude Code and Codex keep a session's transcript.
 
+pub mod aside;
 pub mod claim;
 pub mod event;
 pub mod hook;

@@ -310,7 +310,14 @@ fn a_tick_does_what_is_due_once_and_status_shows_it() {
     );
     assert_eq!(env.asked().len(), 3);
 
-    let (code, status, _) = env.dream(&["status", "--project", repo.to_str().unwrap()]);
+    // Status at that night (at the fixed clock, a day earlier, the times
+    // recorded that night would be a clock set back).
+    let out = env
+        .db_command("mc-dream", &["status", "--project", repo.to_str().unwrap()])
+        .env("MC_NOW_MS", night.to_string())
+        .output()
+        .unwrap();
+    let (code, status, _) = parse(out);
     assert_eq!(code, 0);
     let project = &status["projects"][0];
     assert_eq!(project["dir"], json!(repo.canonicalize().unwrap()));
@@ -955,4 +962,89 @@ fn follows_no_link(shape: Shape) {
         }
         assert_eq!(after, before, "{shape:?}: files behind the link changed");
     }
+}
+
+/// A clock that ran a year ahead and was set back: every periodic task is
+/// due again per its own period from now, `status` says so, and the times
+/// stored while the clock was ahead are brought back.
+#[test]
+fn a_clock_set_back_after_running_ahead_does_not_stall_the_schedule() {
+    const MIN: i64 = 60_000;
+    const YEAR: i64 = 365 * 24 * 60 * MIN;
+    let env = Env::new();
+    env.remember("CONSTRAINTS", "Never log API keys.");
+    env.fake.always(ANY_MODEL, Reply::with(oracle));
+    let repo = env.repo();
+    let at = |now: i64, args: &[&str]| {
+        let out = env
+            .db_command("mc-dream", args)
+            .env("MC_NOW_MS", now.to_string())
+            .output()
+            .unwrap();
+        parse(out)
+    };
+    let project = repo.to_str().unwrap();
+    let (code, _, stderr) = at(
+        TestEnv::NOW_MS + YEAR,
+        &["run", "git-index", "--project", project],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let (code, ahead, stderr) = at(TestEnv::NOW_MS + YEAR, &["tick"]);
+    assert_eq!(code, 0, "{ahead}\n{stderr}");
+    assert!(
+        outcomes(&ahead).iter().any(|(t, _)| t == "sync"),
+        "{ahead:#}"
+    );
+
+    // Back at today (04:40 UTC): git-index is due at 04:45, sync at 05:00.
+    let (code, status, _) = at(TestEnv::NOW_MS, &["status", "--project", project]);
+    assert_eq!(code, 0);
+    let tasks = status["projects"][0]["tasks"].as_array().unwrap().clone();
+    let next_due = |name: &str| {
+        tasks.iter().find(|t| t["task"] == name).unwrap()["next_due_ms"]
+            .as_i64()
+            .unwrap()
+    };
+    assert_eq!(
+        next_due("git-index"),
+        TestEnv::NOW_MS + 5 * MIN,
+        "{status:#}"
+    );
+    assert_eq!(next_due("sync"), TestEnv::NOW_MS + 20 * MIN, "{status:#}");
+    for task in &tasks {
+        if task["schedule"] != "off" {
+            let due = task["next_due_ms"].as_i64().unwrap();
+            // The longest default period is a week (archive-stale).
+            assert!(
+                due <= TestEnv::NOW_MS + 7 * 24 * 60 * MIN,
+                "{} waits for the clock to catch up: {task}",
+                task["task"]
+            );
+        }
+    }
+
+    // A tick now brings the stored times back; at 05:00 both run again.
+    let (code, _, stderr) = at(TestEnv::NOW_MS, &["tick"]);
+    assert_eq!(code, 0, "{stderr}");
+    let latest: i64 = env
+        .store()
+        .conn()
+        .query_row(
+            "SELECT max(max(coalesce(last_attempt_ms, 0), coalesce(last_run_ms, 0)))
+             FROM dream_tasks",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        latest <= TestEnv::NOW_MS,
+        "a stored time is still ahead: {latest}"
+    );
+    let (code, five, stderr) = at(TestEnv::NOW_MS + 20 * MIN, &["tick"]);
+    assert_eq!(code, 0, "{five}\n{stderr}");
+    let ran: Vec<String> = outcomes(&five).into_iter().map(|(t, _)| t).collect();
+    assert!(
+        ran.contains(&"git-index".to_string()) && ran.contains(&"sync".to_string()),
+        "{five:#}"
+    );
 }
