@@ -241,7 +241,9 @@ fn is_busy(e: &rusqlite::Error) -> bool {
 
 /// True when SQLite failed on a damaged full-text index (FTS5 reports
 /// `SQLITE_CORRUPT_VTAB`) or on one of mc's that is gone (`no such table`,
-/// from a search or from the trigger that keeps it in step).
+/// from a search or from the trigger that keeps it in step). mc names every
+/// full-text table `*_fts` (`search::fts` proves it of its registry), so
+/// the error layer needs no list of them.
 fn is_index_damage(e: &rusqlite::Error) -> bool {
     const SQLITE_CORRUPT_VTAB: i32 = 267;
     let missing_table = |message: &str| {
@@ -249,7 +251,7 @@ fn is_index_damage(e: &rusqlite::Error) -> bool {
         message
             .split_once("no such table: ")
             .map(|(_, name)| name.strip_prefix("main.").unwrap_or(name))
-            .is_some_and(crate::search::fts::is_index)
+            .is_some_and(|name| name.ends_with("_fts"))
     };
     match e {
         rusqlite::Error::SqliteFailure(failure, message) => {
