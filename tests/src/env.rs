@@ -149,6 +149,34 @@ impl TestEnv {
     }
 
     /// Any program (found on the allowed `PATH`) in this environment.
+    /// `git -C dir …` sealed like every process here, with a fixed author
+    /// and author/committer `date` (RFC 3339) and no signing; fails the test
+    /// when git does, and gives its stdout.
+    pub fn git_at(&self, dir: &Path, date: &str, args: &[&str]) -> String {
+        let out = self
+            .program("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=Ada", "-c", "user.email=ada@example.com"])
+            .args([
+                "-c",
+                "commit.gpgsign=false",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .env("GIT_AUTHOR_DATE", date)
+            .env("GIT_COMMITTER_DATE", date)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     pub fn program(&self, program: impl AsRef<OsStr>) -> Command {
         let mut command = Command::new(program);
         seal(&mut command)

@@ -120,28 +120,7 @@ impl Env {
     }
 
     fn git(&self, dir: &Path, args: &[&str]) -> String {
-        let out = self
-            .program("git")
-            .arg("-C")
-            .arg(dir)
-            .args(["-c", "user.name=Ada", "-c", "user.email=ada@example.com"])
-            .args([
-                "-c",
-                "commit.gpgsign=false",
-                "-c",
-                "init.defaultBranch=main",
-            ])
-            .args(args)
-            .env("GIT_AUTHOR_DATE", "2026-11-30T12:00:00Z")
-            .env("GIT_COMMITTER_DATE", "2026-11-30T12:00:00Z")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        self.git_at(dir, "2026-11-30T12:00:00Z", args)
     }
 
     fn git_repo(&self, dir: &Path) {

@@ -46,23 +46,7 @@ fn names_the_rebuild(out: &Output, what: &str) {
 }
 
 fn git(env: &TestEnv, dir: &std::path::Path, args: &[&str]) {
-    let out = env
-        .program("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=Ada", "-c", "user.email=ada@example.com"])
-        .args([
-            "-c",
-            "commit.gpgsign=false",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .env("GIT_AUTHOR_DATE", "2026-11-29T10:00:00Z")
-        .env("GIT_COMMITTER_DATE", "2026-11-29T10:00:00Z")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}");
+    env.git_at(dir, "2026-11-29T10:00:00Z", args);
 }
 
 /// A database with kept messages (indexed), two memories and two commits,

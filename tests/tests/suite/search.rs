@@ -241,28 +241,7 @@ fn a_tool_call_answers_the_models_text_and_a_mistake_as_an_error_text() {
 
 /// `git -C dir …` with a fixed author and date.
 fn git(env: &TestEnv, dir: &std::path::Path, date: &str, args: &[&str]) -> String {
-    let out = env
-        .program("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=Ada", "-c", "user.email=ada@example.com"])
-        .args([
-            "-c",
-            "commit.gpgsign=false",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .env("GIT_AUTHOR_DATE", date)
-        .env("GIT_COMMITTER_DATE", date)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    env.git_at(dir, date, args).trim().to_string()
 }
 
 #[test]
