@@ -10,8 +10,8 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 use serde_json::{Value, json};
 
 use mc_cli::{Failure, finish};
-use mc_core::doctor::harness::HarnessId;
-use mc_core::doctor::{self, Check, Env, checks, issue, magic_context, migrate, setup};
+use mc_doctor_core::harness::HarnessId;
+use mc_doctor_core::{self as doctor, Check, Env, checks, issue, magic_context, migrate, setup};
 
 const NAME: &str = "mc-doctor";
 
@@ -128,7 +128,7 @@ pub fn main() -> ExitCode {
 fn environment(args: &Args) -> Result<Env, Failure> {
     let env_paths = mc_cli::env_paths();
     let db = mc_cli::db_path(args.db.as_deref()).map_err(Failure::from)?;
-    let layers = mc_core::paths::config_layers(args.config.as_deref(), None, &env_paths);
+    let layers = mc_base::paths::config_layers(args.config.as_deref(), None, &env_paths);
     let abs = |p: Option<PathBuf>| p.filter(|p| p.is_absolute());
     Ok(Env {
         home: env_paths.home.clone().unwrap_or_default(),
@@ -288,7 +288,7 @@ fn historian_choice(a: &SetupArgs) -> Result<Option<setup::Historian>, Failure> 
 }
 
 fn detected(env: &Env) -> Vec<HarnessId> {
-    mc_core::doctor::harness::integrations(env)
+    mc_doctor_core::harness::integrations(env)
         .into_iter()
         .filter(|i| i.detected.is_some())
         .map(|i| i.id)

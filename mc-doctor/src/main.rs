@@ -1,6 +1,6 @@
 //! mc-doctor: checks, setup, fixes, migrate and the issue report. Thin:
 //! arguments, the environment, the terminal; the work is in
-//! `mc_core::doctor`.
+//! `mc_doctor_core`.
 
 mod cli;
 mod wizard;

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use anyhow::anyhow;
 
 use mc_cli::Failure;
-use mc_core::doctor::harness::{self, HarnessId};
-use mc_core::doctor::{Env, setup};
+use mc_doctor_core::harness::{self, HarnessId};
+use mc_doctor_core::{Env, setup};
 
 struct Terminal {
     lines: std::io::StdinLock<'static>,

@@ -9,10 +9,11 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
 use mc_cli::{Failure, GlobalArgs, SessionSetup, Stores, Wait, now_ms, write_json};
-use mc_core::historian::choice;
-use mc_core::transform::render::ForNextPass;
-use mc_core::transform::{
-    self, Envelope, OverflowRequest, PassReport, ReduceRequest, Resident, SystemRequest,
+use mc_history::historian::choice;
+use mc_transform_core::render::ForNextPass;
+use mc_transform_core::{
+    self as transform, Envelope, OverflowRequest, PassReport, ReduceRequest, Resident,
+    SystemRequest,
 };
 
 pub(crate) const NAME: &str = "mc-transform";
@@ -109,7 +110,7 @@ enum Command {
         #[arg(long, value_name = "BYTES", default_value_t = mc_cli::serve::DEFAULT_MAX_REQUEST_BYTES)]
         max_request_bytes: usize,
         /// Sessions whose incremental baselines are kept (least recently used dropped)
-        #[arg(long, value_name = "N", default_value_t = mc_core::transform::incremental::DEFAULT_SESSIONS)]
+        #[arg(long, value_name = "N", default_value_t = mc_transform_core::incremental::DEFAULT_SESSIONS)]
         sessions: usize,
     },
 }

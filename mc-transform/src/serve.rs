@@ -13,8 +13,8 @@ use serde_json::{Map, Value};
 
 use mc_cli::serve::{Line, Lines, code, error_answer, failure_answer};
 use mc_cli::{Failure, GlobalArgs, Stores};
-use mc_core::transform::incremental::{Baselines, Delta, Output, PassInput, delta_of};
-use mc_core::transform::{ReduceRequest, Resident};
+use mc_transform_core::incremental::{Baselines, Delta, Output, PassInput, delta_of};
+use mc_transform_core::{ReduceRequest, Resident};
 
 use crate::cli::{self, Ctx};
 

@@ -876,7 +876,7 @@ fn migrate_imports_what_maps_from_magic_context_once_and_reads_it_only() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let identity = mc_core::identity::project_identity(&project);
+    let identity = mc_base::identity::project_identity(&project);
     assert!(identity.starts_with("git:"), "{identity}");
     // mc has seen the session the compartment belongs to.
     let mut envelope: Value = serde_json::from_str(

@@ -36,6 +36,7 @@
 //! (`cargo test -p mc-core never_panics -- --nocapture`);
 //! `MC_NEVER_PANICS_SCALE=N` multiplies every case count for a soak run.
 
+#[path = "never_panics/fuzz.rs"]
 mod fuzz;
 
 use std::cell::Cell;
@@ -52,18 +53,18 @@ use proptest::sample::Index;
 use proptest::test_runner::{Config as RunnerConfig, TestCaseError, TestRunner};
 use serde_json::{Value, json};
 
-use crate::codec::{claude, codex};
-use crate::config::{self, Tier, TransformConfig};
-use crate::domain::notation::parse_ranges;
-use crate::historian::parse::{Answer, RawCompartment, RawFact, parse};
-use crate::historian::validate::{ChunkView, validate};
-use crate::historian::{self, Input, RunParams, Settings};
-use crate::llm::{self, Completion, LlmError, Model, ModelRef, Prompt};
-use crate::opencode_api::OpenCode;
-use crate::pin;
-use crate::store::Store;
-use crate::transform::{
-    self, Envelope, ReduceRequest, SystemRequest, record_passthrough, run_pass,
+use mc_base::codec::{claude, codex};
+use mc_base::config::{self, Tier, TransformConfig};
+use mc_base::domain::notation::parse_ranges;
+use mc_base::store::Store;
+use mc_history::historian::parse::{Answer, RawCompartment, RawFact, parse};
+use mc_history::historian::validate::{ChunkView, validate};
+use mc_history::historian::{self, Input, RunParams, Settings};
+use mc_llm::opencode_api::OpenCode;
+use mc_llm::{self as llm, Completion, LlmError, Model, ModelRef, Prompt};
+use mc_pin_core as pin;
+use mc_transform_core::{
+    self as transform, Envelope, ReduceRequest, SystemRequest, record_passthrough, run_pass,
 };
 
 use fuzz::Edit;
@@ -127,8 +128,8 @@ fn envelope_samples() -> Vec<Value> {
 
 /// A Pi envelope: the codec's test context (every role Pi sends).
 fn pi_envelope() -> Value {
-    let messages: Value = serde_json::from_str(include_str!("../testdata/pi/context.json"))
-        .expect("the Pi sample is JSON");
+    let messages: Value =
+        serde_json::from_str(mc_base::testkit::PI_CONTEXT).expect("the Pi sample is JSON");
     json!({"harness": "pi", "session_id": "pi-session", "now_ms": NOW,
            "model": {"provider": "anthropic", "id": "m", "context_limit": 200_000},
            "messages": messages})
@@ -138,7 +139,7 @@ fn pi_envelope() -> Value {
 fn pi_codec_over_arbitrary_and_mutated_messages() {
     let sample = pi_envelope()["messages"].clone();
     // A session file's entries mutated too: parent links, types, timestamps.
-    let session: Value = include_str!("../testdata/pi/session.jsonl")
+    let session: Value = mc_base::testkit::PI_SESSION
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .collect();
@@ -152,18 +153,18 @@ fn pi_codec_over_arbitrary_and_mutated_messages() {
                 let Value::Array(items) = value else { continue };
                 // The same values as a session file's lines.
                 let lines = items.iter().cloned().enumerate().collect();
-                let file = crate::codec::pi::SessionFile::from_lines(lines);
+                let file = mc_base::codec::pi::SessionFile::from_lines(lines);
                 for whole in [false, true] {
-                    let _ = crate::codec::pi::to_grouped_messages(&file, "s", whole);
+                    let _ = mc_base::codec::pi::to_grouped_messages(&file, "s", whole);
                 }
                 let _ = (
                     file.newest_compaction(),
-                    crate::codec::pi::last_model(&file),
+                    mc_base::codec::pi::last_model(&file),
                 );
                 let text = serde_json::to_string(&items).unwrap_or_default();
-                if let Ok((messages, layout)) = crate::codec::pi::decode(items, Some("s")) {
+                if let Ok((messages, layout)) = mc_base::codec::pi::decode(items, Some("s")) {
                     // Untouched, the messages come back byte for byte.
-                    let back = crate::codec::pi::encode(messages, layout);
+                    let back = mc_base::codec::pi::encode(messages, layout);
                     prop_assert_eq!(serde_json::to_string(&back).unwrap_or_default(), text);
                 }
             }
@@ -476,7 +477,7 @@ fn config_loader_over_arbitrary_text() {
 /// arbitrary text: an error or a result, never a panic.
 #[test]
 fn doctor_edits_and_redaction_over_arbitrary_text() {
-    use crate::doctor::{edit, redact};
+    use mc_doctor_core::{edit, redact};
     let keys: Vec<String> = vec!["hooks".into(), "Stop".into()];
     property(
         "doctor_edits_and_redaction_over_arbitrary_text",
@@ -645,7 +646,7 @@ fn reduce_and_system_requests_over_arbitrary_input() {
 
 #[test]
 fn incremental_deltas_over_arbitrary_input() {
-    use crate::transform::incremental::{Baselines, Delta, delta_of, fingerprint, kept, same};
+    use mc_transform_core::incremental::{Baselines, Delta, delta_of, fingerprint, kept, same};
     property(
         "incremental_deltas_over_arbitrary_input",
         512,
@@ -711,7 +712,7 @@ fn incremental_deltas_over_arbitrary_input() {
 
 #[test]
 fn caveman_and_token_estimates_over_arbitrary_text() {
-    use crate::transform::caveman::{Level, compress};
+    use mc_transform_core::caveman::{Level, compress};
     // Prose the rules act on, with the regions they must shield.
     let prose = "Well, I think that we should just basically read the file at src/main.rs \
                  and then the tests, `cargo test`, see https://example.com/a?b=c and §12§; \
@@ -729,8 +730,8 @@ fn caveman_and_token_estimates_over_arbitrary_text() {
             for level in [Level::Lite, Level::Full, Level::Ultra] {
                 let _ = compress(&text, level);
             }
-            let _ = crate::tokens::estimate(&text);
-            let _ = crate::domain::notation::strip_leading_tags(&text);
+            let _ = mc_base::tokens::estimate(&text);
+            let _ = mc_base::domain::notation::strip_leading_tags(&text);
             Ok(())
         },
     );
@@ -873,10 +874,13 @@ fn the_historian_property_reaches_publish() {
         let model = Scripted::new(Vec::new(), (10, 10));
         historian_on(&mut store, &input, &model);
         assert!(model.calls.get() > 0, "the model was asked");
-        let session =
-            crate::domain::sessions::find_session(store.conn(), &input.harness, &input.session_id)
-                .unwrap()
-                .unwrap();
+        let session = mc_base::domain::sessions::find_session(
+            store.conn(),
+            &input.harness,
+            &input.session_id,
+        )
+        .unwrap()
+        .unwrap();
         assert!(
             historian::publish::covered_through(store.conn(), session.id).unwrap() > 0,
             "the answer was published"
@@ -1002,7 +1006,7 @@ fn historian_answer_parse_and_validate_over_text() {
             chunk_view(),
         ),
         |(text, view)| {
-            let _ = crate::historian::parse::unescape(&text);
+            let _ = mc_history::historian::parse::unescape(&text);
             if let Ok(answer) = parse(&text) {
                 let _ = validate(answer, &view);
             }
@@ -1471,7 +1475,7 @@ fn session_start_hooks(path: &std::path::Path, session: &str, harness: pin::Harn
     else {
         return;
     };
-    let _ = store.write(|tx| crate::history::store::pin(tx, row, "u1", "user", NOW).map(|_| ()));
+    let _ = store.write(|tx| mc_history::store::pin(tx, row, "u1", "user", NOW).map(|_| ()));
     for (source, prompt) in [
         ("compact", Some("p-1")),
         ("compact", None),
@@ -1680,14 +1684,14 @@ fn claude_timestamps_over_arbitrary_text() {
 
 #[test]
 fn found_usage_sums_saturate() {
-    let usage = crate::domain::envelope::Usage {
+    let usage = mc_base::domain::envelope::Usage {
         input: u64::MAX,
         cache_read: 8_000,
         cache_write: 1,
         output: 0,
     };
     assert_eq!(usage.prompt_tokens(), u64::MAX);
-    let message = crate::codec::Message::decode(json!({
+    let message = mc_base::codec::Message::decode(json!({
         "info": {"role": "assistant", "tokens": {"input": u64::MAX, "cache": {"read": 1, "write": 1}}},
         "parts": []
     }))
@@ -1729,13 +1733,13 @@ fn found_a_pass_with_extreme_numbers_answers() {
 
 #[test]
 fn found_the_ttl_and_gap_arithmetic_saturates() {
-    use crate::config::CacheTtl;
-    use crate::transform::scheduler::ttl_expired;
+    use mc_base::config::CacheTtl;
+    use mc_transform_core::scheduler::ttl_expired;
     assert!(!ttl_expired(CacheTtl::Millis(300_000), NOW, i64::MIN));
     assert!(ttl_expired(CacheTtl::Millis(300_000), 1, i64::MAX));
     // A TTL beyond i64 is "not expired yet", not a negative TTL.
     assert!(!ttl_expired(CacheTtl::Millis(u64::MAX), 1, NOW));
-    let messages = crate::codec::opencode::decode_all(vec![
+    let messages = mc_base::codec::opencode::decode_all(vec![
         json!({"info": {"role": "assistant", "time": {"created": i64::MIN}}, "parts": []}),
         json!({"info": {"role": "user", "time": {"created": i64::MAX}}, "parts": []}),
     ])
@@ -1796,7 +1800,7 @@ fn found_provider_token_counts_saturate() {
     historian_on(&mut store, &input, &model);
     assert_eq!(model.calls.get(), 2, "asked, then asked to repair");
     let session =
-        crate::domain::sessions::find_session(store.conn(), "opencode", &input.session_id)
+        mc_base::domain::sessions::find_session(store.conn(), "opencode", &input.session_id)
             .unwrap()
             .unwrap();
     let run = historian::publish::last_run(store.conn(), session.id)
@@ -1815,8 +1819,8 @@ fn found_provider_token_counts_saturate() {
 /// answer (a result or a JSON-RPC error), never a panic.
 #[test]
 fn mcp_server_and_tools_over_arbitrary_messages() {
-    use crate::mcp::{self, ServerInfo};
-    use crate::search::tools::{SessionSource, TOOL_NAMES, ToolServer};
+    use mc_search_core::mcp::{self, ServerInfo};
+    use mc_search_core::tools::{SessionSource, TOOL_NAMES, ToolServer};
 
     let info = ServerInfo {
         name: "mc",
@@ -1826,7 +1830,7 @@ fn mcp_server_and_tools_over_arbitrary_messages() {
     let mut store = store();
     let envelope = fuzz::example_envelope();
     let session = pass_like_the_binary(&mut store, &envelope, &TransformConfig::default());
-    let project = crate::domain::sessions::find_session(
+    let project = mc_base::domain::sessions::find_session(
         store.conn(),
         "opencode",
         session.as_deref().unwrap_or_default(),
@@ -1835,7 +1839,7 @@ fn mcp_server_and_tools_over_arbitrary_messages() {
     .flatten()
     .and_then(|s| s.project_identity)
     .unwrap_or_else(|| "dir:test".into());
-    let _ = crate::search::memory::write(&mut store, &project, "NAMING", "a fact", "user", NOW);
+    let _ = mc_search_core::memory::write(&mut store, &project, "NAMING", "a fact", "user", NOW);
     let clock = || NOW;
     let server = std::cell::RefCell::new(ToolServer {
         store,
@@ -1893,7 +1897,7 @@ fn mcp_server_and_tools_over_arbitrary_messages() {
 /// the index's text helpers never panic, over arbitrary text.
 #[test]
 fn search_queries_over_arbitrary_text_are_valid_fts5() {
-    use crate::search::{index, query};
+    use mc_search_core::{index, query};
     let store = store();
     let text = prop_oneof![
         bytes_text(),
@@ -1968,7 +1972,7 @@ fn dream_answers() -> Vec<String> {
             .into(),
         "<classify><memory id=\"1\" importance=\"80\" scope=\"project\"/></classify>".into(),
         "<archive_stale><memory id=\"2\" verdict=\"keep\"/><!-- c --></archive_stale>".into(),
-        crate::dream::team::render_file("CONSTRAINTS", &[("a1", "Never log API keys."), ("b", "two\n## x")]),
+        mc_dream_core::team::render_file("CONSTRAINTS", &[("a1", "Never log API keys."), ("b", "two\n## x")]),
         "\u{1e}502ce4f09d13391600ab556b15fc3474c3577dc8\u{1f}A <a@x>\u{1f}1700259200\u{1f}s\u{1f}b\u{1d}\n\nf\n"
             .into(),
         "MAILTO=x\n*/15 * * * * 'mc-dream' tick # mc-dream tick\n".into(),
@@ -1977,7 +1981,7 @@ fn dream_answers() -> Vec<String> {
 
 #[test]
 fn dream_parsers_over_text() {
-    use crate::dream::{
+    use mc_dream_core::{
         classify, consolidate, crontab, gitlog, secrets, similar, stale, team, verify,
     };
     let samples = dream_answers();
@@ -2005,7 +2009,7 @@ fn dream_parsers_over_text() {
             let _ = similar::words(&text);
             let _ = crontab::install(&text, "*/15 * * * * x tick # mc-dream tick");
             let _ = crontab::uninstall(&text);
-            let _ = crate::config::parse_cron(&text);
+            let _ = mc_base::config::parse_cron(&text);
             Ok(())
         },
     );

@@ -69,7 +69,7 @@ fn git_command(dir: &Path) -> Command {
 /// the variables that would make it read another repository. Replace refs
 /// are ignored (`GIT_NO_REPLACE_OBJECTS`) because they are local to a clone
 /// and can graft a different history on.
-pub(crate) fn git(dir: &Path) -> Command {
+pub fn git(dir: &Path) -> Command {
     let mut cmd = Command::new("git");
     cmd.arg("-C")
         .arg(dir)
@@ -84,7 +84,7 @@ pub(crate) fn git(dir: &Path) -> Command {
 }
 
 /// A full SHA-1 or SHA-256 object name in lower-case hex.
-pub(crate) fn is_object_id(s: &str) -> bool {
+pub fn is_object_id(s: &str) -> bool {
     (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 /// "a string", "an object", ...: for error messages about a wrong JSON type.
-pub(crate) fn kind_name(value: &Value) -> &'static str {
+pub fn kind_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

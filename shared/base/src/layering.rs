@@ -1,6 +1,7 @@
-//! The module layering, checked: no cycle between the top-level modules of
-//! mc-core, and the domain depends on nothing above it. Read from the
-//! sources (non-test code only), so a new `use` that breaks it fails here.
+//! The module layering inside mc-base, checked: no cycle between its
+//! top-level modules, and the domain depends on nothing above it. Between
+//! crates Cargo enforces the layering; inside one crate it cannot, so this
+//! reads the sources (non-test code only): a new `use` that breaks it fails here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -30,7 +31,7 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
     for entry in std::fs::read_dir(&src).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-        if name != "lib" && name != "layering" && name != "never_panics" {
+        if name != "lib" && name != "layering" && name != "testkit" {
             modules.insert(name, path);
         }
     }
@@ -67,7 +68,7 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
 #[test]
 fn top_level_modules_form_no_cycle() {
     let graph = graph();
-    assert!(graph.contains_key("domain") && graph.contains_key("transform"));
+    assert!(graph.contains_key("domain") && graph.contains_key("store"));
     // Peel off modules whose dependencies are all peeled; what stays is a cycle.
     let mut left = graph.clone();
     loop {

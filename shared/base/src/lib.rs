@@ -1,11 +1,13 @@
-//! mc-core: every piece of logic mc's binaries share.
+//! mc-base: what every core crate builds on — errors, JSON, tokens, the
+//! harness codecs, the shared domain, the store and its migrations, config,
+//! paths and project identity.
 //!
 //! The crate never reads stdin, writes stdout, looks at the environment or the
 //! terminal. Binaries resolve paths, clocks and configuration and pass them in as
 //! values, so everything here can be driven by tests with a fixed clock and a
 //! temporary database.
 
-// The I/O rule, enforced: no printing here (and `clippy.toml` refuses the
+// The I/O rule, enforced: no printing here (and `shared/clippy.toml` refuses the
 // environment, stdin/stdout and ureq's environment-reading defaults).
 #![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 // Nothing reachable from outside input may panic: no expect, no indexing or
@@ -18,26 +20,16 @@
 
 pub mod codec;
 pub mod config;
-pub mod doctor;
 pub mod domain;
-pub mod dream;
 pub mod error;
-pub mod historian;
-pub mod history;
 pub mod identity;
 pub mod json;
 #[cfg(test)]
 mod layering;
-pub mod llm;
-pub mod mcp;
-#[cfg(test)]
-mod never_panics;
-pub mod opencode_api;
 pub mod paths;
-pub mod pin;
-pub mod search;
 pub mod store;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 pub mod tokens;
-pub mod transform;
 
 pub use error::{Error, Result};

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::harness::{self, HarnessId, Integration, State};
 use super::{Check, Env, Repair};
-use crate::config::{self, Config, ProviderKind};
+use mc_base::config::{self, Config, ProviderKind};
 
 /// mc's binaries, which the harnesses' hooks and plugins run.
 pub const BINARIES: [&str; 5] = [
@@ -325,7 +325,7 @@ fn database(env: &Env) -> Vec<Check> {
         Ok(lines) => checks.push(broken(format!("integrity_check: {}", lines.join("; ")))),
         Err(e) => checks.push(broken(format!("integrity_check failed: {e}"))),
     }
-    let supported = crate::store::SCHEMA_VERSION;
+    let supported = mc_base::store::SCHEMA_VERSION;
     if version > supported {
         checks.push(Check::fail(
             "db.schema",
@@ -764,7 +764,7 @@ fn cron(config: &Config, options: &Options) -> Check {
         );
     }
     match crontab_text(&options.crontab) {
-        Some(text) if crate::dream::crontab::installed(&text) => {
+        Some(text) if mc_dream_core::crontab::installed(&text) => {
             Check::pass("cron", "cron: the `mc-dream tick` line is installed")
         }
         Some(_) => Check::fail(
@@ -873,7 +873,7 @@ fn when(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Store, StoreOptions};
+    use mc_base::store::{Store, StoreOptions};
 
     #[test]
     fn recent_passthroughs_and_failed_historian_runs_are_listed_with_their_reasons() {
@@ -889,10 +889,10 @@ mod tests {
         let old = now - RECENT_MS - 1;
         let id = store
             .write(|tx| {
-                let a = crate::domain::sessions::create_session(
+                let a = mc_base::domain::sessions::create_session(
                     tx, "opencode", "ses_a", false, None, old,
                 )?;
-                crate::domain::sessions::create_session(
+                mc_base::domain::sessions::create_session(
                     tx,
                     "claude-code",
                     "s-old",
@@ -911,7 +911,7 @@ mod tests {
             })
             .unwrap();
         assert!(id > 0);
-        crate::transform::pass::record_passthrough(
+        mc_transform_core::pass::record_passthrough(
             &mut store,
             "opencode",
             "ses_a",
@@ -919,7 +919,7 @@ mod tests {
             now - 1000,
         )
         .unwrap();
-        crate::transform::pass::record_passthrough(
+        mc_transform_core::pass::record_passthrough(
             &mut store,
             "claude-code",
             "s-old",

@@ -6,7 +6,7 @@
 use jsonc_parser::cst::{CstInputValue, CstObject, CstRootNode};
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use mc_base::error::{Error, Result};
 
 fn options() -> jsonc_parser::ParseOptions {
     jsonc_parser::ParseOptions {

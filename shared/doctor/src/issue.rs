@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use super::{Check, Env, redact};
-use crate::config;
+use mc_base::config;
 
 /// How many lines of each log the report keeps.
 pub const LOG_LINES: usize = 50;

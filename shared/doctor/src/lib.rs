@@ -7,6 +7,17 @@
 //! binary builds; this module reads and writes files and runs programs
 //! (`--version`, probes), but never looks at the environment itself.
 
+// The I/O rule, enforced: no printing here (and `shared/clippy.toml` refuses the
+// environment, stdin/stdout and ureq's environment-reading defaults).
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
+// Nothing reachable from outside input may panic: no expect, no indexing or
+// slicing that can go out of range; the few proven invariants carry an
+// `allow` with the reason on the smallest item.
+#![cfg_attr(
+    not(test),
+    deny(clippy::expect_used, clippy::indexing_slicing, clippy::string_slice)
+)]
+
 pub mod checks;
 pub mod edit;
 pub mod harness;
@@ -22,7 +33,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::config::Layer;
+use mc_base::config::Layer;
 
 /// What the doctor knows about the process it runs for.
 #[derive(Debug, Clone, Default)]

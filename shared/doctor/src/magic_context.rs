@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::error::{Error, Result};
-use crate::history::store::{self as history, NewCompartment};
-use crate::search::memory;
-use crate::store::Store;
+use mc_base::error::{Error, Result};
+use mc_base::store::Store;
+use mc_history::store::{self as history, NewCompartment};
+use mc_search_core::memory;
 
 /// Magic Context's database under a data folder (`$XDG_DATA_HOME`, else
 /// `~/.local/share`).

@@ -8,8 +8,8 @@ use rusqlite::Connection;
 use serde_json::Value;
 
 use super::{Env, edit};
-use crate::error::{Error, Result};
-use crate::store::{SCHEMA_VERSION, Store, StoreOptions};
+use mc_base::error::{Error, Result};
+use mc_base::store::{SCHEMA_VERSION, Store, StoreOptions};
 
 /// Config keys mc renamed: (old dotted path, new dotted path). Empty in this
 /// release: no key has been renamed yet; a rename adds its row here and
@@ -169,17 +169,7 @@ mod tests {
     /// A database as the previous release left it: the first nine migrations.
     fn old_database(path: &std::path::Path) {
         let conn = Connection::open(path).unwrap();
-        for sql in [
-            include_str!("../store/migrations/0001_transform.sql"),
-            include_str!("../store/migrations/0002_history.sql"),
-            include_str!("../store/migrations/0003_pins_and_historian.sql"),
-            include_str!("../store/migrations/0004_system_date_and_reminders.sql"),
-            include_str!("../store/migrations/0005_session_project_and_render_version.sql"),
-            include_str!("../store/migrations/0006_restore_claims.sql"),
-            include_str!("../store/migrations/0007_learned_limits.sql"),
-            include_str!("../store/migrations/0008_memory_notes_and_raw_content.sql"),
-            include_str!("../store/migrations/0009_message_index.sql"),
-        ] {
+        for sql in &mc_base::store::MIGRATIONS[..9] {
             conn.execute_batch(sql).unwrap();
         }
         conn.pragma_update(None, "user_version", 9).unwrap();

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::harness::{self, Action, HarnessId, Piece};
 use super::{Env, Repair, edit};
-use crate::error::{Error, Result};
+use mc_base::error::{Error, Result};
 
 /// The historian's model, as setup writes it into mc's user config.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

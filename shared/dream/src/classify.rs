@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use crate::history::store;
+use mc_history::store;
 
 use super::manifest::{self, escape};
 use super::{Done, LiveMemory, Run, TaskFailure, live_memories};

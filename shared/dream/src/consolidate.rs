@@ -22,8 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use rusqlite::params;
 use serde_json::json;
 
-use crate::history::store;
-use crate::search::memory;
+use mc_history::store;
+use mc_search_core::memory;
 
 use super::manifest::{self, escape};
 use super::similar::{self, Item};
@@ -123,7 +123,7 @@ pub fn parse(answer: &str, groups: &[Vec<i64>]) -> Result<Vec<Merge>, String> {
 fn judged_distinct(
     conn: &rusqlite::Connection,
     project: &str,
-) -> crate::Result<BTreeSet<(String, String)>> {
+) -> mc_base::Result<BTreeSet<(String, String)>> {
     Ok(conn
         .prepare_cached("SELECT key_a, key_b FROM dream_distinct WHERE project = ?1")?
         .query_map(params![project], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -179,7 +179,7 @@ pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {
         let members = rows(group);
         let said = members
             .iter()
-            .map(|(_, _, c)| u64::from(crate::tokens::estimate(c)))
+            .map(|(_, _, c)| u64::from(mc_base::tokens::estimate(c)))
             .max()
             .unwrap_or(0)
             + 20;

@@ -8,7 +8,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::error::Result;
+use mc_base::error::Result;
 
 /// Who holds a lease, for what, and until when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -137,7 +137,7 @@ pub fn release(conn: &Connection, project: &str, domain: &str, holder: &str) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
+    use mc_base::store::Store;
 
     #[test]
     fn one_holder_until_expiry_or_death() {

@@ -30,10 +30,21 @@
 //! mid-task leaves an unfinished run record and its lease, which the next
 //! tick takes over (its holder is gone); nothing of the task was applied.
 
+// The I/O rule, enforced: no printing here (and `shared/clippy.toml` refuses the
+// environment, stdin/stdout and ureq's environment-reading defaults).
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
+// Nothing reachable from outside input may panic: no expect, no indexing or
+// slicing that can go out of range; the few proven invariants carry an
+// `allow` with the reason on the smallest item.
+#![cfg_attr(
+    not(test),
+    deny(clippy::expect_used, clippy::indexing_slicing, clippy::string_slice)
+)]
+
 pub mod classify;
 pub mod consolidate;
 pub mod crontab;
-pub mod gitlog;
+pub use mc_search_core::gitlog;
 pub mod lease;
 pub mod manifest;
 pub mod schedule;
@@ -56,11 +67,11 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::config::DreamConfig;
-use crate::error::{Error, Result};
-use crate::identity::project_identity;
-use crate::llm::{self, Completion, Model, Prompt};
-use crate::store::Store;
+use mc_base::config::DreamConfig;
+use mc_base::error::{Error, Result};
+use mc_base::identity::project_identity;
+use mc_base::store::Store;
+use mc_llm::{self as llm, Completion, Model, Prompt};
 
 use self::lease::Lease;
 use self::schedule::Schedule;
@@ -172,7 +183,7 @@ pub struct Settings<'a> {
 /// What the `embed` task needs: the provider, and how to wait between retries.
 #[derive(Clone, Copy)]
 pub struct Embedder<'a> {
-    pub provider: &'a crate::search::embed::Provider,
+    pub provider: &'a mc_search_core::embed::Provider,
     pub sleep: &'a dyn Fn(std::time::Duration),
 }
 
@@ -238,7 +249,7 @@ impl TaskFailure {
 /// back and the answer counts as rejected.
 impl From<Error> for TaskFailure {
     fn from(error: Error) -> TaskFailure {
-        if error.kind() == crate::error::ErrorKind::Input {
+        if error.kind() == mc_base::error::ErrorKind::Input {
             return TaskFailure::rejected(error.to_string());
         }
         TaskFailure {
@@ -300,8 +311,8 @@ impl Run<'_, '_> {
     /// The tokens a prompt with `user` would cost at most: the estimate of
     /// both prompts plus the answer's limit.
     pub fn cost(&self, user: &str) -> u64 {
-        u64::from(crate::tokens::estimate(SYSTEM))
-            + u64::from(crate::tokens::estimate(user))
+        u64::from(mc_base::tokens::estimate(SYSTEM))
+            + u64::from(mc_base::tokens::estimate(user))
             + u64::from(self.settings.dream.max_output_tokens)
     }
 
@@ -328,7 +339,7 @@ impl Run<'_, '_> {
         let mut answers = 0u64;
         let mut chosen: Vec<&'x T> = Vec::new();
         for item in items {
-            let more = u64::from(crate::tokens::estimate(&part(item))) + 2;
+            let more = u64::from(mc_base::tokens::estimate(&part(item))) + 2;
             let said = answer(item);
             if total + more > left || (!chosen.is_empty() && answers + said > answer_room) {
                 break;
@@ -982,11 +993,11 @@ fn embed(run: &mut Run<'_, '_>) -> std::result::Result<Done, TaskFailure> {
     let progress = run.settings.progress;
     let mut shown = |done: u64, total: u64| progress(&format!("embed: {done}/{total}"));
     let report =
-        crate::search::embed::backfill(run.store, embedder.provider, &mut shown, embedder.sleep)
+        mc_search_core::embed::backfill(run.store, embedder.provider, &mut shown, embedder.sleep)
             .map_err(|e| {
-                TaskFailure::new("embeddings", e.to_string())
-                    .hint("the vectors stored so far are kept; the next run goes on from there")
-            })?;
+            TaskFailure::new("embeddings", e.to_string())
+                .hint("the vectors stored so far are kept; the next run goes on from there")
+        })?;
     let changed = report.embedded + report.pruned > 0;
     Ok(Done {
         result: if changed { "ok" } else { "nothing" },

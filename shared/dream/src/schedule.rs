@@ -5,8 +5,8 @@ use croner::Cron;
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 
-use crate::config::parse_cron;
-use crate::error::{Error, Result};
+use mc_base::config::parse_cron;
+use mc_base::error::{Error, Result};
 
 /// The first retry after a failure waits this long; each further failure
 /// doubles it, up to [`MAX_BACKOFF_MS`].

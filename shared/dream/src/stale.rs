@@ -24,8 +24,8 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use crate::history::store;
-use crate::search::memory;
+use mc_history::store;
+use mc_search_core::memory;
 
 use super::classify::single_id;
 use super::manifest::{self, escape};

@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::error::Result;
+use mc_base::error::Result;
 
 use super::schedule::Attempts;
 

@@ -42,10 +42,10 @@ use serde::Serialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, Result};
-use crate::history::store::{self, CATEGORIES};
-use crate::search::memory;
-use crate::store::Store;
+use mc_base::error::{Error, Result};
+use mc_base::store::Store;
+use mc_history::store::{self, CATEGORIES};
+use mc_search_core::memory;
 
 use super::secrets::secret_reason;
 use super::{Done, LiveMemory, Run, TaskFailure, live_memories};

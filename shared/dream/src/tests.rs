@@ -11,11 +11,11 @@ use std::process::Command;
 use rusqlite::params;
 use serde_json::json;
 
-use crate::config::DreamConfig;
-use crate::history::store;
-use crate::llm::{Completion, ErrorKind, Event, LlmError, Model, ModelRef, Prompt};
-use crate::search::memory;
-use crate::store::Store;
+use mc_base::config::DreamConfig;
+use mc_base::store::Store;
+use mc_history::store;
+use mc_llm::{Completion, ErrorKind, Event, LlmError, Model, ModelRef, Prompt};
+use mc_search_core::memory;
 
 use super::*;
 
@@ -595,8 +595,8 @@ fn budgets_bound_what_a_task_sends_and_what_a_tick_spends() {
     let sent = sent_ids(&model.last_prompt()).len();
     assert!(sent > 0 && sent < 40, "{sent} of 40 sent");
     assert_eq!(report.detail["left_for_next_run"], 40 - sent);
-    let cost = crate::tokens::estimate(&model.last_prompt()) as u64
-        + crate::tokens::estimate(SYSTEM) as u64
+    let cost = mc_base::tokens::estimate(&model.last_prompt()) as u64
+        + mc_base::tokens::estimate(SYSTEM) as u64
         + 4_000;
     assert!(cost <= 5_000, "{cost}");
 
@@ -878,10 +878,10 @@ fn verify_checks_memories_whose_files_changed_and_never_reads_secrets() {
 
 #[test]
 fn a_dreamer_merge_waits_for_a_busting_pass_and_folds_into_m0_at_the_next_hard() {
-    use crate::config::TransformConfig;
-    use crate::domain::envelope::Envelope;
-    use crate::transform::tests::{SESSION, bytes, session, warm_now};
-    use crate::transform::{Decision, run_pass};
+    use mc_base::config::TransformConfig;
+    use mc_base::domain::envelope::Envelope;
+    use mc_transform_core::testkit::{SESSION, bytes, session, warm_now};
+    use mc_transform_core::{Decision, run_pass};
 
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open_in_memory().unwrap();
@@ -900,7 +900,7 @@ fn a_dreamer_merge_waits_for_a_busting_pass_and_folds_into_m0_at_the_next_hard()
         run_pass(store, env, &transform, now).unwrap()
     };
     let warm = warm_now(&messages);
-    let project = crate::identity::project_identity(dir.path());
+    let project = mc_base::identity::project_identity(dir.path());
     let a = memory::write(
         &mut store,
         &project,
@@ -922,7 +922,7 @@ fn a_dreamer_merge_waits_for_a_busting_pass_and_folds_into_m0_at_the_next_hard()
     .unwrap()
     .id;
     let first = pass(&mut store, 30, warm);
-    let text = |out: &crate::transform::PassOutput, i: usize| {
+    let text = |out: &mc_transform_core::PassOutput, i: usize| {
         out.messages[i]["parts"][0]["text"]
             .as_str()
             .unwrap()
@@ -1228,7 +1228,7 @@ fn the_commit_index_is_incremental_and_a_plain_folder_is_parked() {
     let clock = move || NOW + 20 * MIN;
     let s = settings(&dream_only_git, Some(&model), &clock);
     let tick_report = tick(&mut store, &s).unwrap();
-    let plain_id = crate::identity::project_identity(plain.path());
+    let plain_id = mc_base::identity::project_identity(plain.path());
     let parked = tick_report
         .projects
         .iter()
@@ -1248,7 +1248,7 @@ fn the_commit_index_is_incremental_and_a_plain_folder_is_parked() {
 
 #[test]
 fn embed_fills_vectors_once_skips_without_a_provider_and_keeps_what_it_stored_on_a_fault() {
-    use crate::search::embed::tests::{Fake, Mode};
+    use mc_search_core::testkit::{Fake, Mode};
     let mut w = World::new();
     w.write("CONSTRAINTS", "Never log API keys.");
     w.write("ARCHITECTURE", "Retries double up to a minute.");

@@ -6,8 +6,8 @@
 
 use rusqlite::{Connection, params};
 
-use crate::error::Result;
-use crate::history::store;
+use mc_base::error::Result;
+use mc_history::store;
 
 /// Move `last_used_ms` forward for every memory a head of `project` renders,
 /// to the last time that head's session ran.

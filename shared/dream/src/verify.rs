@@ -38,9 +38,9 @@ use rusqlite::params;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::history::store;
-use crate::identity::git;
-use crate::search::memory;
+use mc_base::identity::git;
+use mc_history::store;
+use mc_search_core::memory;
 
 use super::classify::single_id;
 use super::manifest::{self, escape};
@@ -452,7 +452,7 @@ pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {
     let sent = run.fill(
         &all,
         block,
-        |c| u64::from(crate::tokens::estimate(&c.memory.content)) + 20,
+        |c| u64::from(mc_base::tokens::estimate(&c.memory.content)) + 20,
         prompt,
     );
     if sent.is_empty() {

@@ -6,7 +6,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::error::{Error, Result};
+use mc_base::error::{Error, Result};
 
 use super::decay::Compartment;
 
@@ -570,7 +570,7 @@ pub fn pins(conn: &Connection, session: i64) -> Result<Vec<Pin>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
+    use mc_base::store::Store;
 
     #[test]
     fn rows_written_before_keys_existed_are_keyed_and_deduplicated() {

@@ -9,12 +9,12 @@ use std::sync::LazyLock;
 use rusqlite::{Connection, params};
 use serde::Serialize;
 
-use crate::codec::{Message, Part, PartKind, Role};
-use crate::domain::envelope::{ModelInfo, Usage};
-use crate::domain::measure;
-use crate::domain::tags::TagKind;
-use crate::domain::tags::{measure_part, part_identity};
-use crate::error::Result;
+use mc_base::codec::{Message, Part, PartKind, Role};
+use mc_base::domain::envelope::{ModelInfo, Usage};
+use mc_base::domain::measure;
+use mc_base::domain::tags::TagKind;
+use mc_base::domain::tags::{measure_part, part_identity};
+use mc_base::error::Result;
 
 /// Fraction of the usable window protected from folding (the live tail) and its cap.
 const PROTECTED_TAIL_SHARE: f64 = 0.40;

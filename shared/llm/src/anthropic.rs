@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use super::http::{self, Http, Request};
 use super::{Completion, ErrorKind, LlmError, Prompt, Target};
-use crate::tokens;
+use mc_base::tokens;
 
 pub(super) const API_VERSION: &str = "2023-06-01";
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{Completion, ErrorKind, LlmError, Prompt, Target, excerpt};
-use crate::tokens;
+use mc_base::tokens;
 
 /// Set on every program the historian runs. mc's harness hooks and adapters
 /// inside that program do nothing when they see it: the historian's own call

@@ -24,11 +24,23 @@
 //!   (the binary's is `std::thread::sleep`), so a test can check the backoff
 //!   schedule without waiting for it.
 
+// The I/O rule, enforced: no printing here (and `shared/clippy.toml` refuses the
+// environment, stdin/stdout and ureq's environment-reading defaults).
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
+// Nothing reachable from outside input may panic: no expect, no indexing or
+// slicing that can go out of range; the few proven invariants carry an
+// `allow` with the reason on the smallest item.
+#![cfg_attr(
+    not(test),
+    deny(clippy::expect_used, clippy::indexing_slicing, clippy::string_slice)
+)]
+
 mod anthropic;
 mod command;
 pub(crate) mod http;
 mod openai;
-pub(crate) mod opencode;
+pub mod opencode;
+pub mod opencode_api;
 
 pub use command::HISTORIAN_CHILD_ENV;
 pub use opencode::{ModelPrice, ServerModels, opencode_models};
@@ -41,7 +53,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::config::{HistorianConfig, ProviderConfig, ProviderKind};
+use mc_base::config::{HistorianConfig, ProviderConfig, ProviderKind};
 
 /// `provider/model`, split at the first slash (model ids may contain slashes).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -144,10 +156,10 @@ impl LlmError {
     /// The failure as mc's binaries classify it: a chain the config gets
     /// wrong is the setup's to fix; anything else is a model that could not
     /// answer.
-    pub fn error_kind(&self) -> crate::error::ErrorKind {
+    pub fn error_kind(&self) -> mc_base::error::ErrorKind {
         match self.kind {
-            ErrorKind::Config => crate::error::ErrorKind::Config,
-            _ => crate::error::ErrorKind::Unavailable,
+            ErrorKind::Config => mc_base::error::ErrorKind::Config,
+            _ => mc_base::error::ErrorKind::Unavailable,
         }
     }
 
@@ -690,7 +702,7 @@ mod tests {
             .err()
             .unwrap();
         assert_eq!(err.message, "no historian model configured");
-        assert_eq!(err.error_kind(), crate::error::ErrorKind::Config);
+        assert_eq!(err.error_kind(), mc_base::error::ErrorKind::Config);
         assert!(
             err.hints[0].starts_with("set historian.model"),
             "{:?}",

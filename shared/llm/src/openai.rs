@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::http::{self, Http, Request};
 use super::{Completion, ErrorKind, LlmError, Prompt, Target};
-use crate::tokens;
+use mc_base::tokens;
 
 /// The request. `max_tokens` is the field every compatible server knows;
 /// OpenAI's reasoning models want `max_completion_tokens` instead, so a 400

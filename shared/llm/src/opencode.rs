@@ -350,7 +350,7 @@ fn sweep(
 }
 
 /// The assistant message OpenCode answered with: its text, or its error.
-pub(crate) fn parse(model: &ModelRef, value: &Value) -> Result<Completion, LlmError> {
+pub fn parse(model: &ModelRef, value: &Value) -> Result<Completion, LlmError> {
     let (Some(info), Some(parts)) = (
         value.get("info").filter(|i| i.is_object()),
         value.get("parts").and_then(Value::as_array),
@@ -687,8 +687,8 @@ mod tests {
     fn requests_name_the_child_the_agent_and_no_tools() {
         let target = Target {
             model: model("opencode/anthropic/claude-haiku-4-5"),
-            provider: crate::config::ProviderConfig {
-                kind: crate::config::ProviderKind::Opencode,
+            provider: mc_base::config::ProviderConfig {
+                kind: mc_base::config::ProviderKind::Opencode,
                 base_url: None,
                 api_key_env: None,
                 command: None,

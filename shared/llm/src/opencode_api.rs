@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::error::{Error, Result, ServerFailure};
-use crate::llm::ProxyEnv;
-use crate::llm::http::proxy_for;
+use crate::ProxyEnv;
+use crate::http::proxy_for;
+use mc_base::error::{Error, Result, ServerFailure};
 
 /// The overall time one request may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -62,8 +62,8 @@ impl OpenCode {
     }
 
     /// A shorter overall timeout per request (tests against hostile servers).
-    #[cfg(test)]
-    pub(crate) fn with_timeout(mut self, timeout: Duration) -> Self {
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self.agent = build_agent(self.proxy.clone(), timeout);
         self
@@ -376,7 +376,7 @@ mod tests {
                 ..
             }
         ));
-        assert_eq!(error.kind(), crate::error::ErrorKind::Unavailable);
+        assert_eq!(error.kind(), mc_base::error::ErrorKind::Unavailable);
         assert!(error.hints()[0].contains(&format!("http://127.0.0.1:{port}")));
     }
 }

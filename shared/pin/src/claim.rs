@@ -19,7 +19,7 @@
 
 use rusqlite::{Connection, params};
 
-use crate::error::Result;
+use mc_base::error::Result;
 
 /// How long a `sending` claim holds off other restorers: 5 minutes. A live
 /// holder needs far less (OpenCode: a few requests of at most 15 s each; a
@@ -130,7 +130,7 @@ pub fn find(
 /// separated by another restorer's claim. Stale claims of the compaction are
 /// taken over (deleted, then a fresh row inserted).
 ///
-/// [`Store::write`]: crate::store::Store::write
+/// [`Store::write`]: mc_base::store::Store::write
 pub fn take(
     conn: &Connection,
     harness: &str,
@@ -189,7 +189,7 @@ pub fn release(conn: &Connection, claim: &Claim) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
+    use mc_base::store::Store;
 
     const H: &str = "opencode";
     const S: &str = "ses_1";

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use mc_base::error::{Error, Result};
 
 /// OpenCode's `session.compacted`: the summary step of a compaction finished.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +65,7 @@ fn classify_in(value: &Value, directory_hint: Option<&str>) -> Result<Event> {
     let Value::Object(map) = value else {
         return Err(Error::input(format!(
             "the event is {}, not a JSON object",
-            crate::json::kind_name(value)
+            mc_base::json::kind_name(value)
         )));
     };
     let str_of = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);

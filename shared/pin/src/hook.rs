@@ -35,11 +35,11 @@ use std::path::Path;
 use rusqlite::Connection;
 use serde_json::{Value, json};
 
-use crate::codec::claude::{self, Entry, EntryKind};
-use crate::codec::codex;
-use crate::error::Result;
-use crate::history::head::{self, START_TAG, utf16_len};
-use crate::store::Store;
+use mc_base::codec::claude::{self, Entry, EntryKind};
+use mc_base::codec::codex;
+use mc_base::error::Result;
+use mc_base::store::Store;
+use mc_history::head::{self, START_TAG, utf16_len};
 
 use super::claim::{self, Claim, Found, Outcome};
 use super::local::{self, Lines, Transcript};
@@ -116,7 +116,7 @@ impl Compaction {
 
 /// The newest compaction on a Pi session's branch, named by its entry id,
 /// with the messages Pi kept after it (those pins are not repeated).
-fn pi_compaction(file: &crate::codec::pi::SessionFile, session_id: &str) -> Option<Compaction> {
+fn pi_compaction(file: &mc_base::codec::pi::SessionFile, session_id: &str) -> Option<Compaction> {
     let entry = file.newest_compaction()?;
     let id = entry.get("id")?.as_str()?;
     let at_ms = entry
@@ -125,7 +125,7 @@ fn pi_compaction(file: &crate::codec::pi::SessionFile, session_id: &str) -> Opti
         .and_then(claude::parse_timestamp);
     // What the model sees after it: a pin among those, or inside an earlier
     // restoration Pi kept, is not repeated.
-    let context = crate::codec::pi::to_grouped_messages(file, session_id, false);
+    let context = mc_base::codec::pi::to_grouped_messages(file, session_id, false);
     let kept = Kept {
         texts: context
             .iter()
@@ -484,8 +484,8 @@ fn history(
     limit: usize,
     now_ms: i64,
 ) -> Result<head::StartHead> {
-    use crate::history::store;
-    let session = crate::domain::sessions::find_session(conn, harness.as_str(), session_id)?;
+    use mc_history::store;
+    let session = mc_base::domain::sessions::find_session(conn, harness.as_str(), session_id)?;
     let compartments: Vec<_> = match &session {
         Some(s) => store::load_compartments(conn, s.id)?
             .into_iter()
@@ -496,7 +496,7 @@ fn history(
     let project = session
         .as_ref()
         .and_then(|s| s.project_identity.clone())
-        .or_else(|| cwd.map(|c| crate::identity::project_identity(Path::new(c))));
+        .or_else(|| cwd.map(|c| mc_base::identity::project_identity(Path::new(c))));
     let memories = match &project {
         Some(p) => store::live_memories(conn, p, now_ms)?,
         None => Vec::new(),
@@ -541,7 +541,7 @@ pub fn restore(
     let none = |reason| RestoreReport::none(reason, Some(sid));
     let row = local::session_row(store.conn(), harness.as_str(), sid)?;
     let pins = match row {
-        Some(row) => crate::history::store::pins(store.conn(), row)?,
+        Some(row) => mc_history::store::pins(store.conn(), row)?,
         None => Vec::new(),
     };
     let compact = input.is_compact();
@@ -575,7 +575,7 @@ pub fn restore(
         Some(told) if told != harness => {
             let row = local::session_row(store.conn(), told.as_str(), sid)?;
             let pins = match row {
-                Some(row) => crate::history::store::pins(store.conn(), row)?,
+                Some(row) => mc_history::store::pins(store.conn(), row)?,
                 None => Vec::new(),
             };
             (told, row, pins)
@@ -832,7 +832,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::codec::claude::parse_transcript;
+    use mc_base::codec::claude::parse_transcript;
 
     fn lines(values: &[serde_json::Value]) -> Vec<Entry> {
         let text: Vec<String> = values.iter().map(|v| v.to_string()).collect();
@@ -886,7 +886,7 @@ mod tests {
             "first handled before the summary was written"
         );
         assert!(!already_restored("s1", &c));
-        let at = crate::codec::claude::parse_timestamp("2026-03-02T12:00:00Z").unwrap();
+        let at = mc_base::codec::claude::parse_timestamp("2026-03-02T12:00:00Z").unwrap();
         assert!(already_restored(&format!("at:{}", at + 5_000), &c));
         assert!(!already_restored(&format!("at:{}", at - 5_000), &c));
         // No marks: a time cursor cannot tell, so restore again rather than lose pins.
@@ -914,7 +914,7 @@ mod tests {
             let mut store = Store::open_in_memory().unwrap();
             let row = local::ensure_session(&mut store, "claude-code", SID, None, T0).unwrap();
             store
-                .write(|tx| crate::history::store::pin(tx, row, "u-rule", "user", T0).map(|_| ()))
+                .write(|tx| mc_history::store::pin(tx, row, "u-rule", "user", T0).map(|_| ()))
                 .unwrap();
             Hooks {
                 dir: tempfile::tempdir().unwrap(),
@@ -956,7 +956,7 @@ mod tests {
         fn pin(&mut self, harness: &str, id: &str, role: &str, at: i64) {
             let row = local::ensure_session(&mut self.store, harness, SID, None, T0).unwrap();
             self.store
-                .write(|tx| crate::history::store::pin(tx, row, id, role, at).map(|_| ()))
+                .write(|tx| mc_history::store::pin(tx, row, id, role, at).map(|_| ()))
                 .unwrap();
         }
 
@@ -1234,11 +1234,11 @@ mod tests {
     #[test]
     fn mc_s_record_is_printed_once_per_context() {
         let mut hooks = Hooks::new();
-        let project = crate::identity::project_identity(hooks.dir.path());
+        let project = mc_base::identity::project_identity(hooks.dir.path());
         hooks
             .store
             .write(|tx| {
-                crate::history::store::write_memory(
+                mc_history::store::write_memory(
                     tx,
                     &project,
                     "CONSTRAINTS",

@@ -11,6 +11,17 @@
 //! - [`claim`]: one restorer per compaction (a row only one process can insert).
 //! - [`locate`]: where Claude Code and Codex keep a session's transcript.
 
+// The I/O rule, enforced: no printing here (and `shared/clippy.toml` refuses the
+// environment, stdin/stdout and ureq's environment-reading defaults).
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
+// Nothing reachable from outside input may panic: no expect, no indexing or
+// slicing that can go out of range; the few proven invariants carry an
+// `allow` with the reason on the smallest item.
+#![cfg_attr(
+    not(test),
+    deny(clippy::expect_used, clippy::indexing_slicing, clippy::string_slice)
+)]
+
 pub mod claim;
 pub mod event;
 pub mod hook;
@@ -23,10 +34,10 @@ pub mod text;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use mc_base::error::{Error, Result};
 
-pub use crate::history::store::Pin;
 pub use event::{CompactedEvent, Event, HookInput, classify};
+pub use mc_history::store::Pin;
 pub use text::{HOOK_CONTEXT_LIMIT, PinnedText};
 
 /// Whose session a pin belongs to; sessions are keyed by (harness, session id).
@@ -140,7 +151,7 @@ impl RequestFields {
                     Some(other) => {
                         return Err(Error::input(format!(
                             "field {key:?} must be a string, not {}",
-                            crate::json::kind_name(other)
+                            mc_base::json::kind_name(other)
                         )));
                     }
                 }

@@ -6,12 +6,12 @@ use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::codec::{GroupedMessage, claude, codex};
-use crate::domain::sessions;
-use crate::error::{Error, Result};
-use crate::history::store as history;
-use crate::identity::project_identity;
-use crate::store::Store;
+use mc_base::codec::{GroupedMessage, claude, codex};
+use mc_base::domain::sessions;
+use mc_base::error::{Error, Result};
+use mc_base::identity::project_identity;
+use mc_base::store::Store;
+use mc_history::store as history;
 
 use super::{Action, Pin, PinOutcome, PinRequest, Target, check_role, message_text};
 
@@ -150,7 +150,7 @@ pub enum Lines {
     /// A Codex rollout.
     Codex(Vec<codex::Line>),
     /// A Pi session file.
-    Pi(crate::codec::pi::SessionFile),
+    Pi(mc_base::codec::pi::SessionFile),
 }
 
 /// A session transcript (Claude Code's JSONL or Codex's rollout), read for
@@ -165,13 +165,13 @@ pub struct Transcript {
 
 impl Transcript {
     /// Read the transcript at `path`: a regular file of at most `max_bytes`,
-    /// line by line (see [`crate::codec::jsonl::read_objects`]). A line that
+    /// line by line (see [`mc_base::codec::jsonl::read_objects`]). A line that
     /// cannot be read is skipped with a warning; the file itself must be
     /// readable. Which harness wrote it is told by its first line (a Codex
     /// rollout starts with `session_meta`), so a wrong `--harness` cannot make
     /// a rollout look empty. A transcript of another session is refused.
     pub fn load(path: &Path, session_id: &str, max_bytes: u64) -> Result<Transcript> {
-        let objects = crate::codec::jsonl::read_objects(path, max_bytes, "transcript")?;
+        let objects = mc_base::codec::jsonl::read_objects(path, max_bytes, "transcript")?;
         let rollout = objects
             .lines
             .first()
@@ -179,9 +179,9 @@ impl Transcript {
         let pi_file = objects
             .lines
             .first()
-            .is_some_and(|(_, v)| crate::codec::pi::is_header(v));
+            .is_some_and(|(_, v)| mc_base::codec::pi::is_header(v));
         let transcript = if pi_file {
-            let file = crate::codec::pi::SessionFile::from_lines(objects.lines);
+            let file = mc_base::codec::pi::SessionFile::from_lines(objects.lines);
             if let Some(owner) = &file.id
                 && owner != session_id
             {
@@ -189,7 +189,7 @@ impl Transcript {
             }
             // Every message of the branch: a pin's text outlives Pi's compactions.
             Transcript {
-                messages: crate::codec::pi::to_grouped_messages(&file, session_id, true),
+                messages: mc_base::codec::pi::to_grouped_messages(&file, session_id, true),
                 lines: Lines::Pi(file),
                 warnings: objects.warnings,
             }
@@ -533,7 +533,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::pin::Harness;
+    use crate::Harness;
 
     const SESSION: &str = "1f2e3d4c-5b6a-4798-8a7b-6c5d4e3f2a1b";
 
@@ -553,7 +553,7 @@ mod tests {
             role: None,
             created_at: None,
             transcript: None,
-            max_transcript_bytes: crate::codec::jsonl::DEFAULT_MAX_BYTES,
+            max_transcript_bytes: mc_base::codec::jsonl::DEFAULT_MAX_BYTES,
         }
     }
 
@@ -647,7 +647,7 @@ mod tests {
         let mut req = request(Harness::ClaudeCode, Some(Target::Id("a2".into())));
         req.transcript = Some(transcript_file(dir.path()));
         let out = run(&mut store, Action::Pin, &req, false, 9, None).unwrap();
-        let a1 = crate::codec::claude::parse_timestamp("2026-03-02T10:00:01.000Z").unwrap();
+        let a1 = mc_base::codec::claude::parse_timestamp("2026-03-02T10:00:01.000Z").unwrap();
         assert_eq!(
             out.pins,
             [pin("a1", a1, "assistant")],
@@ -734,8 +734,8 @@ mod tests {
         let row = ensure_session(&mut store, "opencode", SESSION, None, 1).unwrap();
         store
             .write(|tx| {
-                crate::domain::messages::insert_message(tx, row, "msg_1", 1, "user", Some(100))?;
-                crate::domain::messages::insert_message(
+                mc_base::domain::messages::insert_message(tx, row, "msg_1", 1, "user", Some(100))?;
+                mc_base::domain::messages::insert_message(
                     tx,
                     row,
                     "msg_2",
@@ -743,7 +743,7 @@ mod tests {
                     "assistant",
                     Some(200),
                 )?;
-                crate::domain::messages::insert_message(
+                mc_base::domain::messages::insert_message(
                     tx,
                     row,
                     "msg_3",
@@ -751,7 +751,7 @@ mod tests {
                     "assistant",
                     Some(300),
                 )?;
-                crate::domain::messages::insert_message(tx, row, "msg_4", 4, "user", None)
+                mc_base::domain::messages::insert_message(tx, row, "msg_4", 4, "user", None)
             })
             .unwrap();
         let out = run(
@@ -778,11 +778,11 @@ mod tests {
         // Unknown time or role: the caller must say.
         let mut req = request(Harness::OpenCode, Some(Target::Id("msg_4".into())));
         let err = run(&mut store, Action::Pin, &req, false, 9, None).unwrap_err();
-        assert_eq!(err.kind(), crate::error::ErrorKind::Input);
+        assert_eq!(err.kind(), mc_base::error::ErrorKind::Input);
         assert!(err.hints()[0].contains("--created-at"), "{err}");
         req.target = Some(Target::Id("msg_unseen".into()));
         let err = run(&mut store, Action::Pin, &req, false, 9, None).unwrap_err();
-        assert_eq!(err.kind(), crate::error::ErrorKind::Input);
+        assert_eq!(err.kind(), mc_base::error::ErrorKind::Input);
         assert!(err.hints()[0].contains("--role"), "{err}");
         req.role = Some("assistant".into());
         req.created_at = Some(150);

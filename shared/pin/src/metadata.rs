@@ -14,7 +14,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::error::{Error, Result};
+use mc_base::error::{Error, Result};
 
 use super::Pin;
 
@@ -82,7 +82,7 @@ fn edit_namespace(metadata: &Value, edit: impl FnOnce(&mut Map<String, Value>)) 
         other => {
             return Err(Error::Corrupt(format!(
                 "the session metadata is {}, not an object; refusing to overwrite it",
-                crate::json::kind_name(other)
+                mc_base::json::kind_name(other)
             )));
         }
     };
@@ -92,7 +92,7 @@ fn edit_namespace(metadata: &Value, edit: impl FnOnce(&mut Map<String, Value>)) 
         Some(other) => {
             return Err(Error::Corrupt(format!(
                 "metadata.{NAMESPACE} is {}, not an object; refusing to overwrite it",
-                crate::json::kind_name(&other)
+                mc_base::json::kind_name(&other)
             )));
         }
     };

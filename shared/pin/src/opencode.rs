@@ -7,10 +7,10 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::codec::opencode::boundary_base_of_value;
-use crate::error::{Error, Result, ServerFailure};
-use crate::opencode_api::OpenCode;
-use crate::store::Store;
+use mc_base::codec::opencode::boundary_base_of_value;
+use mc_base::error::{Error, Result, ServerFailure};
+use mc_base::store::Store;
+use mc_llm::opencode_api::OpenCode;
 
 use super::claim::{self, Found, Outcome};
 use super::{

@@ -221,7 +221,7 @@ mod tests {
         assert_eq!(iso8601(-1), "1969-12-31T23:59:59.999Z");
         for ms in [0, 1_760_001_200_000, 4_102_444_800_000] {
             assert_eq!(
-                crate::codec::claude::parse_timestamp(&iso8601(ms)),
+                mc_base::codec::claude::parse_timestamp(&iso8601(ms)),
                 Some(ms)
             );
         }

@@ -18,9 +18,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::config::{Config, ProviderKind};
-use crate::error::{Error, Result};
-use crate::store::Store;
+use mc_base::config::{Config, ProviderKind};
+use mc_base::error::{Error, Result};
+use mc_base::store::Store;
 
 /// The most bytes of one item that are embedded (its head: what it is about).
 pub const MAX_TEXT_BYTES: usize = 4 * 1024;
@@ -310,7 +310,7 @@ pub fn text_hash(text: &str) -> Vec<u8> {
 }
 
 fn head(text: &str) -> &str {
-    let cut = crate::domain::content::floor_boundary(text, MAX_TEXT_BYTES);
+    let cut = mc_base::domain::content::floor_boundary(text, MAX_TEXT_BYTES);
     text.get(..cut).unwrap_or_default()
 }
 

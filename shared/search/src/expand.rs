@@ -8,10 +8,10 @@ use std::fmt::Write as _;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::domain::content::{self, RawPart};
-use crate::domain::notation::placeholder;
-use crate::error::{Error, Result};
-use crate::tokens;
+use mc_base::domain::content::{self, RawPart};
+use mc_base::domain::notation::placeholder;
+use mc_base::error::{Error, Result};
+use mc_base::tokens;
 
 use super::{Scope, find_scoped_session};
 

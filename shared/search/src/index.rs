@@ -8,8 +8,8 @@
 use rusqlite::{Connection, params};
 use serde::Serialize;
 
-use crate::error::Result;
-use crate::store::Store;
+use mc_base::error::Result;
+use mc_base::store::Store;
 
 /// How much of one tool output is indexed (the whole output stays
 /// expandable; search finds it by its head, its call and its input).
@@ -21,7 +21,7 @@ const BATCH: usize = 256;
 
 /// `text` up to `max` bytes, on a character boundary.
 fn head(text: &str, max: usize) -> &str {
-    let cut = crate::domain::content::floor_boundary(text, max);
+    let cut = mc_base::domain::content::floor_boundary(text, max);
     text.get(..cut).unwrap_or_default()
 }
 

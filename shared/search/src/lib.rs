@@ -6,12 +6,27 @@
 //! Every function takes the project identity it serves: a memory, note or
 //! compartment of another project is never visible, whatever id is asked for.
 
+// The I/O rule, enforced: no printing here (and `shared/clippy.toml` refuses the
+// environment, stdin/stdout and ureq's environment-reading defaults).
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
+// Nothing reachable from outside input may panic: no expect, no indexing or
+// slicing that can go out of range; the few proven invariants carry an
+// `allow` with the reason on the smallest item.
+#![cfg_attr(
+    not(test),
+    deny(clippy::expect_used, clippy::indexing_slicing, clippy::string_slice)
+)]
+
 pub mod embed;
 pub mod expand;
+pub mod gitlog;
 pub mod index;
+pub mod mcp;
 pub mod memory;
 pub mod notes;
 pub mod query;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 pub mod tools;
 
 #[cfg(test)]
@@ -19,8 +34,8 @@ mod tests;
 
 use rusqlite::Connection;
 
-use crate::domain::sessions::{self, SessionRow};
-use crate::error::{Error, Result};
+use mc_base::domain::sessions::{self, SessionRow};
+use mc_base::error::{Error, Result};
 
 /// Who is asking: the project always, the session when there is one.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,7 +83,7 @@ pub fn find_scoped_session(conn: &Connection, scope: &Scope, what: &str) -> Resu
 /// `project_dir` (what an MCP server in that folder serves), creating its
 /// session row so notes and expands have somewhere to live.
 pub fn record_session_start(
-    store: &mut crate::store::Store,
+    store: &mut mc_base::store::Store,
     scope: &Scope,
     project_dir: &str,
     transcript_path: Option<&str>,
@@ -87,7 +102,7 @@ pub fn record_session_start(
 /// project), so notes and expands have somewhere to live: for a session the
 /// harness itself named (an MCP server's environment) that mc has not seen
 /// yet. Writes only when the row is missing.
-pub fn ensure_session(store: &mut crate::store::Store, scope: &Scope, now_ms: i64) -> Result<()> {
+pub fn ensure_session(store: &mut mc_base::store::Store, scope: &Scope, now_ms: i64) -> Result<()> {
     let Some(id) = scope.session_id.as_deref() else {
         return Ok(());
     };

@@ -14,7 +14,7 @@ use std::io::{BufRead, Read, Write};
 
 use serde_json::{Value, json};
 
-use crate::error::Result;
+use mc_base::error::Result;
 
 /// Protocol versions this server speaks, newest first.
 pub const PROTOCOL_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
@@ -151,7 +151,7 @@ fn skip_rest_of_line(input: &mut impl BufRead) -> std::io::Result<()> {
 
 /// The answer to one line of input (`None` for notifications).
 pub fn handle_text(text: &str, tools: &mut dyn Tools, info: &ServerInfo) -> Option<Value> {
-    let message: Value = match serde_json::from_str(&crate::json::repair_lone_surrogates(text)) {
+    let message: Value = match serde_json::from_str(&mc_base::json::repair_lone_surrogates(text)) {
         Ok(v) => v,
         Err(e) => return Some(error(Value::Null, PARSE_ERROR, &format!("not JSON: {e}"))),
     };
@@ -248,7 +248,7 @@ fn handle(message: Value, tools: &mut dyn Tools, info: &ServerInfo) -> Option<Va
                         "isError": answer.is_error,
                     }),
                 ),
-                Err(e) if e.kind() == crate::error::ErrorKind::Input => {
+                Err(e) if e.kind() == mc_base::error::ErrorKind::Input => {
                     error(id, INVALID_PARAMS, &e.to_string())
                 }
                 Err(e) => error(id, INTERNAL_ERROR, &format!("{e:#}")),
@@ -271,7 +271,7 @@ fn error(id: Value, code: i64, message: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Error;
+    use mc_base::error::Error;
 
     struct Echo {
         calls: usize,

@@ -9,9 +9,9 @@ use std::collections::BTreeSet;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::error::{Error, Result};
-use crate::history::store::{self, CATEGORIES};
-use crate::store::Store;
+use mc_base::error::{Error, Result};
+use mc_base::store::Store;
+use mc_history::store::{self, CATEGORIES};
 
 /// A memory with everything a reader may ask about it.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -9,8 +9,8 @@
 use rusqlite::{Connection, params};
 use serde::Serialize;
 
-use crate::error::{Error, Result};
-use crate::store::Store;
+use mc_base::error::{Error, Result};
+use mc_base::store::Store;
 
 use super::{Scope, find_scoped_session};
 

@@ -9,7 +9,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::error::{Error, Result};
+use mc_base::error::{Error, Result};
 
 use super::embed::{self, Item};
 use super::preview;
@@ -161,7 +161,7 @@ fn visible(conn: &Connection, asking: Option<(&str, &str)>) -> Result<Visible> {
     let Some((harness, id)) = asking else {
         return Ok(Visible::default());
     };
-    let Some(row) = crate::domain::sessions::find_session(conn, harness, id)? else {
+    let Some(row) = mc_base::domain::sessions::find_session(conn, harness, id)? else {
         return Ok(Visible::default());
     };
     let memory_ids: Vec<i64> = conn
@@ -191,7 +191,7 @@ pub fn snippet(content: &str, text: &str, max: usize) -> String {
         .min()
         .filter(|_| lower.len() == content.len())
         .unwrap_or(0);
-    let start = crate::domain::content::floor_boundary(content, at.saturating_sub(max / 3));
+    let start = mc_base::domain::content::floor_boundary(content, at.saturating_sub(max / 3));
     let tail = content.get(start..).unwrap_or(content);
     let shown = preview(tail, max);
     if start > 0 {

@@ -6,11 +6,11 @@
 
 use serde_json::{Value, json};
 
-use crate::config::TransformConfig;
-use crate::domain::envelope::Envelope;
-use crate::store::Store;
-use crate::transform::tests::{SESSION, T0, body, bytes, session, warm_now};
-use crate::transform::{Decision, PassOutput, ReduceRequest, reduce, run_pass};
+use mc_base::config::TransformConfig;
+use mc_base::domain::envelope::Envelope;
+use mc_base::store::Store;
+use mc_transform_core::testkit::{SESSION, T0, body, bytes, session, warm_now};
+use mc_transform_core::{Decision, PassOutput, ReduceRequest, reduce, run_pass};
 
 use super::expand::{self, Target};
 use super::{Scope, memory, notes, query, tools};
@@ -79,7 +79,7 @@ impl Fixture {
     }
 
     fn project(&self) -> String {
-        crate::domain::sessions::find_session(self.store.conn(), "opencode", SESSION)
+        mc_base::domain::sessions::find_session(self.store.conn(), "opencode", SESSION)
             .unwrap()
             .unwrap()
             .project_identity
@@ -339,11 +339,11 @@ fn expand_gives_back_a_dropped_output_byte_for_byte() {
 fn expand_of_a_compartment_opens_its_range_and_unknown_targets_are_refused() {
     let mut f = Fixture::new(3);
     f.warm_or_first();
-    let session = crate::domain::sessions::find_session(f.store.conn(), "opencode", SESSION)
+    let session = mc_base::domain::sessions::find_session(f.store.conn(), "opencode", SESSION)
         .unwrap()
         .unwrap()
         .id;
-    let c = crate::history::store::NewCompartment {
+    let c = mc_history::store::NewCompartment {
         start_ordinal: 5,
         end_ordinal: 8,
         start_message_id: "msg_001_u".into(),
@@ -356,7 +356,7 @@ fn expand_of_a_compartment_opens_its_range_and_unknown_targets_are_refused() {
         episode: None,
     };
     f.store
-        .write(|tx| crate::history::store::publish_compartments(tx, session, &[c], T0))
+        .write(|tx| mc_history::store::publish_compartments(tx, session, &[c], T0))
         .unwrap();
     let scope = f.scope();
     let e = expand::expand(f.store.conn(), &scope, Target::Compartment(1), 15_000).unwrap();
@@ -364,7 +364,7 @@ fn expand_of_a_compartment_opens_its_range_and_unknown_targets_are_refused() {
     assert!(e.text.contains("[5] user:\nplease do step 1"), "{}", e.text);
     for target in [Target::Compartment(9), Target::Tag(999)] {
         let err = expand::expand(f.store.conn(), &scope, target, 15_000).unwrap_err();
-        assert_eq!(err.kind(), crate::error::ErrorKind::Input, "{err}");
+        assert_eq!(err.kind(), mc_base::error::ErrorKind::Input, "{err}");
     }
     // Another project's view of the same session id sees nothing.
     let other = Scope {
@@ -574,7 +574,7 @@ fn indexed(f: &mut Fixture) -> super::index::IndexReport {
 #[test]
 fn raw_messages_are_indexed_off_the_pass_once_and_found_by_words_and_identifiers() {
     let mut f = Fixture::new(3);
-    f.messages.push(crate::transform::tests::answer(
+    f.messages.push(mc_transform_core::testkit::answer(
         "msg_100_z",
         "The RetryPolicy lives in src/lease_manager.rs; error E0308 came from parse_json.",
         T0 + 900_000,
@@ -629,11 +629,11 @@ fn search_leaves_out_what_the_asking_session_sees_and_finds_what_left_the_wire()
     };
     reduce(&mut f.store, &request, &f.config, T0).unwrap();
     f.hot();
-    let session = crate::domain::sessions::find_session(f.store.conn(), "opencode", SESSION)
+    let session = mc_base::domain::sessions::find_session(f.store.conn(), "opencode", SESSION)
         .unwrap()
         .unwrap()
         .id;
-    let c = crate::history::store::NewCompartment {
+    let c = mc_history::store::NewCompartment {
         start_ordinal: 1,
         end_ordinal: 4,
         start_message_id: "msg_000_u".into(),
@@ -646,7 +646,7 @@ fn search_leaves_out_what_the_asking_session_sees_and_finds_what_left_the_wire()
         episode: None,
     };
     f.store
-        .write(|tx| crate::history::store::publish_compartments(tx, session, &[c], T0))
+        .write(|tx| mc_history::store::publish_compartments(tx, session, &[c], T0))
         .unwrap();
     indexed(&mut f);
     let asking = query::Request {
@@ -725,9 +725,9 @@ fn commit(
     body: &str,
     paths: &[&str],
     day: i64,
-) -> crate::dream::gitlog::Commit {
+) -> crate::gitlog::Commit {
     let hash: String = std::iter::repeat_n(hash_byte, 40).collect();
-    crate::dream::gitlog::Commit {
+    crate::gitlog::Commit {
         short_hash: hash[..7].to_string(),
         hash,
         subject: subject.into(),
@@ -749,7 +749,7 @@ fn commit_subjects(store: &Store, words: &str) -> Vec<String> {
 
 #[test]
 fn the_commit_index_follows_git_commits_through_rewrites_and_pruning() {
-    use crate::dream::gitlog::{WINDOW_MS, store_commits};
+    use crate::gitlog::{WINDOW_MS, store_commits};
     let mut store = Store::open_in_memory().unwrap();
     let first = vec![
         commit(

@@ -5,14 +5,14 @@
 
 use serde_json::{Value, json};
 
-use crate::config::TransformConfig;
-use crate::error::{Error, ErrorKind, Result};
-use crate::history::store::CATEGORIES;
-use crate::store::Store;
-use crate::transform::reduce::{self, ReduceRequest};
+use mc_base::config::TransformConfig;
+use mc_base::error::{Error, ErrorKind, Result};
+use mc_base::store::Store;
+use mc_history::store::CATEGORIES;
+use mc_transform_core::reduce::{self, ReduceRequest};
 
-use crate::domain::sessions;
 use crate::mcp::{self, Answer, ToolSpec};
+use mc_base::domain::sessions;
 
 use super::{Scope, expand, index, memory, notes, query};
 
@@ -371,7 +371,7 @@ fn search(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> 
         // Best effort: a busy database must not fail the search. What it
         // records (when a memory was last matched) only steers archive-stale.
         let _ = store.write(|tx| {
-            crate::history::store::mark_memories_used(tx, &ctx.scope.project, &matched, ctx.now_ms)
+            mc_history::store::mark_memories_used(tx, &ctx.scope.project, &matched, ctx.now_ms)
         });
     }
     let data = json!({"query": text, "hits": hits, "warnings": warnings});
@@ -818,7 +818,7 @@ mod tests {
             harness: "claude-code".into(),
             session_id: Some("cc-2".into()),
         };
-        crate::search::record_session_start(&mut s.store, &scope, "/p", None, 1).unwrap();
+        crate::record_session_start(&mut s.store, &scope, "/p", None, 1).unwrap();
         assert!(!note(&mut s, "now").is_error);
         assert_eq!(
             session_variable("claude-code"),

@@ -7,12 +7,12 @@ use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::config::CacheTtl;
-use crate::error::{Error, Result};
-use crate::history::decay::Compartment;
-use crate::history::head::{self, M0Inputs, M1Inputs, PinnedText};
-use crate::history::store;
-use crate::tokens;
+use mc_base::config::CacheTtl;
+use mc_base::error::{Error, Result};
+use mc_base::tokens;
+use mc_history::decay::Compartment;
+use mc_history::head::{self, M0Inputs, M1Inputs, PinnedText};
+use mc_history::store;
 
 use super::scheduler::ttl_expired;
 

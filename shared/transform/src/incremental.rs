@@ -21,10 +21,10 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::codec::PI;
-use crate::codec::opencode::{Message, decode_all, decode_at};
-use crate::error::{Error, Result};
-use crate::transform::render::{ForNextPass, Replay};
+use crate::render::{ForNextPass, Replay};
+use mc_base::codec::PI;
+use mc_base::codec::opencode::{Message, decode_all, decode_at};
+use mc_base::error::{Error, Result};
 
 /// Sessions whose baselines a resident process keeps, least recently used
 /// dropped first (a dropped one costs one whole envelope, never a wrong answer).
@@ -1081,7 +1081,7 @@ mod tests {
 
     #[test]
     fn a_delta_replays_what_the_base_pass_left_and_names_its_own_messages_changed() {
-        use crate::transform::render::{Rendering, Renderings};
+        use crate::render::{Rendering, Renderings};
         let input = vec![message("a", "one"), message("b", "two"), message("c", "3")];
         let mut baselines = Baselines::default();
         let rendering = |first| Rendering {

@@ -14,14 +14,14 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::error::{Error, Result};
-use crate::history::trigger::Pressure;
-use crate::store::Store;
+use mc_base::error::{Error, Result};
+use mc_base::store::Store;
+use mc_history::trigger::Pressure;
 
-use crate::domain::envelope::ModelInfo;
-use crate::domain::measure::{self, EMERGENCY_PERCENT};
-use crate::domain::models::{LearnedLimit, cap, learned_limit};
-use crate::domain::sessions;
+use mc_base::domain::envelope::ModelInfo;
+use mc_base::domain::measure::{self, EMERGENCY_PERCENT};
+use mc_base::domain::models::{LearnedLimit, cap, learned_limit};
+use mc_base::domain::sessions;
 
 /// A limit below this is no model's window: a misread, ignored.
 const MIN_LIMIT: u64 = 1024;

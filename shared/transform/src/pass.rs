@@ -9,14 +9,14 @@ use rusqlite::{Transaction, params};
 use rustc_hash::FxHashMap;
 use serde_json::Value;
 
-use crate::codec::{Decoded, Message, Part, PartKind, Role, Wire};
-use crate::config::TransformConfig;
-use crate::error::Result;
-use crate::history::head::PinnedText;
-use crate::history::store as history;
-use crate::history::trigger::{self, Due, Pressure, message_text};
-use crate::identity::project_identity;
-use crate::store::Store;
+use mc_base::codec::{Decoded, Message, Part, PartKind, Role, Wire};
+use mc_base::config::TransformConfig;
+use mc_base::error::Result;
+use mc_base::identity::project_identity;
+use mc_base::store::Store;
+use mc_history::head::PinnedText;
+use mc_history::store as history;
+use mc_history::trigger::{self, Due, Pressure, message_text};
 
 use super::head::{self as heads, HardSignals, HeadContext, HeadRow, Markers};
 use super::render::{
@@ -26,12 +26,12 @@ use super::report::{Bust, Decision, PassOutput, PassReport};
 use super::scheduler::{self, Schedule, SchedulerInput};
 use super::state;
 use super::{caveman, emergency, nudge, overflow, system, temporal};
-use crate::domain::content;
-use crate::domain::envelope::{Envelope, ModelInfo, Usage};
-use crate::domain::measure;
-use crate::domain::messages::{self, session_from_messages};
-use crate::domain::sessions::{self, SessionRow};
-use crate::domain::tags::{
+use mc_base::domain::content;
+use mc_base::domain::envelope::{Envelope, ModelInfo, Usage};
+use mc_base::domain::measure;
+use mc_base::domain::messages::{self, session_from_messages};
+use mc_base::domain::sessions::{self, SessionRow};
+use mc_base::domain::tags::{
     self, DropMode, NewTag, TagKind, TagRow, measure_part, part_identity_into,
 };
 

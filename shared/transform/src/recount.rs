@@ -7,17 +7,17 @@
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
-use crate::codec::PartKind;
-use crate::codec::Wire;
-use crate::error::Result;
-use crate::store::Store;
-use crate::tokens;
+use mc_base::codec::PartKind;
+use mc_base::codec::Wire;
+use mc_base::error::Result;
+use mc_base::store::Store;
+use mc_base::tokens;
 
-use crate::domain::envelope::Envelope;
-use crate::domain::messages::session_from_messages;
-use crate::domain::notation::strip_leading_tags;
-use crate::domain::sessions;
-use crate::domain::tags::{TagKind, part_identity};
+use mc_base::domain::envelope::Envelope;
+use mc_base::domain::messages::session_from_messages;
+use mc_base::domain::notation::strip_leading_tags;
+use mc_base::domain::sessions;
+use mc_base::domain::tags::{TagKind, part_identity};
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct RecountResult {

@@ -4,13 +4,13 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::config::TransformConfig;
-use crate::error::{Error, Result};
-use crate::store::Store;
+use mc_base::config::TransformConfig;
+use mc_base::error::{Error, Result};
+use mc_base::store::Store;
 
-use crate::domain::envelope::session_key;
-use crate::domain::notation::parse_ranges;
-use crate::domain::{sessions, tags};
+use mc_base::domain::envelope::session_key;
+use mc_base::domain::notation::parse_ranges;
+use mc_base::domain::{sessions, tags};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReduceRequest {

@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::{Map, Value};
 
-use crate::codec::{Message, Part, PartKind, Role};
+use mc_base::codec::{Message, Part, PartKind, Role};
 
 use super::caveman;
-use crate::domain::notation::{placeholder, prefixed, strip_leading_tags};
-use crate::domain::tags::{DropMode, TagKind, TagRow};
+use mc_base::domain::notation::{placeholder, prefixed, strip_leading_tags};
+use mc_base::domain::tags::{DropMode, TagKind, TagRow};
 
 /// The version of every rule that turns input and stored state into bytes:
 /// placeholders, skeletons, prefixes, caveman, temporal markers, reminders and

@@ -3,11 +3,11 @@
 //! Pure functions of the usage sample, the clock and the session's memory.
 //! Provider-reported usage is the only measure of pressure it trusts.
 
-use crate::codec::{Message, PartKind, Role};
-use crate::config::CacheTtl;
+use mc_base::codec::{Message, PartKind, Role};
+use mc_base::config::CacheTtl;
 
 use super::report::Decision;
-use crate::domain::measure::{EMERGENCY_PERCENT, MAX_THRESHOLD_PERCENT, force_band};
+use mc_base::domain::measure::{EMERGENCY_PERCENT, MAX_THRESHOLD_PERCENT, force_band};
 
 /// A turn is mid-tool-use when the newest assistant step asked for tools and no
 /// real user message followed it: the agent is still working, so an execute
@@ -117,7 +117,7 @@ pub fn decide(input: &SchedulerInput) -> Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::opencode::decode_all;
+    use mc_base::codec::opencode::decode_all;
     use serde_json::json;
 
     fn input() -> SchedulerInput {

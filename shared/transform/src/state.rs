@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{Connection, params};
 
-use crate::error::Result;
+use mc_base::error::Result;
 
 /// The session's Channel 2 reminders: the message each follows, and its text.
 pub fn load_reminders(conn: &Connection, session: i64) -> Result<BTreeMap<String, String>> {

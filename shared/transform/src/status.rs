@@ -3,10 +3,10 @@
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
-use crate::error::Result;
-use crate::store::Store;
+use mc_base::error::Result;
+use mc_base::store::Store;
 
-use crate::domain::{sessions, tags};
+use mc_base::domain::{sessions, tags};
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct TokenSplit {
@@ -85,10 +85,10 @@ pub struct StatusReport {
     pub pins: usize,
     pub passes_materialized: i64,
     /// The historian's last run and last failure (with its cause), if it ever ran.
-    pub historian: Option<crate::historian::HistorianStatus>,
+    pub historian: Option<mc_history::historian::HistorianStatus>,
     /// The context limit a provider's overflow error stated for the session's
     /// model (it caps the harness's limit on every pass on that model).
-    pub learned_limit: Option<crate::domain::models::LearnedLimit>,
+    pub learned_limit: Option<mc_base::domain::models::LearnedLimit>,
     /// A provider rejected the session's last request as too long and no
     /// pass has recovered yet: the next pass is an emergency.
     pub overflow_pending: bool,
@@ -98,7 +98,7 @@ pub struct StatusReport {
     /// `model_source`, `model_reason`), when the caller chose one
     /// (`historian::choice`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub historian_model: Option<crate::historian::choice::ModelReport>,
+    pub historian_model: Option<mc_history::historian::choice::ModelReport>,
 }
 
 pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<StatusReport>> {
@@ -184,7 +184,7 @@ pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<S
         }
         None => None,
     };
-    let pins = crate::history::store::pins(conn, session.id)?.len();
+    let pins = mc_history::store::pins(conn, session.id)?.len();
     let passes_materialized: i64 = conn.query_row(
         "SELECT passes_materialized FROM sessions WHERE id = ?1",
         params![session.id],
@@ -220,9 +220,9 @@ pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<S
         head,
         pins,
         passes_materialized,
-        historian: crate::historian::status(conn, session.id)?,
+        historian: mc_history::historian::status(conn, session.id)?,
         learned_limit: match &session.last_model_key {
-            Some(key) => crate::domain::models::learned_limit(conn, key)?,
+            Some(key) => mc_base::domain::models::learned_limit(conn, key)?,
             None => None,
         },
         overflow_pending: super::overflow::pending(conn, harness, session_id)?.is_some(),

@@ -9,12 +9,12 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::config::TransformConfig;
-use crate::error::{Error, Result};
-use crate::store::Store;
+use mc_base::config::TransformConfig;
+use mc_base::error::{Error, Result};
+use mc_base::store::Store;
 
-use crate::domain::envelope::session_key;
-use crate::domain::sessions;
+use mc_base::domain::envelope::session_key;
+use mc_base::domain::sessions;
 
 /// The date lines harnesses write: OpenCode's, Pi's.
 const DATE_PREFIXES: [&str; 2] = ["Today's date:", "Current date:"];

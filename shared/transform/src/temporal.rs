@@ -2,7 +2,7 @@
 //! the previous message starts with `<!-- +2h 15m -->`. Derived from immutable
 //! timestamps, so every pass renders the same marker.
 
-use crate::codec::{Message, Role};
+use mc_base::codec::{Message, Role};
 
 const MIN_GAP_MS: i64 = 5 * 60 * 1000;
 
@@ -54,7 +54,7 @@ pub fn markers(messages: &[Message]) -> Vec<Option<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::opencode::decode_all;
+    use mc_base::codec::opencode::decode_all;
     use serde_json::json;
 
     #[test]

@@ -3,16 +3,16 @@
 
 use serde_json::{Value, json};
 
-use crate::config::TransformConfig;
-use crate::history::store::{self as history, NewCompartment};
-use crate::store::Store;
+use mc_base::config::TransformConfig;
+use mc_base::store::Store;
+use mc_history::store::{self as history, NewCompartment};
 
 use super::reduce::{ReduceRequest, reduce};
 use super::report::{Bust, Decision, PassOutput};
 use super::tests::*;
 use super::{run_pass, status};
-use crate::domain::envelope::Envelope;
-use crate::domain::sessions;
+use mc_base::domain::envelope::Envelope;
+use mc_base::domain::sessions;
 
 fn session_row(store: &Store) -> i64 {
     sessions::find_session(store.conn(), "opencode", SESSION)
@@ -1113,9 +1113,9 @@ fn an_adapter_that_can_wait_hears_of_a_blocking_fold_before_anything_is_kept() {
     g.messages = bash_session(60, 1700);
     g.run(30, T0 + 700_000);
     let envelope = envelope_in(g.dir.path(), &g.messages, 96, T0 + 701_000, None);
-    let before_drops = crate::historian::check(
+    let before_drops = mc_history::historian::check(
         g.store.conn(),
-        &crate::historian::Input::from_envelope(envelope).unwrap(),
+        &mc_history::historian::Input::from_envelope(envelope).unwrap(),
         &g.config,
     )
     .unwrap();

@@ -74,7 +74,7 @@ pub const SUPPORTED_HARNESSES: &[&str] = &["opencode", "pi"];
 
 /// The `harness` (default `opencode`) and the required `session_id` of a
 /// subcommand's request; `what` names the request in the error.
-pub(crate) fn session_key(map: &Map<String, Value>, what: &str) -> Result<(String, String)> {
+pub fn session_key(map: &Map<String, Value>, what: &str) -> Result<(String, String)> {
     let harness = match map.get("harness") {
         None | Some(Value::Null) => "opencode".to_string(),
         Some(Value::String(s)) => s.clone(),

@@ -12,7 +12,7 @@ use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 use crate::error::{Error, Result};
 
 /// Shipped migrations, applied in order. Never edit one that has shipped: add a new one.
-const MIGRATIONS: &[&str] = &[
+pub const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_transform.sql"),
     include_str!("migrations/0002_history.sql"),
     include_str!("migrations/0003_pins_and_historian.sql"),

@@ -24,13 +24,13 @@ use rusqlite::Connection;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::codec::Message;
-use crate::codec::opencode::Role;
-use crate::config::{HistorianConfig, ProviderConfig, ProviderKind};
-use crate::domain::envelope::ModelInfo;
-use crate::domain::sessions;
-use crate::error::Result;
-use crate::llm::{self, LlmError};
+use mc_base::codec::Message;
+use mc_base::codec::opencode::Role;
+use mc_base::config::{HistorianConfig, ProviderConfig, ProviderKind};
+use mc_base::domain::envelope::ModelInfo;
+use mc_base::domain::sessions;
+use mc_base::error::Result;
+use mc_llm::{self as llm, LlmError};
 
 use super::{CLAUDE_CODE, Input};
 

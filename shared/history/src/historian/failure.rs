@@ -9,10 +9,34 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, ErrorKind};
-use crate::llm::{self, LlmError};
+use mc_base::error::{Error, ErrorKind};
+use mc_llm::{self as llm, LlmError};
 
-use super::publish::Refusal;
+/// Why a publish was refused (nothing was written).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    LeaseLost,
+    /// The stored compartments moved since the chunk was planned.
+    Moved {
+        expected: i64,
+        found: i64,
+    },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::LeaseLost => f.write_str(
+                "the session's historian lease was taken over (this run outlived it); nothing published",
+            ),
+            Refusal::Moved { expected, found } => write!(
+                f,
+                "the session's compartments changed during the run (they ended at {expected}, \
+                 now at {found}); nothing published"
+            ),
+        }
+    }
+}
 
 /// Why a run, or one chunk of it, failed. Nothing of a failed chunk is written.
 #[derive(Debug, Clone, PartialEq)]

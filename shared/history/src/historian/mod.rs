@@ -3,7 +3,7 @@
 //! Three entry points, one per `mc-historian` command:
 //!
 //! - [`check`]: is a run due, and why — the transform's own trigger
-//!   ([`crate::history::trigger::historian_due`]) over the same measurements
+//!   ([`crate::trigger::historian_due`]) over the same measurements
 //!   (read-only, no model call);
 //! - [`prompt`]: the exact request a run would send first (read-only);
 //! - [`run`]: register the messages, plan a chunk of the eligible range above
@@ -29,21 +29,21 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::codec::Message;
-use crate::codec::opencode::{decode_all, take_boundary};
-use crate::config::{HistorianConfig, TransformConfig};
-use crate::domain::content;
-use crate::domain::envelope::{Envelope, ModelInfo, Usage};
-use crate::domain::measure;
-use crate::domain::messages::{self, session_from_messages};
-use crate::domain::models;
-use crate::domain::sessions::{self, SessionRow};
-use crate::error::{Error, Result};
-use crate::history::store::{self, NewCompartment};
-use crate::history::trigger::{self, Due, MIN_CHUNK_TOKENS, Pressure};
-use crate::identity::project_identity;
-use crate::llm::{self, Completion, Model, Prompt};
-use crate::store::Store;
+use crate::store::{self, NewCompartment};
+use crate::trigger::{self, Due, MIN_CHUNK_TOKENS, Pressure};
+use mc_base::codec::Message;
+use mc_base::codec::opencode::{decode_all, take_boundary};
+use mc_base::config::{HistorianConfig, TransformConfig};
+use mc_base::domain::content;
+use mc_base::domain::envelope::{Envelope, ModelInfo, Usage};
+use mc_base::domain::measure;
+use mc_base::domain::messages::{self, session_from_messages};
+use mc_base::domain::models;
+use mc_base::domain::sessions::{self, SessionRow};
+use mc_base::error::{Error, Result};
+use mc_base::identity::project_identity;
+use mc_base::store::Store;
+use mc_llm::{self as llm, Completion, Model, Prompt};
 
 use self::failure::RunFailure;
 use self::transcript::{Chunk, TailMessage};
@@ -72,7 +72,7 @@ pub struct Input {
 impl Input {
     /// From the transform's envelope.
     pub fn from_envelope(envelope: Envelope) -> Result<Input> {
-        let messages = crate::codec::Wire::decode(
+        let messages = mc_base::codec::Wire::decode(
             &envelope.harness,
             envelope.session_id.as_deref(),
             envelope.messages,
@@ -832,7 +832,7 @@ impl Runner<'_, '_> {
             publish::renew_lease(tx, session, &params.holder, (params.now)(), params.lease_ms)
         })?;
         if !renewed {
-            return Ok(Err(RunFailure::Refused(publish::Refusal::LeaseLost)));
+            return Ok(Err(RunFailure::Refused(failure::Refusal::LeaseLost)));
         }
         let mut warnings = Vec::new();
         let progress = &mut *self.progress;

@@ -7,7 +7,7 @@
 //! the text of `<title>`, `<p1>`…`<p4>` and `<fact>` runs to its own closing
 //! tag, so it may hold `<`, `&` and code; the five XML entities are decoded.
 
-use crate::history::store::CATEGORIES;
+use crate::store::CATEGORIES;
 
 /// Episode types a compartment may have.
 pub const EPISODES: [&str; 11] = [

@@ -2,9 +2,9 @@
 //! format (the contract), and a user message with read-only context, the
 //! transcript to fold and, when there is more after it, a lookahead.
 
-use crate::history::head::escape;
-use crate::history::store::{Memory, StoredCompartment};
-use crate::llm::Prompt;
+use crate::head::escape;
+use crate::store::{Memory, StoredCompartment};
+use mc_llm::Prompt;
 
 use super::parse::EPISODES;
 use super::transcript::Chunk;

@@ -6,10 +6,10 @@ use std::collections::HashSet;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::error::Result;
-use crate::history::store::{self, NewCompartment};
+use crate::store::{self, NewCompartment};
+use mc_base::error::Result;
 
-use super::failure::FailureRecord;
+use super::failure::{FailureRecord, Refusal};
 use super::parse::RawFact;
 
 /// Who holds a session's lease, and until when.
@@ -332,32 +332,6 @@ fn promote_facts(
     Ok(out)
 }
 
-/// Why a publish was refused (nothing was written).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    LeaseLost,
-    /// The stored compartments moved since the chunk was planned.
-    Moved {
-        expected: i64,
-        found: i64,
-    },
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Refusal::LeaseLost => f.write_str(
-                "the session's historian lease was taken over (this run outlived it); nothing published",
-            ),
-            Refusal::Moved { expected, found } => write!(
-                f,
-                "the session's compartments changed during the run (they ended at {expected}, \
-                 now at {found}); nothing published"
-            ),
-        }
-    }
-}
-
 /// What one publish wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Published {
@@ -408,8 +382,8 @@ pub fn publish(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::sessions;
-    use crate::store::Store;
+    use mc_base::domain::sessions;
+    use mc_base::store::Store;
 
     fn session(store: &mut Store, id: &str) -> i64 {
         store

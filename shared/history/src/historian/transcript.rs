@@ -18,8 +18,8 @@ use std::collections::{BTreeSet, HashMap};
 use regex::Regex;
 use serde_json::Value;
 
-use crate::codec::{Message, PartKind, Role};
-use crate::tokens;
+use mc_base::codec::{Message, PartKind, Role};
+use mc_base::tokens;
 
 /// A part's text is cut after this many characters in the transcript.
 const MAX_PART_CHARS: usize = 2_000;
@@ -159,7 +159,7 @@ fn squash(text: &str, max_chars: usize) -> String {
 }
 
 /// `TC: description` or `TC: tool(argument)`; a failed call says so.
-fn tool_summary(part: &crate::codec::Part) -> Option<String> {
+fn tool_summary(part: &mc_base::codec::Part) -> Option<String> {
     let name = part.tool_name().filter(|n| !n.is_empty())?;
     let input = part.tool_input();
     let field = |key: &str| {
@@ -412,8 +412,8 @@ pub fn first_chunk(blocks: &[Block], budget: u64) -> Option<Chunk> {
 /// Per-message context tokens: the transform's stored count for tagged parts
 /// (0 once dropped), the same estimate the transform would store for the rest.
 pub fn message_tokens(message: &Message, stored: &HashMap<String, Option<u64>>) -> u64 {
-    use crate::domain::tags::TagKind;
-    use crate::domain::tags::{measure_part, part_identity};
+    use mc_base::domain::tags::TagKind;
+    use mc_base::domain::tags::{measure_part, part_identity};
     let Some(id) = message.id() else { return 0 };
     message
         .parts

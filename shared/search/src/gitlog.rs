@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, params};
 use serde::Serialize;
 
-use crate::error::{Error, Result};
-use crate::identity::{git, is_object_id};
+use mc_base::error::{Error, Result};
+use mc_base::identity::{git, is_object_id};
 
 pub const MAX_COMMITS: usize = 2000;
 pub const WINDOW_MS: i64 = 365 * 24 * 60 * 60 * 1000;
@@ -154,7 +154,7 @@ pub fn new_commits(
 /// one write transaction. `None` when `root` is no git repository or has no
 /// commit yet.
 pub fn index_commits(
-    store: &mut crate::store::Store,
+    store: &mut mc_base::store::Store,
     project: &str,
     root: &Path,
     now_ms: i64,
