@@ -488,6 +488,16 @@ pub fn open_store(db_flag: Option<&Path>, config: &Config) -> anyhow::Result<Sto
     Ok(open_store_at(&path, config, Wait::Background)?)
 }
 
+/// As [`open_store`], waiting as long as `wait` says for a sibling's lock.
+pub fn open_store_waiting(
+    db_flag: Option<&Path>,
+    config: &Config,
+    wait: Wait,
+) -> anyhow::Result<Store> {
+    let path = db_path(db_flag)?;
+    Ok(open_store_at(&path, config, wait)?)
+}
+
 /// The store at `path`, waiting as long as `wait` says for a sibling's lock.
 fn open_store_at(path: &Path, config: &Config, wait: Wait) -> mc_base::Result<Store> {
     let options = StoreOptions {

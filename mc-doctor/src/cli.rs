@@ -13,6 +13,8 @@ use mc_cli::{Failure, finish};
 use mc_doctor_core::harness::HarnessId;
 use mc_doctor_core::{self as doctor, Check, Env, checks, issue, magic_context, migrate, setup};
 
+use crate::outcome::outcome_text;
+
 const NAME: &str = "mc-doctor";
 
 const ABOUT: &str = "Is mc installed, wired into your harnesses, and working?
@@ -47,8 +49,8 @@ struct Args {
     fix: bool,
     /// Write a redacted Markdown report for an issue [default file:
     /// ./mc-issue-YYYYMMDD-HHMMSS.md]; nothing is sent anywhere
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "")]
-    issue: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    issue: Option<Option<PathBuf>>,
     /// Do not call the providers (no network)
     #[arg(long)]
     no_probe: bool,
@@ -176,11 +178,10 @@ fn run(args: Args) -> Result<ExitCode, Failure> {
     let options = check_options(&args);
     let before = checks::run(&env, &options);
     if let Some(file) = &args.issue {
-        let file = if file.as_os_str().is_empty() {
-            PathBuf::from(issue::file_name(env.now_ms))
-        } else {
-            file.clone()
-        };
+        // `--issue` alone: the default name, in the working folder.
+        let file = file
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(issue::file_name(env.now_ms)));
         let state = std::env::var_os("XDG_STATE_HOME")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
@@ -356,32 +357,6 @@ fn show_outcome(
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn outcome_text(outcome: &setup::Outcome, dry_run: bool, cron: Option<&str>) -> String {
-    let mut text = String::new();
-    for change in &outcome.changes {
-        text.push_str(&change.diff);
-        if let Some(backup) = &change.backup {
-            text.push_str(&format!("(backup: {})\n", backup.display()));
-        }
-    }
-    for note in &outcome.notes {
-        text.push_str(&format!("{note}\n"));
-    }
-    if let Some(cron) = cron {
-        text.push_str(&format!("cron: {cron}\n"));
-    }
-    let n = outcome.changes.len();
-    text.push_str(&match (dry_run, n) {
-        (true, 0) => "Dry run: nothing would change.\n".to_string(),
-        (true, n) => format!("Dry run: {n} file(s) would change; nothing was written.\n"),
-        (false, 0) => "Nothing to change.\n".to_string(),
-        (false, n) => {
-            format!("{n} file(s) changed. Restart the harness to load mc; `mc-doctor` checks it.\n")
-        }
-    });
-    text
-}
-
 fn run_migrate(args: &Args, m: &MigrateArgs, env: &Env) -> Result<ExitCode, Failure> {
     let mut lines = Vec::new();
     if m.dry_run {
@@ -443,9 +418,4 @@ fn run_migrate(args: &Args, m: &MigrateArgs, env: &Env) -> Result<ExitCode, Fail
         print(&text)?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// For the wizard: apply a request and print what changed.
-pub fn apply(env: &Env, request: &setup::Request) -> Result<setup::Outcome, Failure> {
-    setup::setup(env, request).map_err(Failure::from)
 }

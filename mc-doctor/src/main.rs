@@ -3,6 +3,7 @@
 //! `mc_doctor_core`.
 
 mod cli;
+mod outcome;
 mod wizard;
 
 use std::process::ExitCode;

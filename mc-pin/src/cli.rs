@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use mc_base::config::Config;
 use mc_base::store::Store;
-use mc_cli::{Failure, GlobalArgs, now_ms, write_json};
+use mc_cli::{Failure, GlobalArgs, Wait, now_ms, write_json};
 use mc_pin_core::{
     self as pin, Action, Event, Harness, PinOutcome, PinRequest, RequestFields, RestoreReport,
     Target, hook, local, opencode,
@@ -474,7 +474,10 @@ fn restore_hook(
 ) -> Result<(), Failure> {
     let project = input.cwd.as_deref().map(Path::new);
     let config = mc_cli::load_config(NAME, args.global.config.as_deref(), project).0;
-    let mut store = open_store(args, &config)?;
+    // A hook the harness waits on: at most the hook's wait for a sibling's
+    // lock. The pins are read without the write lock; a claim that cannot
+    // take it within that wait is kept beside the database (`pin::aside`).
+    let mut store = mc_cli::open_store_waiting(args.global.db.as_deref(), &config, Wait::Hook)?;
     let options = hook::HookOptions {
         transcript: flags.transcript.as_deref().map(Path::new),
         max_transcript_bytes: config.transcript.max_bytes,
@@ -484,6 +487,14 @@ fn restore_hook(
     };
     let report = hook::restore(&mut store, harness, input, options, now_ms())?;
     warn(&report.warnings);
+    if report
+        .pending
+        .as_ref()
+        .is_some_and(hook::Pending::locked_out)
+    {
+        // Waited once already: what is left to record does not wait again.
+        store.set_busy_timeout(std::time::Duration::ZERO)?;
+    }
     if !flags.dry_run
         && let Some(dir) = &input.cwd
     {

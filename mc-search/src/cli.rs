@@ -100,10 +100,13 @@ enum Command {
     /// step of this itself); --session for one session only. Progress on stderr
     /// when it is a terminal.
     Index {
-        /// Report the index's state instead: parts kept, indexed, waiting, healthy
+        /// Report the state of every search index instead: parts kept,
+        /// indexed, waiting, healthy, and each index (exit 1 when one is not)
         #[arg(long, conflicts_with = "rebuild")]
         check: bool,
-        /// Throw the index away and build it again from the kept content
+        /// Throw every search index away (messages, memories, notes,
+        /// compartments, commits) and build it again from the rows it indexes:
+        /// the repair for a damaged index
         #[arg(long)]
         rebuild: bool,
         /// Index the git commits of the project's repository instead (HEAD, no
@@ -666,13 +669,19 @@ fn index(args: &Args, check: bool, rebuild: bool) -> Result<(), Failure> {
     let mut store = mc_cli::open_store(args.global.db.as_deref(), &config)?;
     if check {
         let state = search::index::check(store.conn())?;
-        return Ok(write_json(&json!(state), args.global.pretty)?);
+        write_json(&json!(state), args.global.pretty)?;
+        return match &state.problem {
+            None => Ok(()),
+            Some(problem) => Err(
+                Failure::runtime(anyhow!("a search index is damaged: {problem}")).with_hints([
+                    format!(
+                        "run `{}` (it builds every index again from the rows it indexes)",
+                        search::fts::REBUILD_COMMAND
+                    ),
+                ]),
+            ),
+        };
     }
-    let requeued = if rebuild {
-        Some(search::index::reset(&mut store)?)
-    } else {
-        None
-    };
     let session = match &args.at.session {
         None => None,
         Some(id) => {
@@ -694,18 +703,36 @@ fn index(args: &Args, check: bool, rebuild: bool) -> Result<(), Failure> {
         );
         bar
     });
-    let report = search::index::catch_up_session(&mut store, session, None, &mut |done, total| {
+    let mut progress = |done, total| {
         if let Some(bar) = &bar {
             bar.set_length(total);
             bar.set_position(done);
         }
-    })?;
+    };
+    let out = if rebuild {
+        // Every index, whatever --session says: a rebuild is of the whole database.
+        let report = search::fts::rebuild(&mut store, &mut progress)?;
+        let requeued = report
+            .rebuilt
+            .iter()
+            .find(|r| r.name == "messages_fts")
+            .map_or(0, |r| r.rows);
+        let mut out = json!(report.messages);
+        if let Some(map) = out.as_object_mut() {
+            map.insert("requeued".into(), json!(requeued));
+            map.insert("rebuilt".into(), json!(report.rebuilt));
+        }
+        out
+    } else {
+        json!(search::index::catch_up_session(
+            &mut store,
+            session,
+            None,
+            &mut progress
+        )?)
+    };
     if let Some(bar) = bar {
         bar.finish_and_clear();
-    }
-    let mut out = json!(report);
-    if let (Some(n), Some(map)) = (requeued, out.as_object_mut()) {
-        map.insert("requeued".into(), json!(n));
     }
     Ok(write_json(&out, args.global.pretty)?)
 }

@@ -196,6 +196,52 @@ impl TestEnv {
             .unwrap_or_else(|e| panic!("running {bin}: {e}"))
             .unwrap_or_else(|| panic!("{bin} {args:?} was still running after {limit:?}"))
     }
+
+    /// Hold an exclusive lock on the database at `path` from another process,
+    /// as a sibling mc process in a long write would, for 30 s; the lock goes
+    /// when the holder drops. (In WAL mode readers still get in.)
+    pub fn lock_database(&self, path: &Path) -> LockHolder {
+        // python3's sqlite3 module is on every machine the tests run on.
+        let mut child = self
+            .program("python3")
+            .arg("-c")
+            .arg(
+                "import sqlite3,sys,time\n\
+                 c=sqlite3.connect(sys.argv[1],isolation_level=None)\n\
+                 c.execute('BEGIN EXCLUSIVE')\n\
+                 print('locked',flush=True)\n\
+                 time.sleep(30)",
+            )
+            .arg(path)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line.trim(), "locked");
+        LockHolder(child)
+    }
+}
+
+/// The process [`TestEnv::lock_database`] started; killed when dropped.
+pub struct LockHolder(std::process::Child);
+
+impl LockHolder {
+    /// Still running (and so still holding what it holds).
+    pub fn holding(&mut self) -> bool {
+        self.0.try_wait().expect("the holder's status").is_none()
+    }
+}
+
+impl Drop for LockHolder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn run(command: &mut Command, stdin: &[u8]) -> Output {

@@ -31,7 +31,7 @@ pub fn opencode_bin() -> PathBuf {
 }
 
 pub fn plugin_source() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../mc-transform/adapters/opencode/mc.js")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/opencode/mc.js")
 }
 
 /// A running `opencode serve` with mc's plugin, an isolated home, and a fake provider.

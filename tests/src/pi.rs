@@ -30,7 +30,7 @@ pub fn pi_bin() -> Option<PathBuf> {
 
 /// mc's Pi extension in this repository.
 pub fn extension() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../mc-transform/adapters/pi/mc.ts")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/pi/mc.ts")
 }
 
 /// The model the fake provider plays for Pi.

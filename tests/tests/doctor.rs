@@ -696,6 +696,152 @@ fn setup_is_idempotent_keeps_comments_dry_runs_and_uninstalls_exactly() {
     );
 }
 
+/// mc-doctor in `env`'s home with no harness on PATH.
+fn bare_doctor(env: &TestEnv, vars: &[(&str, &Path)]) -> Doctor {
+    let harnesses = env.root().join("none");
+    std::fs::create_dir_all(&harnesses).unwrap();
+    Doctor {
+        home: env.home(),
+        path: path_with(&harnesses),
+        vars: vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.display().to_string()))
+            .collect(),
+    }
+}
+
+/// Make `path` unwritable even for root: its write bits off, and where that
+/// does not stop this process (root), the immutable attribute. False when
+/// neither can be done here (then the caller skips that shape).
+fn make_unwritable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    if std::fs::OpenOptions::new().append(true).open(path).is_err() {
+        return true;
+    }
+    let immutable = Command::new("chattr")
+        .arg("+i")
+        .arg(path)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    immutable && std::fs::OpenOptions::new().append(true).open(path).is_err()
+}
+
+fn make_writable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = Command::new("chattr").arg("-i").arg(path).output();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
+}
+
+/// A home where mc cannot write: the folders the database and setup's
+/// config go in cannot be made (a file is where each should be), and an
+/// existing database that cannot be written. Each is a FAIL with its fix,
+/// exit 1; before, every check passed while each pass was a passthrough.
+#[test]
+fn a_home_mc_cannot_write_fails_with_the_fix() {
+    let env = TestEnv::new();
+    std::fs::create_dir_all(env.data_home()).unwrap();
+    std::fs::create_dir_all(env.config_home()).unwrap();
+    std::fs::write(env.data_home().join("mc"), "not a folder").unwrap();
+    std::fs::write(env.config_home().join("mc"), "not a folder").unwrap();
+    // A pass there keeps nothing: the shape is real.
+    let pass = env.run(
+        "mc-transform",
+        &[],
+        &json!({"messages": [{"info": {"id": "m1", "role": "user"}, "parts": []}]}).to_string(),
+    );
+    assert!(
+        String::from_utf8_lossy(&pass.stdout).contains("passthrough"),
+        "{}",
+        String::from_utf8_lossy(&pass.stdout)
+    );
+    let doctor = bare_doctor(&env, &[]);
+    let (code, doc) = doctor.json(&["--no-probe"]);
+    assert_eq!(code, 1, "{doc:#}");
+    let folder = check(&doc, "db.folder");
+    assert_eq!(folder["status"], "fail", "{doc:#}");
+    assert!(
+        folder["what"]
+            .as_str()
+            .unwrap()
+            .contains("is a file, not a folder"),
+        "{folder}"
+    );
+    assert!(folder["fix"].as_str().unwrap().contains("--db"), "{folder}");
+    let config = check(&doc, "config.folder");
+    assert_eq!(config["status"], "fail", "{doc:#}");
+    assert!(
+        config["what"].as_str().unwrap().contains("setup"),
+        "{config}"
+    );
+    // The human lines say the same, with the fix.
+    let out = doctor.run(&["--no-probe"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("FAIL") && l.contains("database folder")),
+        "{text}"
+    );
+
+    // An existing database mc cannot write, in a folder it can.
+    let env = TestEnv::new();
+    let db = env.db();
+    drop(mc_base::store::Store::open(&db, &Default::default()).unwrap());
+    let doctor = bare_doctor(&env, &[("MC_DB", &db)]);
+    let (code, doc) = doctor.json(&["--no-probe"]);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(check(&doc, "writable")["status"], "pass", "{doc:#}");
+    if !make_unwritable(&db) {
+        eprintln!("skipped the read-only database: neither chmod nor chattr +i stops this user");
+        return;
+    }
+    let (code, doc) = doctor.json(&["--no-probe"]);
+    make_writable(&db);
+    assert_eq!(code, 1, "{doc:#}");
+    let write = check(&doc, "db.write");
+    assert_eq!(write["status"], "fail", "{doc:#}");
+    assert!(
+        write["what"].as_str().unwrap().contains("cannot write it"),
+        "{write}"
+    );
+    assert!(
+        write["fix"].as_str().unwrap().contains("writable"),
+        "{write}"
+    );
+    // The other database checks still pass: only a write shows it.
+    assert_eq!(check(&doc, "db")["status"], "pass", "{doc:#}");
+}
+
+/// `--issue` alone, as `--help` and the README show it: the default name in
+/// the working folder.
+#[test]
+fn issue_without_a_file_writes_the_default_named_report() {
+    let env = TestEnv::new();
+    let doctor = bare_doctor(&env, &[]);
+    let out = doctor.run(&["--no-probe", "--issue"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // MC_NOW_MS is 2026-12-01 04:40:00 UTC.
+    let report = env.home().join("mc-issue-20261201-044000.md");
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(text.contains("## Checks"), "{text}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("mc-issue-20261201-044000.md"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let help = doctor.run(&["--help"]);
+    assert!(
+        String::from_utf8_lossy(&help.stdout).contains("--issue [<FILE>]"),
+        "{}",
+        String::from_utf8_lossy(&help.stdout)
+    );
+}
+
 #[test]
 fn issue_report_redacts_home_paths_and_each_secret_shape() {
     let env = TestEnv::new();

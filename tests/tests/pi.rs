@@ -1,6 +1,6 @@
 //! End to end against the real Pi (npm `@mariozechner/pi-coding-agent`, pinned
 //! in `tests/e2e/package.json`; `scripts/test` installs it) with mc's extension
-//! (`mc-transform/adapters/pi/mc.ts`): Pi runs offline against a fake
+//! (`adapters/pi/mc.ts`): Pi runs offline against a fake
 //! Anthropic provider of ours on 127.0.0.1 that records every request body,
 //! driven by `pi -p` (each prompt a process of its own on one session file:
 //! every prompt after the first is a resume) and `pi --mode rpc`. One binary

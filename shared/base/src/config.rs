@@ -399,7 +399,7 @@ pub fn load(layers: &[Layer]) -> Loaded {
     let mut merger = Merger::new();
     for layer in ordered {
         let name = layer.path.display().to_string();
-        match read_layer(&layer.path) {
+        match read_layer_of(layer) {
             Ok(None) => {}
             Ok(Some(text)) => merger.apply_text(layer.tier, &name, &layer.path, &text),
             Err(problem) => merger.warn(&name, &format!("{problem}; ignoring this file")),
@@ -434,6 +434,46 @@ fn jsonc_options() -> jsonc_parser::ParseOptions {
         allow_non_finite_numbers: false,
         allow_extended_string_escapes: false,
     }
+}
+
+/// The text of a layer's file; `Ok(None)` when it does not exist; `Err`
+/// says why it cannot be used. The project layer, `<repo>/.mc/config.jsonc`,
+/// is read only inside the repository: neither `.mc` nor the file may be a
+/// symbolic link (`repo_fs`). The user's own files follow links as usual.
+pub fn read_layer_of(layer: &Layer) -> Result<Option<String>, String> {
+    match layer.tier {
+        Tier::Project => read_project_layer(&layer.path),
+        Tier::User | Tier::Override => read_layer(&layer.path),
+    }
+}
+
+/// `path` read with no link followed below its grandparent (the folder
+/// holding `.mc`).
+fn read_project_layer(path: &Path) -> Result<Option<String>, String> {
+    let parts: Vec<&std::ffi::OsStr> = path.iter().collect();
+    let split = parts.len().saturating_sub(2).max(1).min(parts.len());
+    let root: PathBuf = parts.iter().take(split).collect();
+    let rel: PathBuf = parts.iter().skip(split).collect();
+    let bytes = match crate::repo_fs::read(&root, &rel, MAX_CONFIG_BYTES) {
+        Ok(None) | Err(crate::repo_fs::Refusal::NotDir(_)) => return Ok(None),
+        Ok(Some(bytes)) => bytes,
+        Err(crate::repo_fs::Refusal::TooLarge(..)) => {
+            return Err(format!("is larger than {} KiB", MAX_CONFIG_BYTES / 1024));
+        }
+        Err(crate::repo_fs::Refusal::Io(_, e)) => return Err(format!("cannot read it: {e}")),
+        Err(refusal) if refusal.path() == path => return Err(refusal.reason()),
+        Err(refusal) => return Err(refusal.to_string()),
+    };
+    utf8(bytes).map(Some)
+}
+
+fn utf8(bytes: Vec<u8>) -> Result<String, String> {
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "is not valid UTF-8 (byte {})",
+            e.utf8_error().valid_up_to() + 1
+        )
+    })
 }
 
 /// The file's text; `Ok(None)` when it does not exist; `Err` says why it
@@ -471,12 +511,7 @@ fn read_layer(path: &Path) -> Result<Option<String>, String> {
     if bytes.len() as u64 > MAX_CONFIG_BYTES {
         return Err(too_big());
     }
-    String::from_utf8(bytes).map(Some).map_err(|e| {
-        format!(
-            "is not valid UTF-8 (byte {})",
-            e.utf8_error().valid_up_to() + 1
-        )
-    })
+    utf8(bytes).map(Some)
 }
 
 /// Merge state: the config so far and the diagnostics.

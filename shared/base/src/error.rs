@@ -125,6 +125,11 @@ pub enum Error {
     Hinted { error: Box<Error>, hint: String },
 }
 
+/// Said of every damaged or missing full-text index: the repair, which
+/// builds it again from the rows it indexes (nothing is lost).
+const INDEX_HINT: &str = "a search index is damaged or missing: run `mc-search index --rebuild` \
+    (it builds every index again from the rows it indexes; `mc-doctor --fix` does the same)";
+
 /// Said of every locked or busy database: which setting raises the wait.
 const BUSY_HINT: &str = "another mc process held the database longer than this command waits; \
     try again, or raise sqlite.busy_timeout_ms in the user config \
@@ -187,6 +192,7 @@ impl Error {
                     .into(),
             ],
             Error::Sqlite(e) if is_busy(e) => vec![BUSY_HINT.into()],
+            Error::Sqlite(e) if is_index_damage(e) => vec![INDEX_HINT.into()],
             Error::Sqlite(e) => match e.sqlite_error_code() {
                 Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase) => {
                     vec![
@@ -233,10 +239,46 @@ fn is_busy(e: &rusqlite::Error) -> bool {
     )
 }
 
+/// mc's full-text indexes by name: the FTS5 tables the migrations create.
+/// mc-search-core's `fts::INDEXES` describes each (a test there keeps the
+/// two lists equal); the error kind needs only the names.
+pub const FTS_INDEXES: [&str; 5] = [
+    "messages_fts",
+    "memories_fts",
+    "notes_fts",
+    "compartments_fts",
+    "commits_fts",
+];
+
+/// True when SQLite failed on a damaged full-text index (FTS5 reports
+/// `SQLITE_CORRUPT_VTAB`) or on one of mc's that is gone (`no such table`,
+/// from a search or from the trigger that keeps it in step).
+fn is_index_damage(e: &rusqlite::Error) -> bool {
+    const SQLITE_CORRUPT_VTAB: i32 = 267;
+    let missing_table = |message: &str| {
+        // Also "error in trigger memories_fts_insert: no such table: …".
+        message
+            .split_once("no such table: ")
+            .map(|(_, name)| name.strip_prefix("main.").unwrap_or(name))
+            .is_some_and(|name| FTS_INDEXES.contains(&name))
+    };
+    match e {
+        rusqlite::Error::SqliteFailure(failure, message) => {
+            failure.extended_code == SQLITE_CORRUPT_VTAB
+                || message.as_deref().is_some_and(missing_table)
+        }
+        rusqlite::Error::SqlInputError { msg, .. } => missing_table(msg),
+        _ => false,
+    }
+}
+
 /// The kind of a SQLite failure: another process or the machine
 /// (unavailable), the file or its rows (corrupt), else mc's own SQL (internal).
 fn sqlite_kind(e: &rusqlite::Error) -> ErrorKind {
     use rusqlite::ErrorCode as Code;
+    if is_index_damage(e) {
+        return ErrorKind::Corrupt;
+    }
     match e {
         rusqlite::Error::SqliteFailure(failure, _) => match failure.code {
             Code::DatabaseBusy
@@ -419,5 +461,43 @@ mod tests {
         );
         assert!(Error::input("bad").hints().is_empty());
         assert!(Error::Internal("x".into()).hints()[0].contains("bug"));
+    }
+
+    /// A damaged or missing search index names its repair, not a backup.
+    #[test]
+    fn a_damaged_search_index_names_the_rebuild() {
+        let store = crate::store::Store::open_in_memory().unwrap();
+        let conn = store.conn();
+        conn.execute_batch(
+            "INSERT INTO memories (project, category, content, created_ms, updated_ms)
+             VALUES ('p', 'NAMING', 'lease', 1, 1);
+             DELETE FROM memories_fts_data WHERE id = 10;",
+        )
+        .unwrap();
+        let corrupt = Error::from(
+            conn.execute_batch("SELECT * FROM memories_fts WHERE memories_fts MATCH 'lease'")
+                .unwrap_err(),
+        );
+        conn.execute_batch("DROP TABLE memories_fts").unwrap();
+        let missing = Error::from(
+            conn.execute(
+                "INSERT INTO memories (project, category, content, created_ms, updated_ms)
+                 VALUES ('p', 'NAMING', 'wal', 1, 1)",
+                [],
+            )
+            .unwrap_err(),
+        );
+        for error in [corrupt, missing] {
+            assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+            let hints = error.hints();
+            assert_eq!(hints.len(), 1, "{error}: {hints:?}");
+            assert!(
+                hints[0].contains("`mc-search index --rebuild`"),
+                "{hints:?}"
+            );
+        }
+        // Any other missing table is still mc's own bug.
+        let other = Error::from(conn.execute_batch("SELECT * FROM no_such").unwrap_err());
+        assert_eq!(other.kind(), ErrorKind::Internal);
     }
 }

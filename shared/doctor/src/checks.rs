@@ -76,6 +76,8 @@ pub fn run(env: &Env, options: &Options) -> Vec<Check> {
     checks.extend(binaries(env));
     checks.extend(config_checks(env, &loaded));
     checks.extend(database(env));
+    checks.extend(super::indexes::search_indexes(env));
+    checks.extend(writable(env));
     checks.extend(providers(env, &loaded.config, options));
     for (integration, version) in integrations.iter().zip(versions) {
         checks.extend(harness_checks(env, integration, version.as_deref()));
@@ -224,7 +226,7 @@ fn config_checks(env: &Env, loaded: &config::Loaded) -> Vec<Check> {
         .layers
         .iter()
         .filter_map(|layer| {
-            let text = std::fs::read_to_string(&layer.path).ok()?;
+            let text = mc_base::config::read_layer_of(layer).ok()??;
             let found = super::migrate::deprecated_in(&text);
             (!found.is_empty()).then(|| {
                 format!(
@@ -287,6 +289,129 @@ fn open_existing(path: &Path) -> rusqlite::Result<Connection> {
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
     })
+}
+
+/// Whether mc can write where it must: the database's folder (the file, its
+/// `-wal` and `-shm`), the database itself, and mc's user config folder that
+/// setup writes to. Real writes, not permission bits (which root ignores): a
+/// file created and removed in each folder, and a write transaction on the
+/// database that is rolled back. A FAIL names what to change; without this a
+/// read-only home passed every other check while each pass was a passthrough.
+fn writable(env: &Env) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let db_shown = env.tilde(&env.db);
+    if let Some(folder) = env.db.parent().filter(|p| !p.as_os_str().is_empty())
+        && let Err(why) = probe_folder(folder)
+    {
+        let shown = env.tilde(folder);
+        checks.push(Check::fail(
+                "db.folder",
+                format!("database folder {shown}: mc cannot write there ({why}); every pass would be a passthrough and nothing would be kept"),
+                format!("make {shown} a folder your user can write (chown/chmod u+w), or point MC_DB or --db at a database in one"),
+            ));
+    }
+    if env.db.is_file() {
+        match probe_database(&env.db) {
+            Ok(()) => {}
+            Err(Probed::Locked) => {}
+            Err(Probed::Refused(why)) => checks.push(Check::fail(
+                "db.write",
+                format!("database {db_shown}: mc cannot write it ({why}); every pass is a passthrough and nothing is kept"),
+                format!("make {db_shown} (and its folder, for the -wal and -shm files) writable for your user (chown/chmod u+w), or point MC_DB or --db at a database you can write"),
+            )),
+        }
+    }
+    if let Some(folder) = env.user_config().parent()
+        && let Err(why) = probe_folder(folder)
+    {
+        let shown = env.tilde(folder);
+        checks.push(Check::fail(
+            "config.folder",
+            format!("config folder {shown}: mc cannot write there ({why}); `mc-doctor setup` writes mc's user config there"),
+            format!("make {shown} a folder your user can write (chown/chmod u+w), or set XDG_CONFIG_HOME to one"),
+        ));
+    }
+    if checks.is_empty() {
+        checks.push(Check::pass(
+            "writable",
+            format!(
+                "mc can write its database {db_shown}, its folder, and the config folder {}",
+                env.tilde(env.user_config().parent().unwrap_or(Path::new("")))
+            ),
+        ));
+    }
+    checks
+}
+
+/// Create a file in `folder` and remove it again. A folder not there yet is
+/// probed at its nearest ancestor that is (mc creates the rest); an ancestor
+/// that is no folder is named.
+fn probe_folder(folder: &Path) -> Result<(), String> {
+    let mut at = folder;
+    loop {
+        match std::fs::metadata(at) {
+            Ok(meta) if meta.is_dir() => break,
+            Ok(_) => return Err(format!("{} is a file, not a folder", at.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match at.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => at = parent,
+                _ => return Err(format!("{} does not exist", folder.display())),
+            },
+            Err(e) => return Err(format!("{}: {e}", at.display())),
+        }
+    }
+    if at != folder {
+        // mc would create the missing folders below `at`: they must be creatable.
+        if let Err(e) = std::fs::create_dir(at.join(".mc-doctor-write-probe"))
+            .and_then(|()| std::fs::remove_dir(at.join(".mc-doctor-write-probe")))
+        {
+            return Err(format!("cannot create {}: {e}", folder.display()));
+        }
+        return Ok(());
+    }
+    let probe = at.join(format!(".mc-doctor-write-probe-{}", std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"mc"));
+    let _ = std::fs::remove_file(&probe);
+    written.map_err(|e| format!("cannot create a file there: {e}"))
+}
+
+enum Probed {
+    /// Another process holds the write lock: it writes, so mc can.
+    Locked,
+    Refused(String),
+}
+
+/// Open the database for writing and write in a transaction that is rolled back.
+fn probe_database(path: &Path) -> Result<(), Probed> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| Probed::Refused(e.to_string()))?;
+    if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
+        return Err(Probed::Refused("it opens read-only".into()));
+    }
+    let _ = conn.busy_timeout(Duration::from_secs(1));
+    let wrote =
+        conn.execute_batch("BEGIN IMMEDIATE; CREATE TABLE mc_doctor_write_probe (x); ROLLBACK;");
+    match wrote {
+        Ok(()) => Ok(()),
+        Err(e)
+            if matches!(
+                e.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+            ) =>
+        {
+            Err(Probed::Locked)
+        }
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(Probed::Refused(e.to_string()))
+        }
+    }
 }
 
 fn database(env: &Env) -> Vec<Check> {

@@ -90,12 +90,11 @@ impl HarnessId {
 }
 
 /// The OpenCode plugin this build installs.
-pub const OPENCODE_PLUGIN: &str = include_str!("../../../mc-transform/adapters/opencode/mc.js");
+pub const OPENCODE_PLUGIN: &str = mc_adapters::OPENCODE_PLUGIN;
 
 /// The Pi extension this build installs (a harness whose adapter a build
 /// lacks would name the reason in the `Err`).
-pub const PI_EXTENSION: std::result::Result<&str, &str> =
-    Ok(include_str!("../../../mc-transform/adapters/pi/mc.ts"));
+pub const PI_EXTENSION: std::result::Result<&str, &str> = Ok(mc_adapters::PI_EXTENSION);
 
 /// What a piece does to its file.
 #[derive(Debug, Clone, PartialEq)]

@@ -21,6 +21,7 @@
 pub mod checks;
 pub mod edit;
 pub mod harness;
+pub mod indexes;
 pub mod issue;
 pub mod magic_context;
 pub mod migrate;
@@ -149,6 +150,8 @@ pub enum Repair {
     Migrate,
     /// Add the `mc-dream tick` line to the crontab (`mc-dream cron --install`).
     Cron,
+    /// Build every search index again from its rows (`mc-search index --rebuild`).
+    RebuildIndexes,
 }
 
 /// One check's result.

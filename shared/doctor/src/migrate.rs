@@ -8,7 +8,9 @@ use rusqlite::Connection;
 use serde_json::Value;
 
 use super::{Env, edit};
+use mc_base::config::{Layer, Tier, read_layer_of};
 use mc_base::error::{Error, Result};
+use mc_base::repo_fs::Dir;
 use mc_base::store::{SCHEMA_VERSION, Store, StoreOptions};
 
 /// Config keys mc renamed: (old dotted path, new dotted path). Empty in this
@@ -116,7 +118,7 @@ pub fn schema(env: &Env) -> Result<String> {
 pub fn config_keys(env: &Env, dry_run: bool) -> Result<Vec<String>> {
     let mut done = Vec::new();
     for layer in &env.layers {
-        let Ok(text) = std::fs::read_to_string(&layer.path) else {
+        let Ok(Some(text)) = read_layer_of(layer) else {
             continue;
         };
         let what = layer.path.display().to_string();
@@ -125,18 +127,37 @@ pub fn config_keys(env: &Env, dry_run: bool) -> Result<Vec<String>> {
         };
         let diff = edit::diff(&env.tilde(&layer.path), &text, &new);
         if !dry_run {
-            backup_and_write(&layer.path, &new, env.now_ms)?;
+            backup_and_write(layer, &text, &new, env.now_ms)?;
         }
         done.push(diff);
     }
     Ok(done)
 }
 
-fn backup_and_write(path: &Path, text: &str, now_ms: i64) -> Result<()> {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".mc-backup-{}", stamp(now_ms)));
-    let to = path.with_file_name(name);
-    std::fs::copy(path, &to).map_err(Error::Io)?;
+fn backup_and_write(layer: &Layer, old: &str, text: &str, now_ms: i64) -> Result<()> {
+    let path = &layer.path;
+    let file = path
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    let backup = format!("{file}.mc-backup-{}", stamp(now_ms));
+    if layer.tier == Tier::Project {
+        // A repository's `.mc`: written only inside it, never through a link.
+        let folder = path.parent().unwrap_or(Path::new("."));
+        let root = folder.parent().unwrap_or(Path::new("."));
+        let rel = Path::new(folder.file_name().unwrap_or_default());
+        let refused = |r: mc_base::repo_fs::Refusal| {
+            Error::input(r.to_string())
+                .with_hint("a project config is written only inside its repository")
+        };
+        let dir = Dir::open(root, rel, false)
+            .map_err(refused)?
+            .ok_or_else(|| Error::input(format!("{} no longer exists", folder.display())))?;
+        dir.write(&backup, old.as_bytes()).map_err(refused)?;
+        return dir.write(&file, text.as_bytes()).map_err(refused);
+    }
+    std::fs::copy(path, path.with_file_name(backup)).map_err(Error::Io)?;
     std::fs::write(path, text).map_err(Error::Io)
 }
 

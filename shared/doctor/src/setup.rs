@@ -642,6 +642,10 @@ pub fn fix(env: &Env, checks: &[super::Check]) -> Fixed {
                     .push("cron: the mc-dream tick line added".into()),
                 Err(e) => fixed.failed.push(format!("cron: {e}")),
             },
+            Repair::RebuildIndexes => match super::indexes::rebuild(env) {
+                Ok(report) => fixed.repaired.push(report),
+                Err(e) => fixed.failed.push(format!("search indexes: {e}")),
+            },
         }
     }
     fixed

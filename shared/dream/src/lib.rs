@@ -545,7 +545,10 @@ pub struct TickReport {
 /// One tick: every due task of every known project.
 pub fn tick(store: &mut Store, settings: &Settings<'_>) -> Result<TickReport> {
     let now = (settings.now)();
-    store.write(|tx| state::refresh_projects(tx))?;
+    store.write(|tx| {
+        state::refresh_projects(tx)?;
+        correct_clock(tx, settings, now)
+    })?;
     let projects = state::projects(store.conn())?;
     let mut left = settings.dream.tick_token_budget;
     let mut report = TickReport {
@@ -673,6 +676,28 @@ impl<'p> Place<'p> {
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
+/// Tasks whose stored attempts put them more than one period ahead of `now`
+/// (recorded while the clock ran ahead, then it was set back): their times
+/// are brought back to now, so the stored state says what the schedule
+/// re-derives ([`schedule::rederived`]) and the next attempt starts from it.
+fn correct_clock(conn: &Connection, settings: &Settings<'_>, now: i64) -> Result<()> {
+    for known in state::projects(conn)? {
+        for task in Task::ALL {
+            let Some(expression) = task.schedule(settings.dream) else {
+                continue;
+            };
+            let schedule = Schedule::parse(expression)?;
+            let stored = state::task_state(conn, &known.project, task.name())?;
+            if let Some(next) =
+                schedule::rederived(&schedule, &stored.attempts(), &settings.tz, now)
+            {
+                state::bring_back(conn, &known.project, task.name(), now, next)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Whether `task` is due for the project at `now`, and its state and
 /// latest run id (for the re-check under the lease).
 fn due(
@@ -687,7 +712,7 @@ fn due(
     };
     let schedule = Schedule::parse(expression)?;
     let state = state::task_state(conn, project, task.name())?;
-    let next = schedule::next_due(&schedule, &state.attempts(), &settings.tz);
+    let next = schedule::next_due(&schedule, &state.attempts(), &settings.tz, now);
     if next.is_none_or(|next| next > now) {
         return Ok(None);
     }
@@ -1076,7 +1101,7 @@ pub fn status(
             let expression = task.schedule(settings.dream);
             let next_due_ms = match expression {
                 Some(e) => {
-                    schedule::next_due(&Schedule::parse(e)?, &state.attempts(), &settings.tz)
+                    schedule::next_due(&Schedule::parse(e)?, &state.attempts(), &settings.tz, now)
                         .map(|n| n.max(0))
                 }
                 None => None,

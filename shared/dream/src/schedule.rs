@@ -55,10 +55,22 @@ pub struct Attempts {
     pub retry_after_ms: Option<i64>,
 }
 
-/// When the task is next due: at once if it never ran; at its back-off
-/// after a failure; else the schedule's next time after its last attempt.
+/// When the task is next due at `now_ms`: at once if it never ran; at its
+/// back-off after a failure; else the schedule's next time after its last
+/// attempt — unless that is further ahead than a clock that never went back
+/// allows ([`rederived`]), then the schedule's next time after now.
 /// `None`: never (an expression that matches no date).
-pub fn next_due(schedule: &Schedule, attempts: &Attempts, tz: &TimeZone) -> Option<i64> {
+pub fn next_due(
+    schedule: &Schedule,
+    attempts: &Attempts,
+    tz: &TimeZone,
+    now_ms: i64,
+) -> Option<i64> {
+    rederived(schedule, attempts, tz, now_ms).or_else(|| stored_due(schedule, attempts, tz))
+}
+
+/// The next due time the stored attempts give, whatever the clock says now.
+fn stored_due(schedule: &Schedule, attempts: &Attempts, tz: &TimeZone) -> Option<i64> {
     if let Some(retry) = attempts.retry_after_ms {
         return Some(retry);
     }
@@ -66,6 +78,31 @@ pub fn next_due(schedule: &Schedule, attempts: &Attempts, tz: &TimeZone) -> Opti
         None => Some(i64::MIN),
         Some(last) => schedule.next_after(last, tz),
     }
+}
+
+/// The schedule's next time after `now_ms`, when the stored attempts put the
+/// task more than one period ahead of now (a back-off: more than
+/// [`MAX_BACKOFF_MS`], if that is longer). Attempts recorded while the clock
+/// ran ahead do that once it is set back; without this the task would wait
+/// for the clock to catch up (a year ahead and back: a year). A due time the
+/// attempts reach with a clock that never went back is never further ahead
+/// than the next time after now, so this changes nothing then. `None`: the
+/// stored due time stands.
+pub fn rederived(
+    schedule: &Schedule,
+    attempts: &Attempts,
+    tz: &TimeZone,
+    now_ms: i64,
+) -> Option<i64> {
+    let stored = stored_due(schedule, attempts, tz)?;
+    let first = schedule.next_after(now_ms, tz)?;
+    let period = schedule.next_after(first, tz)?.saturating_sub(first);
+    let allowed = if attempts.retry_after_ms.is_some() {
+        period.max(MAX_BACKOFF_MS)
+    } else {
+        period
+    };
+    (stored.saturating_sub(now_ms) > allowed).then_some(first)
 }
 
 /// The wait after the `failures`-th failure in a row (1 = the first).
@@ -117,7 +154,7 @@ mod tests {
     fn due_at_once_then_on_schedule_and_backs_off_after_failures() {
         let nightly = Schedule::parse("0 3 * * *").unwrap();
         assert_eq!(
-            next_due(&nightly, &Attempts::default(), &utc()),
+            next_due(&nightly, &Attempts::default(), &utc(), NOW),
             Some(i64::MIN),
             "never ran: due now"
         );
@@ -126,18 +163,71 @@ mod tests {
             retry_after_ms: None,
         };
         assert_eq!(
-            next_due(&nightly, &ran, &utc()),
+            next_due(&nightly, &ran, &utc(), NOW),
             Some(NOW - 100 * MIN + 24 * HOUR)
         );
         let failed = Attempts {
             last_settled_ms: Some(NOW - 24 * HOUR),
             retry_after_ms: Some(NOW + 30 * MIN),
         };
-        assert_eq!(next_due(&nightly, &failed, &utc()), Some(NOW + 30 * MIN));
+        assert_eq!(
+            next_due(&nightly, &failed, &utc(), NOW),
+            Some(NOW + 30 * MIN)
+        );
         assert_eq!(backoff_ms(1), 15 * MIN);
         assert_eq!(backoff_ms(2), 30 * MIN);
         assert_eq!(backoff_ms(4), 2 * HOUR);
         assert_eq!(backoff_ms(30), 24 * HOUR);
         assert_eq!(backoff_ms(0), 15 * MIN);
+    }
+
+    #[test]
+    fn attempts_made_while_the_clock_ran_ahead_are_re_derived_from_now() {
+        const YEAR: i64 = 365 * 24 * HOUR;
+        let quarter = Schedule::parse("*/15 * * * *").unwrap();
+        let nightly = Schedule::parse("0 3 * * *").unwrap();
+        let ahead = Attempts {
+            last_settled_ms: Some(NOW + YEAR),
+            retry_after_ms: None,
+        };
+        // Back at today: due per the period from now, not in a year.
+        assert_eq!(next_due(&quarter, &ahead, &utc(), NOW), Some(NOW + 5 * MIN));
+        assert_eq!(
+            rederived(&quarter, &ahead, &utc(), NOW),
+            Some(NOW + 5 * MIN)
+        );
+        assert_eq!(
+            next_due(&nightly, &ahead, &utc(), NOW),
+            Some(NOW - 100 * MIN + 24 * HOUR)
+        );
+        // A back-off set while ahead goes too; one within the longest back-off stays.
+        let failed_ahead = Attempts {
+            last_settled_ms: Some(NOW - HOUR),
+            retry_after_ms: Some(NOW + YEAR),
+        };
+        assert_eq!(
+            next_due(&quarter, &failed_ahead, &utc(), NOW),
+            Some(NOW + 5 * MIN)
+        );
+        let backing_off = Attempts {
+            last_settled_ms: Some(NOW - HOUR),
+            retry_after_ms: Some(NOW + 20 * HOUR),
+        };
+        assert_eq!(rederived(&quarter, &backing_off, &utc(), NOW), None);
+        assert_eq!(
+            next_due(&quarter, &backing_off, &utc(), NOW),
+            Some(NOW + 20 * HOUR)
+        );
+        // With a clock that never went back nothing is re-derived, whatever
+        // the period: a monthly task just run is due in a month.
+        let monthly = Schedule::parse("0 3 1 * *").unwrap();
+        let just_ran = Attempts {
+            last_settled_ms: Some(NOW - MIN),
+            retry_after_ms: None,
+        };
+        for schedule in [&quarter, &nightly, &monthly] {
+            assert_eq!(rederived(schedule, &just_ran, &utc(), NOW), None);
+            assert_eq!(rederived(schedule, &Attempts::default(), &utc(), NOW), None);
+        }
     }
 }

@@ -183,6 +183,25 @@ pub fn record_attempt(
     Ok(())
 }
 
+/// A task's times from a clock that ran ahead: none later than `now_ms`,
+/// and a back-off retry no later than `next_ms` (the schedule's next time).
+pub fn bring_back(
+    conn: &Connection,
+    project: &str,
+    task: &str,
+    now_ms: i64,
+    next_ms: i64,
+) -> Result<()> {
+    conn.execute(
+        "UPDATE dream_tasks SET last_run_ms = min(last_run_ms, ?3),
+             last_attempt_ms = min(last_attempt_ms, ?3),
+             retry_after_ms = min(retry_after_ms, ?4)
+         WHERE project = ?1 AND task = ?2",
+        params![project, task, now_ms, next_ms],
+    )?;
+    Ok(())
+}
+
 /// Open a run record (its status stays NULL until it finishes: a run that
 /// was killed keeps it so).
 pub fn start_run(conn: &Connection, project: &str, task: &str, now_ms: i64) -> Result<i64> {

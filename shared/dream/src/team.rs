@@ -32,9 +32,12 @@
 //! Never written and never taken: private memories (`mc-dream private`),
 //! and any text that looks like a secret (`secrets`: known token shapes,
 //! secret-named assignments, high-entropy tokens).
+//!
+//! Only inside the repository (`repo_fs`): a symbolic link anywhere on the
+//! way — `.mc`, `.mc/memory`, a file — fails the command with an input
+//! error naming it; nothing is read through it and no write replaces it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, params};
@@ -43,6 +46,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use mc_base::error::{Error, Result};
+use mc_base::repo_fs::{Dir, Refusal};
 use mc_base::store::Store;
 use mc_history::store::{self, CATEGORIES};
 use mc_search_core::memory;
@@ -59,8 +63,25 @@ pub fn folder(root: &Path) -> PathBuf {
     root.join(FOLDER)
 }
 
-fn file_of(root: &Path, category: &str) -> PathBuf {
-    folder(root).join(format!("{category}.md"))
+fn file_name(category: &str) -> String {
+    format!("{category}.md")
+}
+
+/// A refused path as an input error: it names the path and what to do.
+fn refused(refusal: Refusal) -> Error {
+    let hint = if refusal.is_escape() {
+        "team memory is read and written only inside the repository: make the path a real \
+         folder or file there (not a link), then run the command again"
+    } else {
+        "fix the file, then run the command again"
+    };
+    Error::input(refusal.to_string()).with_hint(hint)
+}
+
+/// `<root>/.mc/memory`, opened with no link followed on the way; `None`
+/// when it does not exist.
+fn open_folder(root: &Path, create: bool) -> Result<Option<Dir>> {
+    Dir::open(root, Path::new(FOLDER), create).map_err(refused)
 }
 
 /// One entry of a file.
@@ -173,6 +194,8 @@ pub fn team_id(project: &str, id: i64, created_ms: i64, taken: &BTreeSet<String>
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Folder {
     pub files: BTreeMap<&'static str, Option<Vec<Entry>>>,
+    /// The text of each file that exists, as read.
+    texts: BTreeMap<&'static str, String>,
 }
 
 impl Folder {
@@ -187,14 +210,25 @@ impl Folder {
 /// Read `<root>/.mc/memory/*.md`. A malformed file, or one id in two
 /// files, fails the whole read (an input error naming the file).
 pub fn read_folder(root: &Path) -> Result<Folder> {
+    let dir = open_folder(root, false)?;
+    let at = folder(root);
     let mut folder = Folder::default();
     let mut ids: BTreeMap<String, &'static str> = BTreeMap::new();
     for category in CATEGORIES {
-        let path = file_of(root, category);
-        let Some(text) = read_regular(&path)? else {
+        let name = file_name(category);
+        let path = at.join(&name);
+        let read = match &dir {
+            Some(dir) => dir.read(&name, MAX_FILE_BYTES).map_err(refused)?,
+            None => None,
+        };
+        let Some(bytes) = read else {
             folder.files.insert(category, None);
             continue;
         };
+        let text = String::from_utf8(bytes).map_err(|_| {
+            Error::input(format!("{} is not valid UTF-8", path.display()))
+                .with_hint("fix the file, then run the command again")
+        })?;
         let entries = parse_file(&text).map_err(|problem| {
             Error::input(format!("{}: {problem}", path.display()))
                 .with_hint("fix the file, then run the command again")
@@ -209,32 +243,9 @@ pub fn read_folder(root: &Path) -> Result<Folder> {
             }
         }
         folder.files.insert(category, Some(entries));
+        folder.texts.insert(category, text);
     }
     Ok(folder)
-}
-
-fn read_regular(path: &Path) -> Result<Option<String>> {
-    let meta = match std::fs::metadata(path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::Io(e)),
-    };
-    if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
-        return Err(Error::input(format!(
-            "{} is not a regular file of at most 1 MiB",
-            path.display()
-        )));
-    }
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_FILE_BYTES).read_to_string(&mut text))
-        .map_err(|e| {
-            Error::Io(std::io::Error::new(
-                e.kind(),
-                format!("cannot read {}: {e}", path.display()),
-            ))
-        })?;
-    Ok(Some(text))
 }
 
 /// A memory that carries a team id.
@@ -609,14 +620,12 @@ fn plan_export(
             .map(|(m, id)| (id.as_str(), m.content.as_str()))
             .collect();
         let text = render_file(category, &entries);
-        let path = file_of(root, category);
-        let before = read_regular(&path).ok().flatten();
         report.exported += entries.len();
         let file = ExportedFile {
             category,
             path: format!("{FOLDER}/{category}.md"),
             entries: entries.len(),
-            changed: before.as_deref() != Some(text.as_str()),
+            changed: folder.texts.get(category) != Some(&text),
         };
         report.files.push(file.clone());
         files.push((file, text));
@@ -632,29 +641,20 @@ fn folder_display(root: &Path) -> String {
     folder(root).display().to_string()
 }
 
-/// Write the planned files (each through a temporary file and a rename).
+/// Write the planned files (each through a temporary file and a rename,
+/// never through a link).
 fn write_files(root: &Path, plan: &ExportPlan) -> Result<()> {
-    let dir = folder(root);
-    std::fs::create_dir_all(&dir).map_err(|e| {
-        Error::Io(std::io::Error::new(
-            e.kind(),
-            format!("cannot create {}: {e}", dir.display()),
-        ))
-    })?;
+    let Some(dir) = open_folder(root, true)? else {
+        return Err(Error::input(format!(
+            "cannot create {}",
+            folder_display(root)
+        )));
+    };
     for (file, text) in &plan.files {
-        if !file.changed {
-            continue;
+        if file.changed {
+            dir.write(&file_name(file.category), text.as_bytes())
+                .map_err(refused)?;
         }
-        let path = file_of(root, file.category);
-        let temp = dir.join(format!(".{}.md.tmp", file.category));
-        std::fs::write(&temp, text)
-            .and_then(|()| std::fs::rename(&temp, &path))
-            .map_err(|e| {
-                Error::Io(std::io::Error::new(
-                    e.kind(),
-                    format!("cannot write {}: {e}", path.display()),
-                ))
-            })?;
     }
     Ok(())
 }
@@ -691,7 +691,7 @@ pub fn export(store: &mut Store, project: &str, root: &Path, force: bool) -> Res
 
 /// `mc-dream import`.
 pub fn import(store: &mut Store, project: &str, root: &Path, now_ms: i64) -> Result<ImportReport> {
-    if !folder(root).is_dir() {
+    if open_folder(root, false)?.is_none() {
         return Err(
             Error::input(format!("{} does not exist", folder_display(root)))
                 .with_hint("`mc-dream export` starts team memory in a repository"),
@@ -701,6 +701,16 @@ pub fn import(store: &mut Store, project: &str, root: &Path, now_ms: i64) -> Res
     store.write(|tx| import_in(tx, project, &folder, now_ms))
 }
 
+/// A problem with the files, as a task failure (the next sync reads them
+/// again).
+fn files_failure(error: Error) -> TaskFailure {
+    let mut failure = TaskFailure::new("files", error.to_string());
+    for hint in error.hints() {
+        failure = failure.hint(hint);
+    }
+    failure
+}
+
 /// The sync task: import, then export over the files, in a repository that
 /// has `.mc/memory/`.
 pub fn sync(run: &mut Run<'_, '_>) -> std::result::Result<Done, TaskFailure> {
@@ -708,19 +718,18 @@ pub fn sync(run: &mut Run<'_, '_>) -> std::result::Result<Done, TaskFailure> {
     let Some(root) = run.root.clone() else {
         return Err(TaskFailure::new("files", "no folder for this project"));
     };
-    if !folder(&root).is_dir() {
+    let opened = open_folder(&root, false).map_err(files_failure)?;
+    if opened.is_none() {
         return Ok(Done::nothing(json!({
             "note": format!("no {FOLDER} folder: team memory is off here (`mc-dream export` starts it)")
         })));
     }
     let now = run.now();
-    let files = read_folder(&root).map_err(|e| {
-        TaskFailure::new("files", e.to_string()).hint("fix the file; the next sync reads it again")
-    })?;
+    let files = read_folder(&root).map_err(files_failure)?;
     let imported = run.apply(|tx| import_in(tx, &project, &files, now))?;
-    let folder_now = read_folder(&root)?;
+    let folder_now = read_folder(&root).map_err(files_failure)?;
     let plan = plan_export(run.store.conn(), &project, &root, &folder_now)?;
-    write_files(&root, &plan)?;
+    write_files(&root, &plan).map_err(files_failure)?;
     run.apply(|tx| record_export(tx, &plan))?;
     let changed = imported.created + imported.updated + imported.moved + imported.archived > 0
         || plan.files.iter().any(|(f, _)| f.changed);

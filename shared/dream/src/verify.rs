@@ -31,7 +31,6 @@
 //! checked against.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
 use std::path::{Component, Path};
 
 use rusqlite::params;
@@ -39,6 +38,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use mc_base::identity::git;
+use mc_base::repo_fs::{self, Refusal};
 use mc_history::store;
 use mc_search_core::memory;
 
@@ -176,6 +176,9 @@ pub fn locate(root: &Path, symbols: &BTreeSet<String>) -> BTreeMap<String, Vec<S
 pub enum FileView {
     Missing,
     Withheld,
+    /// A symbolic link on the way: not followed (it could point outside
+    /// the repository).
+    Link,
     TooLarge,
     Text(String),
 }
@@ -184,21 +187,20 @@ fn read(root: &Path, rel: &str) -> (FileView, Vec<u8>) {
     if withheld(rel) {
         return (FileView::Withheld, b"withheld".to_vec());
     }
-    let path = root.join(rel);
-    let Ok(meta) = std::fs::metadata(&path) else {
-        return (FileView::Missing, b"missing".to_vec());
+    // Read only inside the repository: no link followed (`repo_fs`).
+    let bytes = match repo_fs::read(root, Path::new(rel), MAX_READ) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) | Err(Refusal::NotDir(_) | Refusal::NotFile(_)) => {
+            return (FileView::Missing, b"missing".to_vec());
+        }
+        Err(Refusal::Symlink(_) | Refusal::Outside(_)) => {
+            return (FileView::Link, b"link".to_vec());
+        }
+        Err(Refusal::TooLarge(_, _, size)) => {
+            return (FileView::TooLarge, size.to_le_bytes().to_vec());
+        }
+        Err(Refusal::Io(..)) => return (FileView::Missing, b"unreadable".to_vec()),
     };
-    if !meta.is_file() {
-        return (FileView::Missing, b"missing".to_vec());
-    }
-    if meta.len() > MAX_READ {
-        return (FileView::TooLarge, meta.len().to_le_bytes().to_vec());
-    }
-    let mut bytes = Vec::new();
-    let read = std::fs::File::open(&path).and_then(|f| f.take(MAX_READ).read_to_end(&mut bytes));
-    if read.is_err() {
-        return (FileView::Missing, b"unreadable".to_vec());
-    }
     (
         FileView::Text(String::from_utf8_lossy(&bytes).into_owned()),
         bytes,
@@ -330,6 +332,10 @@ fn block(check: &Check<'_>) -> String {
             )),
             FileView::Withheld => out.push_str(&format!(
                 "<file path=\"{}\" withheld=\"may hold secrets\"/>\n",
+                escape(path)
+            )),
+            FileView::Link => out.push_str(&format!(
+                "<file path=\"{}\" link=\"not followed\"/>\n",
                 escape(path)
             )),
             FileView::TooLarge => out.push_str(&format!(
@@ -545,6 +551,30 @@ mod tests {
             ["Store::open", "project_identity", "transform.cache_ttl"]
         );
         assert_eq!(symbols("`HistorianConfig` `Tokens`"), ["HistorianConfig"]);
+    }
+
+    /// A file a memory names is read only inside the repository: through a
+    /// link (out, or up through `..`) it is not read, only marked a link.
+    #[cfg(unix)]
+    #[test]
+    fn named_files_are_not_read_through_links() {
+        use std::os::unix::fs::symlink;
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(repo.join("src")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(repo.join("src/lib.rs"), "pub fn open() {}").unwrap();
+        std::fs::write(outside.join("notes.md"), "outside text").unwrap();
+        symlink(&outside, repo.join("docs")).unwrap();
+        symlink("../outside/notes.md", repo.join("src/notes.md")).unwrap();
+        assert_eq!(
+            read(&repo, "src/lib.rs").0,
+            FileView::Text("pub fn open() {}".into())
+        );
+        assert_eq!(read(&repo, "docs/notes.md").0, FileView::Link);
+        assert_eq!(read(&repo, "src/notes.md").0, FileView::Link);
+        assert_eq!(read(&repo, "src/gone.rs").0, FileView::Missing);
     }
 
     #[test]

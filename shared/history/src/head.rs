@@ -40,17 +40,14 @@ pub struct ProjectDoc {
 }
 
 /// `ARCHITECTURE.md` and `STRUCTURE.md` of `root` when they are regular files
-/// of at most 256 KiB, canonicalised (no BOM, LF, no trailing blanks).
+/// of at most 256 KiB (a symbolic link is not followed: `repo_fs`),
+/// canonicalised (no BOM, LF, no trailing blanks).
 pub fn read_project_docs(root: &Path) -> Vec<ProjectDoc> {
     PROJECT_DOCS
         .iter()
         .filter_map(|name| {
-            let path = root.join(name);
-            let meta = std::fs::symlink_metadata(&path).ok()?;
-            if !meta.is_file() || meta.len() > MAX_DOC_BYTES {
-                return None;
-            }
-            let text = std::fs::read_to_string(&path).ok()?;
+            let bytes = mc_base::repo_fs::read(root, Path::new(name), MAX_DOC_BYTES).ok()??;
+            let text = String::from_utf8(bytes).ok()?;
             Some(ProjectDoc {
                 name,
                 content: canonical_doc(&text),

@@ -41,6 +41,7 @@ use mc_base::error::Result;
 use mc_base::store::Store;
 use mc_history::head::{self, START_TAG, utf16_len};
 
+use super::aside;
 use super::claim::{self, Claim, Found, Outcome};
 use super::local::{self, Lines, Transcript};
 use super::text::{self, HOOK_CONTEXT_LIMIT, PinnedText};
@@ -467,10 +468,27 @@ pub struct HookOptions<'a> {
 /// could not be printed ([`release`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pending {
-    pub claim: Claim,
-    /// The session's row in mc's database.
-    pub session: i64,
+    pub claim: Held,
+    /// The session's row in mc's database (none when it has none yet and
+    /// the database was locked).
+    pub session: Option<i64>,
     pub cursor: String,
+}
+
+/// Where a hook's claim is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Held {
+    Database(Claim),
+    /// Kept beside the database while another process held its write lock.
+    Aside(aside::Row),
+}
+
+impl Pending {
+    /// The claim could not go into the database (it was locked): later
+    /// writes of this restorer should not wait for it again.
+    pub fn locked_out(&self) -> bool {
+        matches!(self.claim, Held::Aside(_))
+    }
 }
 
 /// mc's record for the session's context: its compartments, the memory of
@@ -752,36 +770,112 @@ fn after_compaction(
         return Ok(report);
     }
     if !options.dry_run {
+        let lost = |outcome: Outcome, warnings: Vec<String>| {
+            let mut lost = match outcome {
+                Outcome::Done(key) => {
+                    let mut lost = RestoreReport::none("already_restored", Some(sid));
+                    lost.compaction = Some(key);
+                    lost
+                }
+                Outcome::InProgress | Outcome::Won(_) => {
+                    RestoreReport::none("in_progress", Some(sid))
+                }
+            };
+            lost.warnings = warnings;
+            lost
+        };
+        // Restorers of this database claim one at a time ([`aside`]); another
+        // that stays in the mutex past its wait is answering this compaction.
+        let aside = aside::Aside::beside(store.path());
+        let guard = match &aside {
+            Some(a) => match a.lock() {
+                Ok(Some(guard)) => Some(guard),
+                Ok(None) => return Ok(lost(Outcome::InProgress, report.warnings)),
+                // No file can go beside the database: the database's claim alone.
+                Err(_) => None,
+            },
+            None => None,
+        };
+        let kept = match (&aside, &guard) {
+            (Some(a), Some(g)) => a.rows(g)?,
+            _ => Vec::new(),
+        };
+        let same = |r: &claim::Row| same_compaction(r, compaction, now_ms);
+        let kept_says = aside::find(&kept, name, sid, compaction.claim_key(), now_ms, same);
         // The claim: looked for again and inserted in one write transaction,
         // so of the hooks racing for this compaction exactly one gets here.
-        let outcome = store.write(|tx| {
+        // Claims kept aside while the database was locked move in first.
+        let claimed = store.write(|tx| {
+            let keep = aside::settle(tx, &kept, now_ms)?;
+            if let Some(outcome) = kept_says.clone() {
+                return Ok((outcome, keep));
+            }
             if let Some(outcome) = answered(tx, row, name, sid, compaction, now_ms)? {
-                return Ok(outcome);
+                return Ok((outcome, keep));
             }
-            claim::take(tx, name, sid, compaction.claim_key(), now_ms, |r| {
-                same_compaction(r, compaction, now_ms)
-            })
-        })?;
-        let claim = match outcome {
-            Outcome::Won(claim) => claim,
-            Outcome::Done(key) => {
-                let mut lost = RestoreReport::none("already_restored", Some(sid));
-                lost.compaction = Some(key);
-                lost.warnings = report.warnings;
-                return Ok(lost);
+            let outcome = claim::take(tx, name, sid, compaction.claim_key(), now_ms, same)?;
+            Ok((outcome, keep))
+        });
+        let held = match claimed {
+            Ok((outcome, keep)) => {
+                if let (Some(a), Some(g)) = (&aside, &guard)
+                    && keep != kept
+                {
+                    // Settled in the database already: a file left behind only repeats it.
+                    let _ = a.store(g, &keep);
+                }
+                match outcome {
+                    Outcome::Won(claim) => Held::Database(claim),
+                    other => return Ok(lost(other, report.warnings)),
+                }
             }
-            Outcome::InProgress => {
-                let mut lost = RestoreReport::none("in_progress", Some(sid));
-                lost.warnings = report.warnings;
-                return Ok(lost);
+            // Another process holds the write lock past the hook's wait: the
+            // pins go out anyway (they were read without it), and the claim
+            // is kept beside the database, where every restorer looks.
+            Err(e) if e.is_busy() && aside.is_some() && guard.is_some() => {
+                if let Some(outcome) = kept_says {
+                    return Ok(lost(outcome, report.warnings));
+                }
+                if let Some(outcome) = answered(store.conn(), row, name, sid, compaction, now_ms)? {
+                    return Ok(lost(outcome, report.warnings));
+                }
+                let mine = aside::Row {
+                    harness: name.to_string(),
+                    session_id: sid.to_string(),
+                    compaction: compaction.claim_key().to_string(),
+                    state: "sending".into(),
+                    claimed_ms: now_ms,
+                    session: row,
+                    cursor: compaction.cursor.clone(),
+                };
+                let mut rows = kept;
+                rows.push(mine.clone());
+                if let (Some(a), Some(g)) = (&aside, &guard) {
+                    a.store(g, &rows)?;
+                }
+                report.warnings.push(
+                    "the database is locked by another process: the pins are printed, and the \
+                     claim on this compaction is kept beside the database until it can be recorded"
+                        .into(),
+                );
+                Held::Aside(mine)
             }
+            Err(e) => return Err(e),
         };
-        let session = match row {
-            Some(row) => row,
-            None => local::ensure_session(store, name, sid, cwd.map(Path::new), now_ms)?,
+        drop(guard);
+        let session = match (&held, row) {
+            (_, Some(row)) => Some(row),
+            (Held::Database(_), None) => Some(local::ensure_session(
+                store,
+                name,
+                sid,
+                cwd.map(Path::new),
+                now_ms,
+            )?),
+            (Held::Aside(_), None) => None,
         };
         report.pending = Some(Pending {
-            claim,
+            claim: held,
             session,
             cursor: compaction.cursor.clone(),
         });
@@ -800,29 +894,74 @@ fn after_compaction(
 
 /// The output is out: finish the claim and record the cursor, in one
 /// transaction. A claim taken over meanwhile (its holder was taken for dead)
-/// is a warning, returned.
+/// is a warning, returned. A claim kept aside becomes `done` there, and moves
+/// into the database now if its lock is free (else the next restorer moves it).
 pub fn commit(store: &mut Store, report: &RestoreReport, now_ms: i64) -> Result<Option<String>> {
     let Some(pending) = &report.pending else {
         return Ok(None);
     };
+    let claim = match &pending.claim {
+        Held::Database(claim) => claim,
+        Held::Aside(mine) => return commit_aside(store, mine, now_ms),
+    };
     let kept = store.write(|tx| {
-        local::set_cursor(tx, pending.session, &pending.cursor, now_ms)?;
-        claim::finish(tx, &pending.claim, now_ms)
+        if let Some(session) = pending.session {
+            local::set_cursor(tx, session, &pending.cursor, now_ms)?;
+        }
+        claim::finish(tx, claim, now_ms)
     })?;
     Ok((!kept).then(|| {
         format!(
             "the claim on compaction {} had expired before the pins were printed; \
              another restorer may have printed them too",
-            pending.claim.compaction
+            claim.compaction
         )
     }))
+}
+
+fn commit_aside(store: &mut Store, mine: &aside::Row, now_ms: i64) -> Result<Option<String>> {
+    let Some(aside) = aside::Aside::beside(store.path()) else {
+        return Ok(None);
+    };
+    let Some(guard) = aside.lock()? else {
+        return Ok(Some(format!(
+            "the pins were printed, but the claim on compaction {} could not be marked done",
+            mine.compaction
+        )));
+    };
+    let mut rows = aside.rows(&guard)?;
+    rows.retain(|r| r != mine);
+    rows.push(aside::Row {
+        state: "done".into(),
+        ..mine.clone()
+    });
+    match store.write(|tx| aside::settle(tx, &rows, now_ms)) {
+        Ok(keep) => aside.store(&guard, &keep)?,
+        Err(e) if e.is_busy() => aside.store(&guard, &rows)?,
+        Err(e) => {
+            aside.store(&guard, &rows)?;
+            return Err(e);
+        }
+    }
+    Ok(None)
 }
 
 /// The output could not be printed: give the compaction back, so the next
 /// event can restore it.
 pub fn release(store: &mut Store, report: &RestoreReport) -> Result<()> {
-    match &report.pending {
-        Some(pending) => store.write(|tx| claim::release(tx, &pending.claim)),
+    match report.pending.as_ref().map(|p| &p.claim) {
+        Some(Held::Database(claim)) => store.write(|tx| claim::release(tx, claim)),
+        Some(Held::Aside(mine)) => {
+            let Some(aside) = aside::Aside::beside(store.path()) else {
+                return Ok(());
+            };
+            if let Some(guard) = aside.lock()? {
+                let mut rows = aside.rows(&guard)?;
+                rows.retain(|r| r != mine);
+                aside.store(&guard, &rows)?;
+            }
+            Ok(())
+        }
         None => Ok(()),
     }
 }

@@ -22,6 +22,7 @@
     deny(clippy::expect_used, clippy::indexing_slicing, clippy::string_slice)
 )]
 
+pub mod aside;
 pub mod claim;
 pub mod event;
 pub mod hook;

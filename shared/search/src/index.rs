@@ -186,52 +186,40 @@ fn index_batch(conn: &Connection, session: Option<i64>, want: u64) -> Result<u64
     Ok(rows.len() as u64)
 }
 
-/// The state of the index: parts kept, indexed, waiting, and whether FTS5's
-/// own integrity check passes.
+/// The state of the indexes: parts kept, indexed, waiting (the message
+/// index), whether every full-text index is whole, and each one's state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct IndexCheck {
     pub parts: i64,
     pub indexed: i64,
     pub pending: i64,
+    /// Every index passes (see `indexes`).
     pub healthy: bool,
+    /// The first unhealthy index's problem, after its name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    pub indexes: Vec<super::fts::FtsCheck>,
 }
 
 pub fn check(conn: &Connection) -> Result<IndexCheck> {
     let parts: i64 = conn.query_row("SELECT count(*) FROM raw_parts", [], |r| r.get(0))?;
     let pending = pending(conn)?;
-    let problem = conn
-        .execute(
-            "INSERT INTO messages_fts (messages_fts) VALUES ('integrity-check')",
-            [],
-        )
-        .err()
-        .map(|e| e.to_string());
     let indexed: i64 = conn.query_row(
         "SELECT count(*) FROM raw_parts WHERE id NOT IN (SELECT raw_part FROM message_index_queue)",
         [],
         |r| r.get(0),
     )?;
+    let indexes = super::fts::check(conn)?;
+    let problem = indexes
+        .iter()
+        .find_map(|i| i.problem.as_ref().map(|p| format!("{}: {p}", i.name)));
     Ok(IndexCheck {
         parts,
         indexed,
         pending,
         healthy: problem.is_none(),
         problem,
-    })
-}
-
-/// Empty the index and queue every kept part again (the next catch-up
-/// rebuilds it): the repair for a damaged or outdated index.
-pub fn reset(store: &mut Store) -> Result<i64> {
-    store.write(|tx| {
-        tx.execute("DELETE FROM messages_fts", [])?;
-        tx.execute("DELETE FROM message_index_queue", [])?;
-        Ok(tx.execute(
-            "INSERT INTO message_index_queue (raw_part) SELECT id FROM raw_parts",
-            [],
-        )? as i64)
+        indexes,
     })
 }
 

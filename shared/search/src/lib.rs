@@ -19,6 +19,7 @@
 
 pub mod embed;
 pub mod expand;
+pub mod fts;
 pub mod gitlog;
 pub mod index;
 pub mod mcp;

@@ -3,9 +3,10 @@
 //! each, and one `call` that answers with text. The MCP server and the
 //! harness plugins serve exactly these, so every harness gets the same tools.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use mc_base::config::TransformConfig;
+use mc_base::domain::arguments::{Action, Arguments, Caller, Field, Kind};
 use mc_base::error::{Error, ErrorKind, Result};
 use mc_base::store::Store;
 use mc_history::store::CATEGORIES;
@@ -65,107 +66,202 @@ pub const TOOL_NAMES: [&str; 5] = [
     "ctx_reduce",
 ];
 
+/// A category as the memory store spells it (any case, `-` for `_`).
+fn category_spelling(text: &str) -> String {
+    text.trim().to_ascii_uppercase().replace('-', "_")
+}
+
+const SEARCH: Arguments = Arguments {
+    tool: "ctx_search",
+    fields: &[
+        Field::new("query", Kind::String)
+            .required()
+            .describe("Words to look for."),
+        Field::new("sources", Kind::Strings)
+            .one_of(&query::SOURCES)
+            .describe("Limit to these sources (default: all)."),
+        Field::new("limit", Kind::Integer)
+            .range(Some(1), Some(100))
+            .describe("Most hits to return (default 10)."),
+        Field::new("session", Kind::String)
+            .describe("Only this session: \"current\" or a session id."),
+        Field::new("since", Kind::Day).describe("Only from this day on (YYYY-MM-DD)."),
+        Field::new("until", Kind::Day).describe("Only before this day (YYYY-MM-DD)."),
+        Field::new("harness", Kind::String).command_line_only(),
+    ],
+    actions: &[],
+    default_action: None,
+};
+
+const MEMORY: Arguments = Arguments {
+    tool: "ctx_memory",
+    fields: &[
+        Field::new("action", Kind::String).required(),
+        Field::new("content", Kind::String),
+        Field::new("category", Kind::String)
+            .one_of(&CATEGORIES)
+            .canonical(category_spelling),
+        Field::new("id", Kind::Integer),
+        Field::new("ids", Kind::Integers),
+        Field::new("reason", Kind::String).describe("Why a memory is archived."),
+        Field::new("text", Kind::String).describe("list: only memories with these words."),
+        Field::new("limit", Kind::Integer).range(Some(1), None),
+        Field::new("status", Kind::String).command_line_only(),
+    ],
+    actions: &[
+        Action {
+            name: "write",
+            needs: &["content", "category"],
+            takes: &[],
+        },
+        Action {
+            name: "update",
+            needs: &["id", "content"],
+            takes: &[],
+        },
+        Action {
+            name: "archive",
+            needs: &["id"],
+            takes: &["reason"],
+        },
+        Action {
+            name: "merge",
+            needs: &["ids", "content"],
+            takes: &["category"],
+        },
+        Action {
+            name: "list",
+            needs: &[],
+            takes: &["category", "text", "limit", "status"],
+        },
+        Action {
+            name: "show",
+            needs: &["id"],
+            takes: &[],
+        },
+    ],
+    default_action: None,
+};
+
+/// ctx_note without an action: write when content is given, else list.
+fn note_default(args: &Map<String, Value>) -> &'static str {
+    if args.get("content").is_some_and(|c| !c.is_null()) {
+        "write"
+    } else {
+        "list"
+    }
+}
+
+const NOTE: Arguments = Arguments {
+    tool: "ctx_note",
+    fields: &[
+        Field::new("action", Kind::String)
+            .describe("Default: write when content is given, else list."),
+        Field::new("content", Kind::String),
+        Field::new("id", Kind::Integer),
+        Field::new("all", Kind::Boolean),
+    ],
+    actions: &[
+        Action {
+            name: "write",
+            needs: &["content"],
+            takes: &[],
+        },
+        Action {
+            name: "list",
+            needs: &[],
+            takes: &["all"],
+        },
+        Action {
+            name: "dismiss",
+            needs: &["id"],
+            takes: &[],
+        },
+    ],
+    default_action: Some(note_default),
+};
+
+const EXPAND: Arguments = Arguments {
+    tool: "ctx_expand",
+    fields: &[
+        Field::new("target", Kind::Reference)
+            .required()
+            .describe("\"§12§\" (a tag), \"c3\" (a compartment) or \"40-52\" (messages)."),
+        Field::new("budget", Kind::Integer)
+            .range(Some(100), Some(expand::MAX_BUDGET as i64))
+            .describe("Most tokens to return (default 15000)."),
+    ],
+    actions: &[],
+    default_action: None,
+};
+
+const REDUCE: Arguments = Arguments {
+    tool: "ctx_reduce",
+    fields: &[reduce::DROP],
+    actions: &[],
+    default_action: None,
+};
+
+/// The five tools: what the model reads about each, and its arguments (from
+/// which both the published schema and the check of a call come).
+static TOOLS: [(&str, Arguments); 5] = [
+    (
+        "Search this project's long-term memory, your session notes, the \
+        summaries of earlier conversation and the raw messages and tool outputs of every \
+        session of this project (what you can still see is left out), and the project's \
+        git commits. Use it before asking the user something the project may already \
+        have decided, or to find where a topic, an error or a file was discussed or \
+        changed. Words match any; \"an exact \
+        phrase\" in quotes; -word leaves out. Returns ranked hits with a reference; open \
+        a message or compartment hit with ctx_expand.",
+        SEARCH,
+    ),
+    (
+        "Read and edit this project's durable memory: facts that hold across \
+        sessions (rules, architecture, constraints, config values, naming). Write one \
+        fact per memory, in a sentence that stands on its own. A new memory appears in \
+        your context later (not immediately); writing the same fact twice is harmless. \
+        Actions: write (content, category), update (id, content), archive (id, reason), \
+        merge (ids, content), list (category, text), show (id).",
+        MEMORY,
+    ),
+    (
+        "Your notes for this session: things to remember while you work (a \
+        plan, a caveat, something to check before you finish). They are not shown to \
+        you automatically: list them when you resume work or before you finish. \
+        Actions: write (content), list (all: include dismissed), dismiss (id).",
+        NOTE,
+    ),
+    (
+        "Get back the original content of something no longer in your \
+        context: a dropped output (its tag, e.g. \"§12§\"), a compartment of the \
+        session history (\"c3\"), or a range of messages (\"40-52\"). The answer is \
+        bounded by a token budget and says where to continue when it is cut.",
+        EXPAND,
+    ),
+    (
+        "Drop tool outputs and messages you no longer need from your context, \
+        by their §N§ tags (e.g. \"3-5,12\"). The drop happens at the next point where \
+        your context is rebuilt anyway, so it never costs a cache miss; the newest tags \
+        are protected. Dropped content stays retrievable with ctx_expand.",
+        REDUCE,
+    ),
+];
+
+/// The declared arguments of tool `name`.
+pub fn arguments(name: &str) -> Option<&'static Arguments> {
+    TOOLS.iter().map(|(_, a)| a).find(|a| a.tool == name)
+}
+
 pub fn specs() -> Vec<ToolSpec> {
-    vec![
-        ToolSpec {
-            name: "ctx_search",
-            description: "Search this project's long-term memory, your session notes, the \
-                summaries of earlier conversation and the raw messages and tool outputs of every \
-                session of this project (what you can still see is left out), and the project's \
-                git commits. Use it before asking the user something the project may already \
-                have decided, or to find where a topic, an error or a file was discussed or \
-                changed. Words match any; \"an exact \
-                phrase\" in quotes; -word leaves out. Returns ranked hits with a reference; open \
-                a message or compartment hit with ctx_expand.",
-            input_schema: json!({
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "description": "Words to look for."},
-                    "sources": {"type": "array", "items": {"type": "string", "enum": query::SOURCES},
-                                "description": "Limit to these sources (default: all)."},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": 100,
-                              "description": "Most hits to return (default 10)."},
-                    "session": {"type": "string",
-                                "description": "Only this session: \"current\" or a session id."},
-                    "since": {"type": "string", "description": "Only from this day on (YYYY-MM-DD)."},
-                    "until": {"type": "string", "description": "Only before this day (YYYY-MM-DD)."}
-                },
-                "required": ["query"]
-            }),
-        },
-        ToolSpec {
-            name: "ctx_memory",
-            description: "Read and edit this project's durable memory: facts that hold across \
-                sessions (rules, architecture, constraints, config values, naming). Write one \
-                fact per memory, in a sentence that stands on its own. A new memory appears in \
-                your context later (not immediately); writing the same fact twice is harmless. \
-                Actions: write (content, category), update (id, content), archive (id, reason), \
-                merge (ids, content), list (category, text), show (id).",
-            input_schema: json!({
-                "type": "object",
-                "properties": {
-                    "action": {"type": "string",
-                               "enum": ["write", "update", "archive", "merge", "list", "show"]},
-                    "content": {"type": "string"},
-                    "category": {"type": "string", "enum": CATEGORIES},
-                    "id": {"type": "integer"},
-                    "ids": {"type": "array", "items": {"type": "integer"}},
-                    "reason": {"type": "string", "description": "Why a memory is archived."},
-                    "text": {"type": "string", "description": "list: only memories with these words."},
-                    "limit": {"type": "integer", "minimum": 1}
-                },
-                "required": ["action"]
-            }),
-        },
-        ToolSpec {
-            name: "ctx_note",
-            description: "Your notes for this session: things to remember while you work (a \
-                plan, a caveat, something to check before you finish). They are not shown to \
-                you automatically: list them when you resume work or before you finish. \
-                Actions: write (content), list (all: include dismissed), dismiss (id).",
-            input_schema: json!({
-                "type": "object",
-                "properties": {
-                    "action": {"type": "string", "enum": ["write", "list", "dismiss"],
-                               "description": "Default: write when content is given, else list."},
-                    "content": {"type": "string"},
-                    "id": {"type": "integer"},
-                    "all": {"type": "boolean"}
-                }
-            }),
-        },
-        ToolSpec {
-            name: "ctx_expand",
-            description: "Get back the original content of something no longer in your \
-                context: a dropped output (its tag, e.g. \"§12§\"), a compartment of the \
-                session history (\"c3\"), or a range of messages (\"40-52\"). The answer is \
-                bounded by a token budget and says where to continue when it is cut.",
-            input_schema: json!({
-                "type": "object",
-                "properties": {
-                    "target": {"type": "string",
-                               "description": "\"§12§\" (a tag), \"c3\" (a compartment) or \"40-52\" (messages)."},
-                    "budget": {"type": "integer", "minimum": 100, "maximum": expand::MAX_BUDGET,
-                               "description": "Most tokens to return (default 15000)."}
-                },
-                "required": ["target"]
-            }),
-        },
-        ToolSpec {
-            name: "ctx_reduce",
-            description: "Drop tool outputs and messages you no longer need from your context, \
-                by their §N§ tags (e.g. \"3-5,12\"). The drop happens at the next point where \
-                your context is rebuilt anyway, so it never costs a cache miss; the newest tags \
-                are protected. Dropped content stays retrievable with ctx_expand.",
-            input_schema: json!({
-                "type": "object",
-                "properties": {
-                    "drop": {"type": "string", "description": "Tags to drop: \"3-5,12\"."}
-                },
-                "required": ["drop"]
-            }),
-        },
-    ]
+    TOOLS
+        .iter()
+        .map(|(description, arguments)| ToolSpec {
+            name: arguments.tool,
+            description,
+            input_schema: arguments.schema(),
+        })
+        .collect()
 }
 
 /// What a call needs besides its arguments.
@@ -206,12 +302,22 @@ pub fn call(store: &mut Store, ctx: &Context<'_>, name: &str, args: &Value) -> R
 /// Run tool `name`; every failure is an `Err` (the command line reports it
 /// with its kind and hints).
 pub fn run(store: &mut Store, ctx: &Context<'_>, name: &str, args: &Value) -> Result<Answer> {
-    let empty = Value::Object(Default::default());
-    let args = match args {
-        Value::Null => &empty,
-        Value::Object(_) => args,
-        _ => return Err(Error::input("the arguments must be a JSON object")),
+    let Some(declared) = arguments(name) else {
+        return Err(Error::input(format!(
+            "unknown tool {name:?} (one of {})",
+            TOOL_NAMES.join(", ")
+        )));
     };
+    // The command line may send a field of its own (`status`); the agent only
+    // what the tool publishes.
+    let caller = if ctx.source == "agent" {
+        Caller::Agent
+    } else {
+        Caller::CommandLine
+    };
+    declared.check(args, caller)?;
+    let empty = Value::Object(Default::default());
+    let args = if args.is_null() { &empty } else { args };
     match name {
         "ctx_search" => search(store, ctx, args),
         "ctx_memory" => memory_tool(store, ctx, args),
@@ -239,6 +345,14 @@ fn ok(text: String, data: Value) -> Result<Answer> {
         is_error: false,
         data,
     })
+}
+
+/// The action the (checked) arguments name, or the tool's default.
+fn action_of(declared: &Arguments, args: &Value) -> Result<&'static str> {
+    args.as_object()
+        .and_then(|map| declared.action(map))
+        .map(|a| a.name)
+        .ok_or_else(|| Error::input(format!("{} needs \"action\"", declared.tool)))
 }
 
 fn str_arg<'a>(args: &'a Value, key: &str) -> Result<Option<&'a str>> {
@@ -418,11 +532,7 @@ fn search(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> 
 }
 
 fn memory_tool(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> {
-    let action = str_arg(args, "action")?.unwrap_or(if args.get("content").is_some() {
-        "write"
-    } else {
-        "list"
-    });
+    let action = action_of(&MEMORY, args)?;
     let project = ctx.scope.project.as_str();
     match action {
         "write" => {
@@ -448,7 +558,7 @@ fn memory_tool(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Ans
             let m = memory::update(store, project, id, content, ctx.now_ms)?;
             ok(format!("Updated memory #{}.", m.id), record(&m))
         }
-        "archive" | "delete" => {
+        "archive" => {
             let id = need_int(args, "id", "archive")?;
             let m = memory::archive(store, project, id, str_arg(args, "reason")?, ctx.now_ms)?;
             ok(format!("Archived memory #{}.", m.id), record(&m))
@@ -543,11 +653,7 @@ fn join_ids(ids: &[i64]) -> String {
 }
 
 fn note_tool(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> {
-    let action = str_arg(args, "action")?.unwrap_or(if args.get("content").is_some() {
-        "write"
-    } else {
-        "list"
-    });
+    let action = action_of(&NOTE, args)?;
     match action {
         "write" => {
             let content = need_str(args, "content", "write")?;
@@ -557,7 +663,7 @@ fn note_tool(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answe
                 serde_json::to_value(&note).unwrap_or_default(),
             )
         }
-        "list" | "read" => {
+        "list" => {
             let list = notes::list(store.conn(), ctx.scope, bool_arg(args, "all")?)?;
             let data = json!({"notes": list});
             if list.is_empty() {
@@ -595,18 +701,16 @@ fn expand_tool(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Ans
     let target = match (
         str_arg(args, "target").ok().flatten(),
         int_arg(args, "target").ok().flatten(),
-        int_arg(args, "start")?,
-        int_arg(args, "end")?,
     ) {
-        (Some(spec), _, _, _) => expand::parse_target(spec)?,
-        (None, Some(n), _, _) => expand::parse_target(&n.to_string())?,
-        (None, None, Some(from), to) => expand::range(from, to.unwrap_or(from))?,
+        (Some(spec), _) => expand::parse_target(spec)?,
+        (None, Some(n)) => expand::parse_target(&n.to_string())?,
         _ => {
             return Err(Error::input(
                 "ctx_expand needs \"target\": \"§12§\", \"c3\" or \"40-52\"",
             ));
         }
     };
+    // Checked against the declared range already.
     let budget = int_arg(args, "budget")?.map_or(expand::DEFAULT_BUDGET, |b| b.max(0) as u64);
     let expanded = expand::expand(store.conn(), ctx.scope, target, budget)?;
     let data = serde_json::to_value(&expanded).unwrap_or_default();
@@ -782,6 +886,46 @@ mod tests {
         server
             .call("ctx_note", &json!({"action": "write", "content": content}))
             .unwrap()
+    }
+
+    #[test]
+    fn every_tool_is_declared_once_and_its_actions_name_declared_fields() {
+        let names: Vec<&str> = TOOLS.iter().map(|(_, a)| a.tool).collect();
+        assert_eq!(names, TOOL_NAMES);
+        for (_, declared) in &TOOLS {
+            for action in declared.actions {
+                for name in action.needs.iter().chain(action.takes) {
+                    assert!(
+                        declared.fields.iter().any(|f| f.name == *name),
+                        "{} {}: {name}",
+                        declared.tool,
+                        action.name
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_command_line_s_own_field_reaches_the_tool_but_not_from_the_agent() {
+        let mut store = Store::open_in_memory().unwrap();
+        let scope = Scope {
+            project: "git:p".into(),
+            harness: "opencode".into(),
+            session_id: None,
+        };
+        let transform = TransformConfig::default();
+        let ctx = |source| Context {
+            scope: &scope,
+            source,
+            transform: &transform,
+            now_ms: 1,
+            embeddings: None,
+        };
+        let args = json!({"action": "list", "status": "all"});
+        assert!(run(&mut store, &ctx("user"), "ctx_memory", &args).is_ok());
+        let refused = call(&mut store, &ctx("agent"), "ctx_memory", &args).unwrap();
+        assert!(refused.is_error && refused.text.contains("no field \"status\""));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use mc_base::config::TransformConfig;
 use mc_base::error::{Error, Result};
 use mc_base::store::Store;
 
+use mc_base::domain::arguments::{Arguments, Caller, Field, Kind};
 use mc_base::domain::envelope::session_key;
 use mc_base::domain::notation::parse_ranges;
 use mc_base::domain::{sessions, tags};
@@ -19,10 +20,29 @@ pub struct ReduceRequest {
     pub drop: Vec<i64>,
 }
 
+/// The tags to drop: the `drop` of `ctx_reduce` and of `mc-transform reduce`.
+pub const DROP: Field = Field::new("drop", Kind::Tags)
+    .required()
+    .describe("Tags to drop: \"3-5,12\".");
+
+/// What `mc-transform reduce` reads (a harness adds the session to the
+/// agent's `drop`).
+pub const INPUT: Arguments = Arguments {
+    tool: "reduce",
+    fields: &[
+        Field::new("harness", Kind::String),
+        Field::new("session_id", Kind::String).required(),
+        DROP,
+    ],
+    actions: &[],
+    default_action: None,
+};
+
 impl ReduceRequest {
     /// `{"harness", "session_id", "drop"}` where `drop` is `"3-5,12"` or an
-    /// array of numbers and range strings.
+    /// array of numbers and range strings; any other field is refused.
     pub fn from_value(value: Value) -> Result<ReduceRequest> {
+        INPUT.check(&value, Caller::Agent)?;
         let Value::Object(map) = value else {
             return Err(Error::input(
                 "reduce input must be a JSON object {\"harness\", \"session_id\", \"drop\"}",
@@ -125,5 +145,10 @@ mod tests {
         assert!(ReduceRequest::from_value(json!({"drop": "1"})).is_err());
         assert!(ReduceRequest::from_value(json!({"session_id": "s", "drop": "9-1"})).is_err());
         assert!(ReduceRequest::from_value(json!({"session_id": "s", "drop": [true]})).is_err());
+        let misspelled = ReduceRequest::from_value(json!({"session_id": "s", "dorp": "1"}));
+        assert_eq!(
+            misspelled.unwrap_err().to_string(),
+            "reduce has no field \"dorp\" (its fields: harness, session_id, drop)"
+        );
     }
 }

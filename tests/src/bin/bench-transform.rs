@@ -47,7 +47,7 @@ const HISTORY_COMPARTMENTS: usize = 40;
 const HISTORY_MEMORIES: usize = 200;
 
 const USAGE: &str = "\
-Usage: bench-transform [--runs N] [--warmup N] [--turns N] [--tokens N] [--seed N] [--keep DIR] [--no-history]
+Usage: bench-transform [--runs N] [--warmup N] [--turns N] [--tokens N] [--seed N] [--keep DIR] [--no-history] [--memory]
 
 Times mc-transform (a steady-state defer pass and a first execute pass) against
 json-floor, a program that only parses and re-serialises the same JSON; then
@@ -60,7 +60,12 @@ Both binaries must sit beside this one: cargo build --release --workspace.
   --tokens N   approximate tokens in the session (default 200000)
   --seed N     generator seed (default: the benchmark's)
   --keep DIR   work in DIR (envelopes, databases) and keep it afterwards
-  --no-history time only the plain passes, without compartments and memories";
+  --no-history time only the plain passes, without compartments and memories
+  --memory     instead of timing, measure peak RSS against the envelope's size:
+               1, 5 and 21 MB envelopes of tiny messages (200k in 21 MB) and of
+               a coding session (big tool outputs), each one-shot on a fresh DB,
+               again on the same DB, and through serve (whole, then deltas);
+               the bound is 8× the envelope + 50 MiB (needs GNU time)";
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -73,6 +78,8 @@ struct Args {
     keep: Option<PathBuf>,
     /// Also time the passes with compartments and memories present.
     history: bool,
+    /// Measure peak memory instead of time.
+    memory: bool,
 }
 
 fn parse_args() -> Result<Option<Args>> {
@@ -84,6 +91,7 @@ fn parse_args() -> Result<Option<Args>> {
         seed: SessionSpec::bench().seed,
         keep: None,
         history: true,
+        memory: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -92,6 +100,10 @@ fn parse_args() -> Result<Option<Args>> {
         }
         if flag == "--no-history" {
             args.history = false;
+            continue;
+        }
+        if flag == "--memory" {
+            args.memory = true;
             continue;
         }
         let value = it
@@ -134,7 +146,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match run(&args, &work.path) {
+    let result = if args.memory {
+        run_memory(&args, &work.path)
+    } else {
+        run(&args, &work.path)
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bench-transform: {e}");
@@ -1025,4 +1042,277 @@ fn print_row(name: &str, s: &Stats) {
         "  {name:<22} {:>9.2} {:>9.2} {:>9.2}",
         s.min, s.median, s.p90
     );
+}
+
+// ---------------------------------------------------------------------------
+// Memory (`--memory`): peak RSS against the envelope's size.
+
+/// The bound on a pass's peak resident set: this many times its envelope…
+const MEMORY_FACTOR: f64 = 8.0;
+/// …plus this (the binary, the allocator, SQLite and the tokenizer's tables).
+const MEMORY_BASE_MIB: f64 = 50.0;
+/// The envelope sizes measured, in MB (10^6 bytes).
+const MEMORY_SIZES_MB: [u64; 3] = [1, 5, 21];
+/// Deltas sent to serve after its first whole envelope.
+const MEMORY_DELTAS: usize = 5;
+/// What GNU time reports maximum RSS with (`%M`, KiB, from wait4's rusage).
+const GNU_TIME: &str = "/usr/bin/time";
+
+/// An envelope shape the memory mode generates at each size.
+#[derive(Clone, Copy)]
+enum Shape {
+    /// Many tiny messages (~105 bytes each: 200k of them in 21 MB).
+    Tiny,
+    /// The generator's coding session: fewer messages, big tool outputs.
+    Session,
+}
+
+impl Shape {
+    fn name(self) -> &'static str {
+        match self {
+            Shape::Tiny => "tiny",
+            Shape::Session => "session",
+        }
+    }
+}
+
+/// `count` minimal OpenCode messages, user and assistant in turn, one short
+/// text part each.
+fn tiny_messages(count: usize, session_id: &str, start_ms: i64) -> Vec<Value> {
+    (0..count)
+        .map(|i| {
+            let role = if i % 2 == 0 { "user" } else { "assistant" };
+            serde_json::json!({
+                "info": {
+                    "id": format!("m{i:07}"),
+                    "sessionID": session_id,
+                    "role": role,
+                    "time": {"created": start_ms + i as i64 * 1000},
+                },
+                "parts": [{"type": "text", "text": format!("note {i}")}],
+            })
+        })
+        .collect()
+}
+
+/// An envelope of `shape` of about `mb` MB, and its message count.
+fn memory_envelope(shape: Shape, mb: u64, seed: u64, work: &Path) -> Result<(Vec<u8>, usize)> {
+    let target = mb * 1_000_000;
+    let (messages, session_id) = match shape {
+        Shape::Tiny => {
+            let session_id = format!("ses_{seed:x}");
+            let start = SessionSpec::new(seed, 1, 0).start_ms;
+            let sample = serde_json::to_vec(&tiny_messages(1000, &session_id, start))
+                .map_err(|e| e.to_string())?;
+            let count = (target * 1000 / sample.len() as u64) as usize;
+            (tiny_messages(count, &session_id, start), session_id)
+        }
+        Shape::Session => {
+            // Envelope bytes grow with the turns and tokens: aim, then correct.
+            let mut turns = (mb as usize * 8).clamp(10, 200);
+            let mut tokens = target / 4;
+            let mut spec = SessionSpec::new(seed, turns, tokens);
+            let mut messages = generate::session(&spec);
+            for _ in 0..3 {
+                let got = serde_json::to_vec(&messages)
+                    .map_err(|e| e.to_string())?
+                    .len() as u64;
+                if got.abs_diff(target) <= target / 20 {
+                    break;
+                }
+                let scale = target as f64 / got as f64;
+                tokens = (tokens as f64 * scale) as u64;
+                turns = ((turns as f64 * scale.sqrt()) as usize).max(4);
+                spec = SessionSpec::new(seed, turns, tokens);
+                messages = generate::session(&spec);
+            }
+            (messages, spec.session_id)
+        }
+    };
+    let last = generate::last_time_ms(&messages);
+    let mut envelope = generate::envelope(
+        &messages,
+        &session_id,
+        generate::usage_at_percent(DEFER_USAGE_PERCENT),
+        last + 60_000,
+    );
+    envelope["project_dir"] = Value::String(work.display().to_string());
+    let bytes = serde_json::to_vec(&envelope).map_err(|e| e.to_string())?;
+    Ok((bytes, messages.len()))
+}
+
+/// Run `command` under GNU time: its output and its peak RSS in KiB.
+fn peak_rss_of(command: &Command, stdin: &[u8], what: &str) -> Result<(Output, u64)> {
+    let mut timed = Command::new(GNU_TIME);
+    timed
+        .arg("-f")
+        .arg("mc-bench-maxrss-kib=%M")
+        .arg(command.get_program())
+        .args(command.get_args());
+    if let Some(dir) = command.get_current_dir() {
+        timed.current_dir(dir);
+    }
+    for (name, value) in command.get_envs() {
+        match value {
+            Some(value) => timed.env(name, value),
+            None => timed.env_remove(name),
+        };
+    }
+    let output = pipe(&mut timed, stdin).map_err(|e| format!("{what}: cannot run: {e}"))?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let kib = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("mc-bench-maxrss-kib="))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| {
+            format!(
+                "{what}: GNU time reported no maximum RSS: {}",
+                stderr.trim()
+            )
+        })?;
+    if !output.status.success() {
+        return Err(format!(
+            "{what}: exited with {}: {}",
+            output.status,
+            stderr.trim()
+        ));
+    }
+    Ok((output, kib))
+}
+
+/// `VmRSS` and `VmHWM` (KiB) of a running process.
+fn rss_of(pid: u32) -> Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("cannot read /proc/{pid}/status: {e}"))?;
+    let kib = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .ok_or_else(|| format!("/proc/{pid}/status has no {name}"))
+    };
+    Ok((kib("VmRSS:")?, kib("VmHWM:")?))
+}
+
+/// A pass's output must be a pass, not a passthrough (which would not
+/// measure the pass at all).
+fn not_passthrough(output: &Output, what: &str) -> Result<()> {
+    let value = parse_output(output, what)?;
+    match value["pass"]["decision"].as_str() {
+        Some("passthrough") | None => Err(format!("{what}: no pass ran (pass: {})", value["pass"])),
+        Some(_) => Ok(()),
+    }
+}
+
+/// One measured row: what ran, its peak in KiB.
+struct MemoryRow {
+    what: String,
+    peak_kib: u64,
+}
+
+fn run_memory(args: &Args, work: &Path) -> Result<()> {
+    if !Path::new(GNU_TIME).is_file() {
+        return Err(format!(
+            "--memory measures one-shot passes with GNU time ({GNU_TIME}): install it (Debian: apt-get install time)"
+        ));
+    }
+    let tools = Tools {
+        transform: bin_path("mc-transform"),
+        floor: bin_path("json-floor"),
+        work: work.to_path_buf(),
+    };
+    println!(
+        "mc-transform peak RSS against the envelope (bound: {MEMORY_FACTOR}× envelope + {MEMORY_BASE_MIB} MiB)\n"
+    );
+    println!(
+        "  {:<8} {:>7} {:>8}  {:<22} {:>9} {:>7} {:>9}",
+        "shape", "MiB", "messages", "run", "peak MiB", "ratio", "bound"
+    );
+    let mut missed = 0;
+    for shape in [Shape::Tiny, Shape::Session] {
+        for mb in MEMORY_SIZES_MB {
+            let (envelope, messages) = memory_envelope(shape, mb, args.seed, work)?;
+            let rows = memory_rows(&tools, &envelope, &format!("{}-{mb}", shape.name()))?;
+            let size = envelope.len() as f64 / (1 << 20) as f64;
+            for row in rows {
+                let peak = row.peak_kib as f64 / 1024.0;
+                let bound = MEMORY_FACTOR * size + MEMORY_BASE_MIB;
+                let verdict = if peak <= bound {
+                    "ok"
+                } else {
+                    missed += 1;
+                    "MISSED"
+                };
+                println!(
+                    "  {:<8} {size:>7.2} {messages:>8}  {:<22} {peak:>9.1} {:>6.1}× {bound:>8.1}  {verdict}",
+                    shape.name(),
+                    row.what,
+                    peak / size,
+                );
+            }
+        }
+    }
+    if missed > 0 {
+        println!("\n  {missed} run(s) above the bound");
+    }
+    Ok(())
+}
+
+/// The one-shot pass on a fresh DB and again on the same DB, then serve:
+/// the whole envelope (incremental), then deltas of the same messages.
+fn memory_rows(tools: &Tools, envelope: &[u8], name: &str) -> Result<Vec<MemoryRow>> {
+    let db = tools.work.join(format!("memory-{name}.db"));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    let mut rows = Vec::new();
+    let (first, kib) = peak_rss_of(&tools.transform(&db, &[]), envelope, "one-shot (fresh DB)")?;
+    not_passthrough(&first, "one-shot (fresh DB)")?;
+    rows.push(MemoryRow {
+        what: "one-shot, fresh DB".into(),
+        peak_kib: kib,
+    });
+    let (second, kib) = peak_rss_of(&tools.transform(&db, &[]), envelope, "one-shot (second)")?;
+    not_passthrough(&second, "one-shot (same DB)")?;
+    rows.push(MemoryRow {
+        what: "one-shot, same DB".into(),
+        peak_kib: kib,
+    });
+
+    let serve_db = tools.work.join(format!("memory-{name}-serve.db"));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", serve_db.display()));
+    }
+    let value: Value = serde_json::from_slice(envelope).map_err(|e| e.to_string())?;
+    let mut served = Served::start(&mut tools.transform(&serve_db, &["serve"]));
+    let mut client = Incremental::default();
+    client
+        .pass(&mut served, &value)
+        .map_err(|e| format!("serve (whole envelope): {e}"))?;
+    let (_, hwm) = rss_of(served.id())?;
+    rows.push(MemoryRow {
+        what: "serve, whole envelope".into(),
+        peak_kib: hwm,
+    });
+    for _ in 0..MEMORY_DELTAS {
+        std::thread::sleep(BETWEEN_PASSES);
+        client
+            .pass(&mut served, &value)
+            .map_err(|e| format!("serve (delta): {e}"))?;
+        if !client.last_sent_delta {
+            return Err("serve: a delta was answered with a resync".into());
+        }
+    }
+    std::thread::sleep(BETWEEN_PASSES);
+    let (now, hwm) = rss_of(served.id())?;
+    rows.push(MemoryRow {
+        what: format!("serve, {MEMORY_DELTAS} deltas (peak)"),
+        peak_kib: hwm,
+    });
+    rows.push(MemoryRow {
+        what: "serve, resident after".into(),
+        peak_kib: now,
+    });
+    served.close();
+    Ok(rows)
 }

@@ -182,7 +182,7 @@ fn a_locked_database_gives_a_passthrough_within_the_hook_wait() {
     // timeout would then get the lock and succeed, so each outcome below
     // (a passthrough, a "locked" warning, reduce failing) shows that it gave up
     // within its hook wait, while the lock was still held.
-    let mut holder = lock_database(&env, Path::new(db));
+    let mut holder = env.lock_database(Path::new(db));
     let out = env.run(BIN, &["--db", db], &example());
     // The hook's own wait (1 s by default) at most once: before, a pass waited
     // the busy timeout twice (write, then the record).
@@ -306,34 +306,6 @@ fn every_subcommand_reads_the_config_of_the_project_the_session_started_in() {
     assert_eq!(status["project_dir"], json!(project), "{status}");
 }
 
-/// Hold an exclusive lock on the database from another process, as a sibling
-/// mc process in a long write would, for 30 s; the lock goes when the guard drops.
-fn lock_database(env: &TestEnv, path: &Path) -> Killer {
-    // python3's sqlite3 module is on every machine the tests run on.
-    let mut child = env
-        .program("python3")
-        .arg("-c")
-        .arg(
-            "import sqlite3,sys,time\n\
-             c=sqlite3.connect(sys.argv[1],isolation_level=None)\n\
-             c.execute('BEGIN EXCLUSIVE')\n\
-             print('locked',flush=True)\n\
-             time.sleep(30)",
-        )
-        .arg(path)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line.trim(), "locked");
-    Killer(child)
-}
-
 /// Run one SQL statement on the database from outside mc (python3's sqlite3).
 fn execute_sql(db: &Path, statement: &str) {
     let status = seal(&mut Command::new("python3"))
@@ -343,20 +315,6 @@ fn execute_sql(db: &Path, statement: &str) {
         .status()
         .unwrap();
     assert!(status.success(), "{statement}");
-}
-
-struct Killer(std::process::Child);
-impl Killer {
-    /// Still running (and so still holding what it holds).
-    fn holding(&mut self) -> bool {
-        self.0.try_wait().expect("the holder's status").is_none()
-    }
-}
-impl Drop for Killer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]

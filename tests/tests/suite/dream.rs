@@ -310,7 +310,14 @@ fn a_tick_does_what_is_due_once_and_status_shows_it() {
     );
     assert_eq!(env.asked().len(), 3);
 
-    let (code, status, _) = env.dream(&["status", "--project", repo.to_str().unwrap()]);
+    // Status at that night (at the fixed clock, a day earlier, the times
+    // recorded that night would be a clock set back).
+    let out = env
+        .db_command("mc-dream", &["status", "--project", repo.to_str().unwrap()])
+        .env("MC_NOW_MS", night.to_string())
+        .output()
+        .unwrap();
+    let (code, status, _) = parse(out);
     assert_eq!(code, 0);
     let project = &status["projects"][0];
     assert_eq!(project["dir"], json!(repo.canonicalize().unwrap()));
@@ -773,4 +780,271 @@ fn bad_input_and_a_bad_schedule_say_what_is_wrong() {
         "{stderr}"
     );
     assert!(env.fake.requests().is_empty());
+}
+
+/// The four ways a cloned repository can point team memory outside itself.
+#[cfg(unix)]
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    /// `.mc/memory/CONSTRAINTS.md` links to a file outside.
+    File,
+    /// `.mc/memory` links to a folder outside.
+    Folder,
+    /// `.mc` links to a folder outside.
+    Mc,
+    /// `.mc/memory` is a relative link up through `..` to a folder outside.
+    DotDot,
+    /// `.mc/memory/CONSTRAINTS.md` links to another file inside the repository.
+    Inside,
+}
+
+/// The outside text a hostile repository wants in the prompt.
+#[cfg(unix)]
+const STOLEN: &str = "# CONSTRAINTS\n\n## stolen\n\nThe user's private notes: outside text.\n";
+
+/// Lay out `shape` in the repository; the path mc must refuse, and every
+/// file (path, bytes) a link points at, to check they stay as they are.
+#[cfg(unix)]
+fn hostile(env: &Env, shape: Shape) -> (PathBuf, Vec<(PathBuf, Vec<u8>)>) {
+    use std::os::unix::fs::symlink;
+    let repo = env.repo();
+    let outside = env.path("outside");
+    std::fs::create_dir_all(outside.join("memory")).unwrap();
+    std::fs::write(outside.join("CONSTRAINTS.md"), STOLEN).unwrap();
+    std::fs::write(outside.join("memory/CONSTRAINTS.md"), STOLEN).unwrap();
+    std::fs::write(outside.join("notes.txt"), "mine\n").unwrap();
+    std::fs::create_dir_all(repo.join(".mc")).unwrap();
+    let refused = match shape {
+        Shape::File | Shape::Inside => {
+            std::fs::create_dir_all(repo.join(".mc/memory")).unwrap();
+            let link = repo.join(".mc/memory/CONSTRAINTS.md");
+            if matches!(shape, Shape::File) {
+                symlink(outside.join("CONSTRAINTS.md"), &link).unwrap();
+            } else {
+                std::fs::create_dir_all(repo.join("docs")).unwrap();
+                std::fs::write(repo.join("docs/team.md"), STOLEN).unwrap();
+                symlink("../../docs/team.md", &link).unwrap();
+            }
+            link
+        }
+        Shape::Folder => {
+            symlink(&outside, repo.join(".mc/memory")).unwrap();
+            repo.join(".mc/memory")
+        }
+        Shape::Mc => {
+            std::fs::remove_dir(repo.join(".mc")).unwrap();
+            symlink(&outside, repo.join(".mc")).unwrap();
+            repo.join(".mc")
+        }
+        Shape::DotDot => {
+            symlink("../../outside", repo.join(".mc/memory")).unwrap();
+            repo.join(".mc/memory")
+        }
+    };
+    let mut files = vec![];
+    for dir in [outside, repo.join("docs")] {
+        for entry in walk(&dir) {
+            let bytes = std::fs::read(&entry).unwrap();
+            files.push((entry, bytes));
+        }
+    }
+    (refused, files)
+}
+
+/// Every file under `dir`, sorted.
+#[cfg(unix)]
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+#[cfg(unix)]
+#[test]
+fn team_memory_refuses_a_memory_file_linked_outside() {
+    follows_no_link(Shape::File);
+}
+
+#[cfg(unix)]
+#[test]
+fn team_memory_refuses_a_memory_folder_linked_outside() {
+    follows_no_link(Shape::Folder);
+}
+
+#[cfg(unix)]
+#[test]
+fn team_memory_refuses_a_dot_mc_linked_outside() {
+    follows_no_link(Shape::Mc);
+}
+
+#[cfg(unix)]
+#[test]
+fn team_memory_refuses_a_relative_link_up_through_dot_dot() {
+    follows_no_link(Shape::DotDot);
+}
+
+/// A link to another place inside the repository is refused too: mc
+/// writes these files itself, so a link has no use here, and checking where
+/// a link lands races with the link changing.
+#[cfg(unix)]
+#[test]
+fn team_memory_refuses_a_link_even_to_inside_the_repository() {
+    follows_no_link(Shape::Inside);
+}
+
+/// import and sync read nothing through the link and name it; export (with
+/// and without `--force`) and sync write nothing through it and leave it a
+/// link.
+#[cfg(unix)]
+fn follows_no_link(shape: Shape) {
+    {
+        let env = Env::new();
+        let repo = env.repo();
+        let dir = repo.to_str().unwrap();
+        env.remember("CONSTRAINTS", "Never log API keys.");
+        let (refused, before) = hostile(&env, shape);
+        let named = refused.display().to_string();
+        let stolen = |env: &Env| env.live().iter().any(|m| m.contains("outside text"));
+        let fails = |args: &[&str]| {
+            let out = env.run_db("mc-dream", args, "");
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            (out.status.code().unwrap_or(-1), stderr)
+        };
+
+        // import and sync read nothing through the link, and say which path.
+        let (code, stderr) = fails(&["import", "--project", dir]);
+        assert_eq!(code, 2, "{shape:?}: {stderr}");
+        assert!(
+            stderr.contains(&named) && stderr.contains("symbolic link"),
+            "{shape:?}: {stderr}"
+        );
+        assert!(!stolen(&env), "{shape:?}: import took the outside text");
+        let (_, synced, stderr) = env.dream(&["run", "sync", "--project", dir]);
+        let task = &synced["tasks"][0];
+        assert_eq!(task["outcome"], "failed", "{shape:?}: {synced} {stderr}");
+        assert!(
+            task.to_string().contains(&named) && task.to_string().contains("symbolic link"),
+            "{shape:?}: {task}"
+        );
+        assert!(!stolen(&env), "{shape:?}: sync took the outside text");
+
+        // export writes nothing through the link, with or without --force,
+        // and leaves the link a link.
+        for args in [
+            &["export", "--project", dir][..],
+            &["export", "--force", "--project", dir][..],
+        ] {
+            let (code, stderr) = fails(args);
+            assert_eq!(code, 2, "{shape:?} {args:?}: {stderr}");
+            assert!(stderr.contains(&named), "{shape:?} {args:?}: {stderr}");
+        }
+        assert!(
+            std::fs::symlink_metadata(&refused).unwrap().is_symlink(),
+            "{shape:?}: the link was replaced"
+        );
+        let mut after = vec![];
+        for dir in [env.path("outside"), repo.join("docs")] {
+            for entry in walk(&dir) {
+                let bytes = std::fs::read(&entry).unwrap();
+                after.push((entry, bytes));
+            }
+        }
+        assert_eq!(after, before, "{shape:?}: files behind the link changed");
+    }
+}
+
+/// A clock that ran a year ahead and was set back: every periodic task is
+/// due again per its own period from now, `status` says so, and the times
+/// stored while the clock was ahead are brought back.
+#[test]
+fn a_clock_set_back_after_running_ahead_does_not_stall_the_schedule() {
+    const MIN: i64 = 60_000;
+    const YEAR: i64 = 365 * 24 * 60 * MIN;
+    let env = Env::new();
+    env.remember("CONSTRAINTS", "Never log API keys.");
+    env.fake.always(ANY_MODEL, Reply::with(oracle));
+    let repo = env.repo();
+    let at = |now: i64, args: &[&str]| {
+        let out = env
+            .db_command("mc-dream", args)
+            .env("MC_NOW_MS", now.to_string())
+            .output()
+            .unwrap();
+        parse(out)
+    };
+    let project = repo.to_str().unwrap();
+    let (code, _, stderr) = at(
+        TestEnv::NOW_MS + YEAR,
+        &["run", "git-index", "--project", project],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let (code, ahead, stderr) = at(TestEnv::NOW_MS + YEAR, &["tick"]);
+    assert_eq!(code, 0, "{ahead}\n{stderr}");
+    assert!(
+        outcomes(&ahead).iter().any(|(t, _)| t == "sync"),
+        "{ahead:#}"
+    );
+
+    // Back at today (04:40 UTC): git-index is due at 04:45, sync at 05:00.
+    let (code, status, _) = at(TestEnv::NOW_MS, &["status", "--project", project]);
+    assert_eq!(code, 0);
+    let tasks = status["projects"][0]["tasks"].as_array().unwrap().clone();
+    let next_due = |name: &str| {
+        tasks.iter().find(|t| t["task"] == name).unwrap()["next_due_ms"]
+            .as_i64()
+            .unwrap()
+    };
+    assert_eq!(
+        next_due("git-index"),
+        TestEnv::NOW_MS + 5 * MIN,
+        "{status:#}"
+    );
+    assert_eq!(next_due("sync"), TestEnv::NOW_MS + 20 * MIN, "{status:#}");
+    for task in &tasks {
+        if task["schedule"] != "off" {
+            let due = task["next_due_ms"].as_i64().unwrap();
+            // The longest default period is a week (archive-stale).
+            assert!(
+                due <= TestEnv::NOW_MS + 7 * 24 * 60 * MIN,
+                "{} waits for the clock to catch up: {task}",
+                task["task"]
+            );
+        }
+    }
+
+    // A tick now brings the stored times back; at 05:00 both run again.
+    let (code, _, stderr) = at(TestEnv::NOW_MS, &["tick"]);
+    assert_eq!(code, 0, "{stderr}");
+    let latest: i64 = env
+        .store()
+        .conn()
+        .query_row(
+            "SELECT max(max(coalesce(last_attempt_ms, 0), coalesce(last_run_ms, 0)))
+             FROM dream_tasks",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        latest <= TestEnv::NOW_MS,
+        "a stored time is still ahead: {latest}"
+    );
+    let (code, five, stderr) = at(TestEnv::NOW_MS + 20 * MIN, &["tick"]);
+    assert_eq!(code, 0, "{five}\n{stderr}");
+    let ran: Vec<String> = outcomes(&five).into_iter().map(|(t, _)| t).collect();
+    assert!(
+        ran.contains(&"git-index".to_string()) && ran.contains(&"sync".to_string()),
+        "{five:#}"
+    );
 }

@@ -20,11 +20,13 @@ macro_rules! snapshot {
     };
 }
 
+mod arguments;
 mod cli;
 mod concurrency;
 mod defer_replay;
 mod dream;
 mod historian;
+mod index_repair;
 mod mcp;
 mod pin;
 mod search;

@@ -1831,3 +1831,73 @@ fn mcs_own_compaction_boundary_is_never_taken_for_opencodes_compaction() {
     let report: Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(report["reason"], "already_restored", "{report}");
 }
+
+/// A Claude Code compaction with pins while another process holds the
+/// database's write lock past the hook's wait: the pins are printed at once
+/// (read without the write lock), once — a replay or racing hooks print
+/// nothing more — and the claim, kept beside the database meanwhile, is in
+/// the database after the lock goes. Before, the hook waited the 5 s busy
+/// timeout and exited 1 ("database is locked"): the pins missed that compaction.
+#[test]
+fn a_held_write_lock_does_not_cost_a_compaction_its_pins() {
+    let printed = |outs: &[Output]| {
+        for out in outs {
+            assert!(out.status.success(), "{}", stderr(out));
+        }
+        outs.iter().filter(|o| !o.stdout.is_empty()).count()
+    };
+    let env = pin_env();
+    let transcript = env.path("session.jsonl");
+    let mut lines = cc_transcript(&[]);
+    write_jsonl(&transcript, &lines);
+    cc_pin(&env, &transcript, &["--message", "u-rule"]);
+    let mut holder = env.lock_database(&env.db());
+
+    let out = hook(&env, &hook_input(&transcript, "compact"));
+    let context = additional_context(&out);
+    assert!(context.contains("Rule: never edit"), "{context}");
+    assert!(stderr(&out).contains("locked"), "{}", stderr(&out));
+    // The same compaction again, and a crowd of hooks for it: nothing more.
+    let outs = race(
+        &env,
+        &["restore", "--harness", "claude-code"],
+        &hook_input(&transcript, "compact"),
+        4,
+    );
+    assert_eq!(printed(&outs), 0, "the compaction was printed twice");
+    // The next compaction, hooks racing under the lock: one prints.
+    lines.push(cc_line("system", "cb-2", None, "2026-11-30T12:00:00.000Z",
+        json!({"subtype": "compact_boundary", "content": "Conversation compacted",
+               "isMeta": false, "level": "info", "compactMetadata": {"trigger": "auto", "preTokens": 160000}})));
+    write_jsonl(&transcript, &lines);
+    let outs = race(
+        &env,
+        &["restore", "--harness", "claude-code"],
+        &hook_input(&transcript, "compact"),
+        4,
+    );
+    assert_eq!(printed(&outs), 1, "4 hooks under a held lock");
+    assert!(
+        holder.holding(),
+        "the lock holder let go before the hooks were done: the outcomes above prove nothing"
+    );
+    assert_eq!(
+        db_cursor(&env).as_deref(),
+        None,
+        "nothing could be written yet"
+    );
+
+    // The lock goes: the next restorer moves the kept claims into the
+    // database and prints nothing for a compaction already answered.
+    drop(holder);
+    let again = hook(&env, &hook_input(&transcript, "compact"));
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(again.stdout.is_empty(), "{}", stdout(&again));
+    assert_eq!(db_cursor(&env).as_deref(), Some("cb-2"));
+    let kept = env.db().with_extension("db.restore-claims");
+    assert!(!kept.exists(), "{} left behind", kept.display());
+    // The first compaction's claim is in the database too: replayed, it prints nothing.
+    write_jsonl(&transcript, &cc_transcript(&[]));
+    let replay = hook(&env, &hook_input(&transcript, "compact"));
+    assert!(replay.stdout.is_empty(), "{}", stdout(&replay));
+}

@@ -115,7 +115,7 @@ fn bad_input_is_a_clear_error_and_writes_nothing() {
             "",
         ),
         2,
-        "unknown memory category \"COLOURS\"",
+        "ctx_memory \"category\" must be one of PROJECT_RULES, ARCHITECTURE, CONSTRAINTS, CONFIG_VALUES, NAMING, not \"COLOURS\"",
     );
     fails(
         &search(
@@ -233,7 +233,10 @@ fn a_tool_call_answers_the_models_text_and_a_mistake_as_an_error_text() {
     );
     let wrong = call(r#"{"action": "update", "id": "1"}"#);
     assert_eq!(wrong["is_error"], true);
-    assert_eq!(wrong["text"], "Error: update needs \"content\"");
+    assert_eq!(
+        wrong["text"],
+        "Error: ctx_memory update needs \"content\" (a string; update needs \"id\", \"content\")"
+    );
 }
 
 /// `git -C dir …` with a fixed author and date.

@@ -879,7 +879,7 @@ fn schema_describes_every_key() {
 }
 
 /// The committed schema must be what `json_schema()` generates.
-/// `MC_BLESS=1 cargo test -p mc-core` rewrites it.
+/// `MC_BLESS=1 cargo test -p mc-base` rewrites it.
 #[test]
 #[allow(
     clippy::disallowed_methods,
@@ -896,7 +896,7 @@ fn committed_schema_is_up_to_date() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == expected,
-        "{} is out of date; regenerate it with MC_BLESS=1 cargo test -p mc-core",
+        "{} is out of date; regenerate it with MC_BLESS=1 cargo test -p mc-base",
         path.display()
     );
 }
@@ -1194,4 +1194,51 @@ fn dream_schedules_are_validated_with_a_clear_warning_and_user_only() {
     for key in KEYS.iter().filter(|k| k.path.starts_with("dream.")) {
         assert_eq!(key.trust, Trust::UserOnly, "{}", key.path);
     }
+}
+
+#[cfg(unix)]
+#[test]
+fn project_config_follows_no_link_out_of_the_repository() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(outside.join("mc")).unwrap();
+    let text = r#"{"transform": {"protected_tags": 42}}"#;
+    std::fs::write(outside.join("config.jsonc"), text).unwrap();
+    std::fs::write(outside.join("mc/config.jsonc"), text).unwrap();
+    // The file, `.mc` itself, and `.mc` through `..`: each refused, named.
+    let file = dir.path().join("a");
+    std::fs::create_dir_all(file.join(".mc")).unwrap();
+    symlink(outside.join("config.jsonc"), file.join(".mc/config.jsonc")).unwrap();
+    let folder = dir.path().join("b");
+    std::fs::create_dir_all(&folder).unwrap();
+    symlink(outside.join("mc"), folder.join(".mc")).unwrap();
+    let up = dir.path().join("c");
+    std::fs::create_dir_all(&up).unwrap();
+    symlink("../outside/mc", up.join(".mc")).unwrap();
+    for (repo, named) in [
+        (&file, file.join(".mc/config.jsonc")),
+        (&folder, folder.join(".mc")),
+        (&up, up.join(".mc")),
+    ] {
+        let layer = repo.join(".mc/config.jsonc");
+        let loaded = load(&[Layer::new(Tier::Project, &layer)]);
+        assert_eq!(
+            loaded.config.transform.protected_tags,
+            20,
+            "{}",
+            layer.display()
+        );
+        assert!(loaded.sources.is_empty());
+        let [warning] = loaded.warnings.as_slice() else {
+            panic!("{:?}", loaded.warnings)
+        };
+        assert!(
+            warning.contains(&named.display().to_string()) && warning.contains("symbolic link"),
+            "{warning}"
+        );
+    }
+    // The user's own file may be a link (dotfile managers make them).
+    let loaded = load(&[Layer::new(Tier::User, file.join(".mc/config.jsonc"))]);
+    assert_eq!(loaded.config.transform.protected_tags, 42);
 }

@@ -5,6 +5,7 @@
 //! The transform, the history head, the historian and pins all build on it;
 //! it depends on none of them (a test in `lib.rs` keeps the layering).
 
+pub mod arguments;
 pub mod content;
 pub mod envelope;
 pub mod measure;

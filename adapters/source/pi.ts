@@ -9,12 +9,9 @@
 // `mc-transform overflow`, and gives the agent its tools: ctx_reduce, and
 // ctx_search, ctx_memory, ctx_note and ctx_expand from mc-search.
 //
-// mc-transform runs resident (`mc-transform serve`, one per Pi process): each
-// call sends only the messages that changed since the session's last call and
-// gets back only what changed. When it cannot take a call (backing off after
-// it died, a request above its cap) the call runs the one-shot command; a
-// call it was answering when it died goes out untouched. Any failure of mc
-// leaves the messages as Pi built them.
+// mc-transform runs resident, through the adapter core (core.js, shared with
+// the OpenCode plugin and built into this one file). Any failure of mc leaves
+// the messages as Pi built them.
 //
 // Install: copy this file into Pi's extensions folder
 // (~/.pi/agent/extensions/mc.ts), or load it with `pi -e mc.ts`. The mc
@@ -22,182 +19,60 @@
 // MC_HISTORIAN_BIN and MC_SEARCH_BIN; the database through MC_DB as usual.
 // MC_TRANSFORM_SERVE=0 runs every call as a one-shot process. Inside mc's
 // own historian run (MC_HISTORIAN_CHILD=1 in its environment) it does nothing.
-import { spawn } from "node:child_process"
-import { createHash } from "node:crypto"
+import { Resident, TRANSFORM_TIMEOUT_MS, bin, failureText, mcTransform as transformCommand, pass as passThrough, run } from "./core.js"
+import type { Baseline, PassAnswer, Run } from "./core.js"
 
-const TRANSFORM_TIMEOUT_MS = 30_000
 const HISTORIAN_TIMEOUT_MS = 300_000
 const HISTORIAN_RETRY_MS = 30_000
 const HISTORIAN_RETRY_MAX_MS = 600_000
-const SERVE_RETRY_MS = 1_000
-const SERVE_RETRY_MAX_MS = 60_000
-const SERVE_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
-const bin = (name: string, env: string): string => process.env[env] || name
-
-type Run = { code: number; stdout: string; stderr: string; died?: boolean }
-
-/** A failed mc binary's `error:` line and the `hint:` lines after it, on one line. */
-function failureText(stderr: string): string {
-  const lines = stderr.trim().split("\n")
-  let at = lines.length - 1
-  while (at > 0 && !/^mc-[a-z]+: error: /.test(lines[at])) at--
-  if (!/^mc-[a-z]+: error: /.test(lines[at])) at = lines.length - 1
-  return lines.slice(at).join("; ")
-}
-
-/** Run a command with `input` on stdin. Never synchronous: Pi's loop goes on. */
-function run(command: string, args: string[], input: string, timeoutMs: number): Promise<Run> {
-  return new Promise((resolve) => {
-    let child
-    try {
-      child = spawn(command, args, { stdio: ["pipe", "pipe", "pipe"] })
-    } catch (error) {
-      resolve({ code: -1, stdout: "", stderr: String(error) })
-      return
-    }
-    const out: Buffer[] = []
-    const err: Buffer[] = []
-    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs)
-    child.stdout.on("data", (d: Buffer) => out.push(d))
-    child.stderr.on("data", (d: Buffer) => err.push(d))
-    child.on("error", (error: unknown) => {
-      clearTimeout(timer)
-      resolve({ code: -1, stdout: "", stderr: String(error) })
-    })
-    child.on("close", (code: number | null, signal: string | null) => {
-      clearTimeout(timer)
-      resolve({
-        code: signal ? -1 : (code ?? -1),
-        stdout: Buffer.concat(out).toString("utf8"),
-        stderr: Buffer.concat(err).toString("utf8") + (signal ? `killed by ${signal}` : ""),
-      })
-    })
-    child.stdin.on("error", () => {})
-    child.stdin.end(input)
-  })
-}
-
-/**
- * One `mc-transform serve` per Pi process, started when the extension loads
- * and again on a later call after it died (waiting 1 s, doubling up to a minute).
- * Pi calls the model one request at a time per session, so requests simply
- * queue; it never keeps Pi alive.
- */
-class Resident {
-  child: any = null
-  generation = 0
-  failures = 0
-  retryAt = 0
-  chunks: Buffer[] = []
-  stderr = ""
-  waiting: Array<{ resolve: (r: { answer?: string; died?: string }) => void; timer: any }> = []
-
-  usable(line: string): boolean {
-    if (process.env.MC_TRANSFORM_SERVE === "0") return false
-    if (!this.child && Date.now() < this.retryAt) return false
-    return Buffer.byteLength(line) <= SERVE_MAX_REQUEST_BYTES
-  }
-
-  warm(): void {
-    if (this.child || process.env.MC_TRANSFORM_SERVE === "0" || Date.now() < this.retryAt) return
-    try {
-      const child = spawn(bin("mc-transform", "MC_TRANSFORM_BIN"), ["serve"], { stdio: ["pipe", "pipe", "pipe"] })
-      this.child = child
-      this.generation++
-      this.chunks = []
-      this.stderr = ""
-      child.stdout.on("data", (chunk: Buffer) => this.data(child, chunk))
-      child.stderr.on("data", (chunk: Buffer) => {
-        if (child === this.child) this.stderr = (this.stderr + chunk).slice(-4000)
-      })
-      child.stdin.on("error", () => {})
-      child.on("error", (error: unknown) => this.gone(child, String(error)))
-      child.on("close", (code: number | null, signal: string | null) => this.gone(child, signal ? `killed by ${signal}` : `exit ${code}`))
-      child.unref()
-      for (const stream of [child.stdin, child.stdout, child.stderr]) (stream as any)?.unref?.()
-    } catch {
-      this.failed()
-    }
-  }
-
-  failed(): void {
-    this.child = null
-    this.failures++
-    this.retryAt = Date.now() + Math.min(SERVE_RETRY_MAX_MS, SERVE_RETRY_MS * 2 ** (this.failures - 1))
-  }
-
-  data(child: any, chunk: Buffer): void {
-    if (child !== this.child) return
-    let at = chunk.indexOf(10)
-    while (at >= 0) {
-      this.chunks.push(chunk.subarray(0, at))
-      const line = Buffer.concat(this.chunks).toString("utf8")
-      this.chunks = []
-      const pending = this.waiting.shift()
-      if (pending) {
-        clearTimeout(pending.timer)
-        this.failures = 0
-        pending.resolve({ answer: line })
-      }
-      chunk = chunk.subarray(at + 1)
-      at = chunk.indexOf(10)
-    }
-    if (chunk.length) this.chunks.push(chunk)
-  }
-
-  gone(child: any, why: string): void {
-    if (child !== this.child) return
-    this.failed()
-    const said = failureText(this.stderr)
-    for (const pending of this.waiting.splice(0)) {
-      clearTimeout(pending.timer)
-      pending.resolve({ died: `mc-transform serve ended while answering (${why})${said ? `: ${said}` : ""}` })
-    }
-  }
-
-  /** One request line; {answer}, or {died} (leave the call untouched). */
-  request(line: string): Promise<{ answer?: string; died?: string; unavailable?: boolean }> {
-    this.warm()
-    const child = this.child
-    if (!child) return Promise.resolve({ unavailable: true })
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => child.kill("SIGKILL"), TRANSFORM_TIMEOUT_MS)
-      this.waiting.push({ resolve, timer })
-      child.stdin.write(`${line}\n`)
-    })
-  }
-}
-
+// One resident process per Pi process.
 const resident = new Resident()
 
-/** A resident answer as a process's: an error line becomes its exit code and stderr. */
-function asRun(answer: string): Run {
-  if (answer.startsWith('{"error":')) {
-    try {
-      const error = JSON.parse(answer).error
-      const lines = [`mc-transform: error: ${error.message}`, ...(error.hints ?? []).map((h: string) => `mc-transform: hint: ${h}`)]
-      return { code: error.exit ?? 1, stdout: "", stderr: lines.join("\n") }
-    } catch {}
-  }
-  return { code: 0, stdout: answer, stderr: "" }
-}
-
 /** One mc-transform command through the resident process, else a process of its own. */
-async function mcTransform(kind: string, request: string, args: string[], input: string): Promise<Run> {
-  const line = `{"kind":${JSON.stringify(kind)},${request.slice(1)}`
-  if (resident.usable(line)) {
-    const reply = await resident.request(line)
-    if (reply.died) return { code: -1, stdout: "", stderr: reply.died, died: true }
-    if (reply.answer !== undefined) return asRun(reply.answer)
-  }
-  return run(bin("mc-transform", "MC_TRANSFORM_BIN"), args, input, TRANSFORM_TIMEOUT_MS)
-}
+const mcTransform = (kind: string, request: string, args: string[], input: string): Promise<Run> =>
+  transformCommand(resident, kind, request, args, input)
 
-const fingerprint = (text: string): string => createHash("sha1").update(text).digest("base64")
+// The parts of Pi's extension API mc uses (@mariozechner/pi-coding-agent):
+// what it hands mc is read defensively, as anything from outside is.
+type Usage = { input?: number; output?: number; cacheRead?: number; cacheWrite?: number }
+type PiMessage = { role?: string; usage?: Usage; stopReason?: string; errorMessage?: string; [field: string]: unknown }
+type PiModel = { provider?: string; id?: string; contextWindow?: number; maxTokens?: number }
+interface PiContext {
+  cwd: string
+  model?: PiModel
+  sessionManager: { getSessionId(): string; getSessionFile?(): string | undefined }
+}
+type ToolResult = { content: Array<{ type: "text"; text: string }>; details: Record<string, never> }
+interface PiTool {
+  name: string
+  label: string
+  description: string
+  parameters: unknown
+  execute(id: string, params: Record<string, unknown> | undefined, signal: unknown, update: unknown, ctx: PiContext): Promise<ToolResult>
+}
+interface PiApi {
+  on(event: "context", handler: (event: { messages: PiMessage[] }, ctx: PiContext) => Promise<{ messages: unknown[] } | undefined>): void
+  on(
+    event: "before_agent_start",
+    handler: (event: { systemPrompt: string }, ctx: PiContext) => Promise<{ systemPrompt: string } | undefined>,
+  ): void
+  on(event: "message_end", handler: (event: { message?: PiMessage }, ctx: PiContext) => Promise<void>): void
+  on(event: "session_compact", handler: (event: unknown, ctx: PiContext) => Promise<void>): void
+  registerTool(tool: PiTool): void
+  sendMessage(message: { customType: string; content: string; display: boolean }): Promise<void> | void
+}
+/** What mc remembers of a session. */
+type SessionState = {
+  incremental?: Baseline
+  historian?: Promise<Run>
+  historianFailure?: { count: number; retryAt: number }
+}
+/** mc-search's description of one of its tools. */
+type ToolSpec = { name?: string; description?: string; input_schema?: unknown }
 
 /** The newest assistant message's usage, as mc's envelope names it. */
-function lastUsage(messages: any[]): any {
+function lastUsage(messages: PiMessage[]): { input: number; cache_read: number; cache_write: number; output: number } | undefined {
   for (let i = messages.length - 1; i >= 0; i--) {
     const m = messages[i]
     if (m?.role !== "assistant") continue
@@ -209,9 +84,9 @@ function lastUsage(messages: any[]): any {
   return undefined
 }
 
-const text = (t: string) => ({ content: [{ type: "text", text: t }], details: {} })
+const text = (t: string): ToolResult => ({ content: [{ type: "text", text: t }], details: {} })
 
-export default async function mc(pi: any) {
+export default async function mc(pi: PiApi): Promise<void> {
   if (process.env.MC_HISTORIAN_CHILD === "1") return
   // Start the resident process while Pi starts: the first prompt's system
   // render would otherwise wait for it to start and open the database.
@@ -223,8 +98,8 @@ export default async function mc(pi: any) {
     console.error(`mc: ${message} (messages left untouched; further failures are silent)`)
   }
   // sessionId -> {incremental, historian, historianFailure}
-  const sessions = new Map<string, any>()
-  const session = (id: string) => {
+  const sessions = new Map<string, SessionState>()
+  const session = (id: string): SessionState => {
     let state = sessions.get(id)
     if (!state) {
       state = { incremental: undefined, historian: undefined, historianFailure: undefined }
@@ -232,89 +107,11 @@ export default async function mc(pi: any) {
     }
     return state
   }
-  let requests = 0
-
-  /** The pass's answer with whole messages, or null: the messages go out untouched. */
-  async function pass(state: any, head: string, texts: string[]): Promise<any> {
-    const fields = head.slice(1, -1)
-    const hashes = texts.map(fingerprint)
-    for (let attempt = 0; attempt < 2; attempt++) {
-      const held = state.incremental
-      const base = resident.child && held?.generation === resident.generation ? held : undefined
-      const key = `${process.pid}.${++requests}`
-      let line
-      if (base) {
-        const refs = texts.map((t, i) => {
-          const at = base.index.get(hashes[i])
-          return at !== undefined && base.lengths[at] === t.length ? at : t
-        })
-        line = `{"kind":"pass",${fields},"incremental":{"key":"${key}","base":"${base.key}","base_len":${base.lengths.length},"messages":[${refs.join(",")}]}}`
-      } else {
-        line = `{"kind":"pass",${fields},"messages":[${texts.join(",")}],"incremental":{"key":"${key}"}}`
-      }
-      if (!resident.usable(line)) break
-      const reply = await resident.request(line)
-      if (reply.unavailable) break
-      if (reply.died) {
-        state.incremental = undefined
-        warnOnce(reply.died)
-        return null
-      }
-      let answer
-      try {
-        answer = JSON.parse(reply.answer as string)
-      } catch (error) {
-        state.incremental = undefined
-        warnOnce(`mc-transform serve answered no JSON: ${error}`)
-        return null
-      }
-      if (answer.resync) {
-        state.incremental = undefined
-        continue
-      }
-      if (answer.error) {
-        state.incremental = undefined
-        const failed = asRun(reply.answer as string)
-        warnOnce(`mc-transform failed (exit ${failed.code}): ${failureText(failed.stderr)}`)
-        return null
-      }
-      if (answer.pass?.decision === "wait" || !Array.isArray(answer.messages)) {
-        state.incremental = undefined
-        return answer
-      }
-      const previous = base?.output ?? []
-      const resolved = answer.messages.map((m: any) => (typeof m === "number" ? previous[m] : m))
-      if (resolved.some((m: any) => m === undefined)) {
-        state.incremental = undefined
-        continue
-      }
-      answer.messages = resolved
-      const index = new Map<string, number>()
-      hashes.forEach((hash, i) => {
-        if (!index.has(hash)) index.set(hash, i)
-      })
-      state.incremental = { generation: resident.generation, key, index, lengths: texts.map((t) => t.length), output: resolved }
-      return answer
-    }
-    const whole = `{${fields},"messages":[${texts.join(",")}]}`
-    const result = await run(bin("mc-transform", "MC_TRANSFORM_BIN"), [], whole, TRANSFORM_TIMEOUT_MS)
-    if (result.code !== 0) {
-      warnOnce(`mc-transform failed (exit ${result.code}): ${failureText(result.stderr)}`)
-      return null
-    }
-    try {
-      return JSON.parse(result.stdout)
-    } catch (error) {
-      warnOnce(`mc-transform printed no JSON: ${error}`)
-      return null
-    }
-  }
-
-  const historianAvailable = (state: any) =>
+  const historianAvailable = (state: SessionState): boolean =>
     Boolean(state.historian) || !(state.historianFailure && Date.now() < state.historianFailure.retryAt)
 
   /** Start the historian on the session file once; later calls share the run. */
-  function historian(sessionId: string, ctx: any): Promise<Run> | null {
+  function historian(sessionId: string, ctx: PiContext): Promise<Run> | null {
     const state = session(sessionId)
     if (state.historian) return state.historian
     if (!historianAvailable(state)) return null
@@ -341,7 +138,7 @@ export default async function mc(pi: any) {
     return running
   }
 
-  async function transform(event: any, ctx: any, waitForFold: boolean): Promise<any> {
+  async function transform(event: { messages: PiMessage[] }, ctx: PiContext, waitForFold: boolean): Promise<PassAnswer | null> {
     resident.warm()
     const sessionId = ctx.sessionManager.getSessionId()
     const messages = event.messages
@@ -356,11 +153,11 @@ export default async function mc(pi: any) {
       usage: lastUsage(messages),
       wait_for_fold: waitForFold || undefined,
     })
-    const texts = messages.map((m: any) => JSON.stringify(m) ?? "null")
-    return pass(session(sessionId), head, texts)
+    const texts = messages.map((m) => JSON.stringify(m) ?? "null")
+    return passThrough(resident, session(sessionId), head, texts, warnOnce)
   }
 
-  pi.on("context", async (event: any, ctx: any) => {
+  pi.on("context", async (event, ctx) => {
     try {
       const sessionId = ctx.sessionManager.getSessionId()
       const state = session(sessionId)
@@ -384,7 +181,7 @@ export default async function mc(pi: any) {
   })
 
   // Once per prompt, before the agent loop: the system prompt for its calls.
-  pi.on("before_agent_start", async (event: any, ctx: any) => {
+  pi.on("before_agent_start", async (event, ctx) => {
     try {
       const request = JSON.stringify({
         harness: "pi",
@@ -409,7 +206,7 @@ export default async function mc(pi: any) {
   // A reply that failed: a provider's "prompt is too long" goes to
   // `mc-transform overflow`, which learns the model's limit and makes the
   // session's next pass an emergency (anything else it answers as unrecognised).
-  pi.on("message_end", async (event: any, ctx: any) => {
+  pi.on("message_end", async (event, ctx) => {
     const m = event?.message
     if (m?.role !== "assistant" || m.stopReason !== "error" || !m.errorMessage) return
     const model = ctx.model
@@ -426,7 +223,7 @@ export default async function mc(pi: any) {
 
   // After Pi compacts (by hand or on its own): the pinned messages the
   // compaction summarised away come back once, hidden, before the next call.
-  pi.on("session_compact", async (_event: any, ctx: any) => {
+  pi.on("session_compact", async (_event, ctx) => {
     const file = ctx.sessionManager?.getSessionFile?.()
     if (!file) return // an in-memory session: mc-pin has nothing to read the pins from
     // Asked as a SessionStart(compact) hook: mc-pin names the compaction by
@@ -469,7 +266,7 @@ export default async function mc(pi: any) {
       properties: { drop: { type: "string", description: "Tags or ranges to drop, e.g. 3-5,12" } },
       required: ["drop"],
     },
-    async execute(_id: string, params: any, _signal: unknown, _update: unknown, ctx: any) {
+    async execute(_id, params, _signal, _update, ctx) {
       const sessionId = ctx.sessionManager.getSessionId()
       const drop = String(params?.drop ?? "")
       const request = JSON.stringify({ harness: "pi", session_id: sessionId, drop })
@@ -493,20 +290,21 @@ export default async function mc(pi: any) {
 
   // mc-search's tools, described by `mc-search tools` (none without it).
   const listed = await run(bin("mc-search", "MC_SEARCH_BIN"), ["tools"], "", TRANSFORM_TIMEOUT_MS)
-  let specs: any[] = []
+  let specs: ToolSpec[] = []
   try {
     specs = JSON.parse(listed.stdout).tools ?? []
   } catch {
     console.error(`mc: mc-search tools unavailable (${failureText(listed.stderr) || "not on PATH"}); the agent gets ctx_reduce only`)
   }
   for (const spec of specs) {
-    if (spec?.name === "ctx_reduce") continue
+    const name = spec?.name
+    if (typeof name !== "string" || name === "ctx_reduce") continue
     pi.registerTool({
-      name: spec.name,
-      label: spec.name,
-      description: spec.description,
+      name,
+      label: name,
+      description: spec.description ?? "",
       parameters: spec.input_schema ?? { type: "object", properties: {} },
-      async execute(_id: string, params: any, _signal: unknown, _update: unknown, ctx: any) {
+      async execute(_id, params, _signal, _update, ctx) {
         const input = JSON.stringify({
           tool: spec.name,
           arguments: params ?? {},
