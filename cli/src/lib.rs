@@ -15,10 +15,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, anyhow};
 use serde_json::Value;
 
-use mc_core::config::{self, Config};
-use mc_core::error::ErrorKind;
-use mc_core::paths::{self, EnvPaths};
-use mc_core::store::{Store, StoreOptions};
+use mc_base::config::{self, Config};
+use mc_base::error::ErrorKind;
+use mc_base::paths::{self, EnvPaths};
+use mc_base::store::{Store, StoreOptions};
 
 pub mod serve;
 
@@ -81,11 +81,11 @@ impl Failure {
     }
 }
 
-/// The exit code and hints of the first `mc_core::Error` in the chain (by its
+/// The exit code and hints of the first `mc_base::Error` in the chain (by its
 /// kind: 2 for input and config, else 1); 1 and none when there is none.
 impl From<anyhow::Error> for Failure {
     fn from(error: anyhow::Error) -> Self {
-        match core_error(&error).map(mc_core::Error::kind) {
+        match core_error(&error).map(mc_base::Error::kind) {
             Some(kind) => Failure::of_kind(kind, error),
             None => Failure::runtime(error),
         }
@@ -93,21 +93,21 @@ impl From<anyhow::Error> for Failure {
 }
 
 /// The first (outermost) mc-core error in the chain, if any.
-pub fn core_error(error: &anyhow::Error) -> Option<&mc_core::Error> {
+pub fn core_error(error: &anyhow::Error) -> Option<&mc_base::Error> {
     error
         .chain()
-        .find_map(|cause| cause.downcast_ref::<mc_core::Error>())
+        .find_map(|cause| cause.downcast_ref::<mc_base::Error>())
 }
 
 /// The hints of the first mc-core error in the chain.
 pub fn hints(error: &anyhow::Error) -> Vec<String> {
     core_error(error)
-        .map(mc_core::Error::hints)
+        .map(mc_base::Error::hints)
         .unwrap_or_default()
 }
 
-impl From<mc_core::Error> for Failure {
-    fn from(error: mc_core::Error) -> Self {
+impl From<mc_base::Error> for Failure {
+    fn from(error: mc_base::Error) -> Self {
         anyhow::Error::from(error).into()
     }
 }
@@ -179,7 +179,7 @@ pub fn read_stdin(when_terminal: &str) -> Result<String, Failure> {
 /// `{what} is not JSON: …`. Lone surrogate escapes, which JavaScript writes
 /// for a string cut mid-character, are read as U+FFFD rather than refused.
 pub fn parse_json(text: &str, what: &str) -> Result<Value, Failure> {
-    serde_json::from_str(&mc_core::json::repair_lone_surrogates(text))
+    serde_json::from_str(&mc_base::json::repair_lone_surrogates(text))
         .with_context(|| format!("{what} is not JSON"))
         .map_err(Failure::input)
 }
@@ -208,7 +208,7 @@ pub fn catch_panic<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T
             .map(|s| (*s).to_string())
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "no message".into());
-        Err(mc_core::Error::Internal(what).into())
+        Err(mc_base::Error::Internal(what).into())
     })
 }
 
@@ -240,21 +240,21 @@ pub fn working_dir() -> Option<PathBuf> {
 }
 
 /// Whether this process runs inside a program the historian started as its
-/// model (see [`mc_core::llm::HISTORIAN_CHILD_ENV`]): harness hooks then do
+/// model (see [`mc_llm::HISTORIAN_CHILD_ENV`]): harness hooks then do
 /// nothing, so the historian's own call leaves no trace on the folder.
 pub fn inside_historian_child() -> bool {
-    std::env::var_os(mc_core::llm::HISTORIAN_CHILD_ENV).is_some_and(|v| !v.is_empty())
+    std::env::var_os(mc_llm::HISTORIAN_CHILD_ENV).is_some_and(|v| !v.is_empty())
 }
 
 /// The proxy variables (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`,
 /// either case) of this process, for the clients mc-core builds.
-pub fn proxy_env() -> mc_core::llm::ProxyEnv {
-    mc_core::llm::ProxyEnv::from_lookup(&|name| std::env::var(name).ok())
+pub fn proxy_env() -> mc_llm::ProxyEnv {
+    mc_llm::ProxyEnv::from_lookup(&|name| std::env::var(name).ok())
 }
 
 /// A client for the OpenCode server at `url`, with this process's proxies.
-pub fn opencode(url: &str) -> mc_core::opencode_api::OpenCode {
-    mc_core::opencode_api::OpenCode::new(url).with_proxies(&proxy_env())
+pub fn opencode(url: &str) -> mc_llm::opencode_api::OpenCode {
+    mc_llm::opencode_api::OpenCode::new(url).with_proxies(&proxy_env())
 }
 
 /// What the historian's harness default may use, from this process: the
@@ -265,17 +265,17 @@ pub fn opencode(url: &str) -> mc_core::opencode_api::OpenCode {
 pub fn harness_env(
     opencode_url: Option<&str>,
     opencode_plugin: bool,
-) -> mc_core::historian::choice::HarnessEnv {
+) -> mc_history::historian::choice::HarnessEnv {
     let opencode_url = opencode_url
         .map(str::to_string)
         .or_else(|| std::env::var("OPENCODE_URL").ok())
         .filter(|url| !url.trim().is_empty());
     let path = std::env::var_os("PATH").unwrap_or_default();
-    let programs = mc_core::historian::choice::PROGRAMS
+    let programs = mc_history::historian::choice::PROGRAMS
         .iter()
         .filter_map(|(_, name)| Some(((*name).to_string(), find_program(name, &path)?)))
         .collect();
-    mc_core::historian::choice::HarnessEnv {
+    mc_history::historian::choice::HarnessEnv {
         opencode_url,
         opencode_plugin,
         programs,
@@ -391,7 +391,7 @@ pub fn session_setup_in(
         .and_then(|path| Ok(stores.open(&path, &first.config, wait)?));
     let recorded = match (&store, session) {
         (Ok(store), Some((harness, id))) => {
-            mc_core::domain::sessions::session_project_dir(store.conn(), harness, id)
+            mc_base::domain::sessions::session_project_dir(store.conn(), harness, id)
                 .ok()
                 .flatten()
                 .map(PathBuf::from)
@@ -451,7 +451,7 @@ fn file_id(path: &Path) -> FileId {
 impl Stores {
     /// The store at `path`, waiting as long as `wait` says for a sibling's
     /// lock: the kept one when it still fits, else a fresh open.
-    pub fn open(&mut self, path: &Path, config: &Config, wait: Wait) -> mc_core::Result<Store> {
+    pub fn open(&mut self, path: &Path, config: &Config, wait: Wait) -> mc_base::Result<Store> {
         if let Some(Kept { file, mut store }) = self.kept.take() {
             let same_file = file.is_some() && file == file_id(path);
             if same_file && store.path() == path {
@@ -499,7 +499,7 @@ pub fn open_store_waiting(
 }
 
 /// The store at `path`, waiting as long as `wait` says for a sibling's lock.
-fn open_store_at(path: &Path, config: &Config, wait: Wait) -> mc_core::Result<Store> {
+fn open_store_at(path: &Path, config: &Config, wait: Wait) -> mc_base::Result<Store> {
     let options = StoreOptions {
         busy_timeout: wait.timeout(config),
     };
@@ -512,24 +512,24 @@ mod tests {
 
     #[test]
     fn input_errors_exit_2_anywhere_in_the_chain() {
-        let input = anyhow::Error::from(mc_core::Error::input("bad"));
+        let input = anyhow::Error::from(mc_base::Error::input("bad"));
         assert_eq!(Failure::from(input).code, 2);
-        let wrapped = anyhow::Error::from(mc_core::Error::input("bad")).context("reading");
+        let wrapped = anyhow::Error::from(mc_base::Error::input("bad")).context("reading");
         assert_eq!(Failure::from(wrapped).code, 2);
-        assert_eq!(Failure::from(mc_core::Error::input("bad")).code, 2);
-        assert_eq!(Failure::from(mc_core::Error::Corrupt("x".into())).code, 1);
+        assert_eq!(Failure::from(mc_base::Error::input("bad")).code, 2);
+        assert_eq!(Failure::from(mc_base::Error::Corrupt("x".into())).code, 1);
         assert_eq!(Failure::from(anyhow!("other")).code, 1);
     }
 
     #[test]
     fn the_exit_code_and_hints_follow_the_kind_of_the_core_error() {
-        let config = mc_core::Error::Config("no database path".into()).with_hint("pass --db");
+        let config = mc_base::Error::Config("no database path".into()).with_hint("pass --db");
         let failure = Failure::from(anyhow::Error::from(config).context("opening the store"));
         assert_eq!(
             (failure.code, failure.hints.as_slice()),
             (2, &["pass --db".to_string()][..])
         );
-        let too_new = mc_core::Error::SchemaTooNew {
+        let too_new = mc_base::Error::SchemaTooNew {
             path: "db".into(),
             found: 9,
             supported: 7,
@@ -550,7 +550,7 @@ mod tests {
         // A caught panic is an internal error with its hint.
         let panic = catch_panic::<()>(|| panic!("boom")).unwrap_err();
         assert_eq!(
-            core_error(&panic).map(mc_core::Error::kind),
+            core_error(&panic).map(mc_base::Error::kind),
             Some(ErrorKind::Internal)
         );
         assert!(hints(&panic)[0].contains("bug in mc"));

@@ -10,8 +10,10 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 use serde_json::{Value, json};
 
 use mc_cli::{Failure, finish};
-use mc_core::doctor::harness::HarnessId;
-use mc_core::doctor::{self, Check, Env, checks, issue, magic_context, migrate, setup};
+use mc_doctor_core::harness::HarnessId;
+use mc_doctor_core::{self as doctor, Check, Env, checks, issue, magic_context, migrate, setup};
+
+use crate::outcome::outcome_text;
 
 const NAME: &str = "mc-doctor";
 
@@ -128,7 +130,7 @@ pub fn main() -> ExitCode {
 fn environment(args: &Args) -> Result<Env, Failure> {
     let env_paths = mc_cli::env_paths();
     let db = mc_cli::db_path(args.db.as_deref()).map_err(Failure::from)?;
-    let layers = mc_core::paths::config_layers(args.config.as_deref(), None, &env_paths);
+    let layers = mc_base::paths::config_layers(args.config.as_deref(), None, &env_paths);
     let abs = |p: Option<PathBuf>| p.filter(|p| p.is_absolute());
     Ok(Env {
         home: env_paths.home.clone().unwrap_or_default(),
@@ -287,7 +289,7 @@ fn historian_choice(a: &SetupArgs) -> Result<Option<setup::Historian>, Failure> 
 }
 
 fn detected(env: &Env) -> Vec<HarnessId> {
-    mc_core::doctor::harness::integrations(env)
+    mc_doctor_core::harness::integrations(env)
         .into_iter()
         .filter(|i| i.detected.is_some())
         .map(|i| i.id)
@@ -355,32 +357,6 @@ fn show_outcome(
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn outcome_text(outcome: &setup::Outcome, dry_run: bool, cron: Option<&str>) -> String {
-    let mut text = String::new();
-    for change in &outcome.changes {
-        text.push_str(&change.diff);
-        if let Some(backup) = &change.backup {
-            text.push_str(&format!("(backup: {})\n", backup.display()));
-        }
-    }
-    for note in &outcome.notes {
-        text.push_str(&format!("{note}\n"));
-    }
-    if let Some(cron) = cron {
-        text.push_str(&format!("cron: {cron}\n"));
-    }
-    let n = outcome.changes.len();
-    text.push_str(&match (dry_run, n) {
-        (true, 0) => "Dry run: nothing would change.\n".to_string(),
-        (true, n) => format!("Dry run: {n} file(s) would change; nothing was written.\n"),
-        (false, 0) => "Nothing to change.\n".to_string(),
-        (false, n) => {
-            format!("{n} file(s) changed. Restart the harness to load mc; `mc-doctor` checks it.\n")
-        }
-    });
-    text
-}
-
 fn run_migrate(args: &Args, m: &MigrateArgs, env: &Env) -> Result<ExitCode, Failure> {
     let mut lines = Vec::new();
     if m.dry_run {
@@ -442,9 +418,4 @@ fn run_migrate(args: &Args, m: &MigrateArgs, env: &Env) -> Result<ExitCode, Fail
         print(&text)?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// For the wizard: apply a request and print what changed.
-pub fn apply(env: &Env, request: &setup::Request) -> Result<setup::Outcome, Failure> {
-    setup::setup(env, request).map_err(Failure::from)
 }

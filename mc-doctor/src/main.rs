@@ -1,8 +1,9 @@
 //! mc-doctor: checks, setup, fixes, migrate and the issue report. Thin:
 //! arguments, the environment, the terminal; the work is in
-//! `mc_core::doctor`.
+//! `mc_doctor_core`.
 
 mod cli;
+mod outcome;
 mod wizard;
 
 use std::process::ExitCode;

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use anyhow::anyhow;
 
 use mc_cli::Failure;
-use mc_core::doctor::harness::{self, HarnessId};
-use mc_core::doctor::{Env, setup};
+use mc_doctor_core::harness::{self, HarnessId};
+use mc_doctor_core::{Env, setup};
 
 struct Terminal {
     lines: std::io::StdinLock<'static>,
@@ -142,7 +142,7 @@ pub fn run(env: &Env, preselected: Vec<HarnessId>) -> Result<ExitCode, Failure> 
     };
     let preview = setup::setup(env, &request).map_err(Failure::from)?;
     say("\n");
-    say(&crate::cli::outcome_text(&preview, true, None));
+    say(&crate::outcome::outcome_text(&preview, true, None));
     if preview.changes.is_empty() && !cron {
         say("Everything is in place already.\n");
         return Ok(ExitCode::SUCCESS);
@@ -155,7 +155,7 @@ pub fn run(env: &Env, preselected: Vec<HarnessId>) -> Result<ExitCode, Failure> 
         return Ok(ExitCode::SUCCESS);
     }
     request.dry_run = false;
-    let outcome = crate::cli::apply(env, &request)?;
+    let outcome = crate::outcome::apply(env, &request)?;
     let cron_line = if cron {
         Some(setup::install_cron(env, false).map_err(Failure::from)?)
     } else {

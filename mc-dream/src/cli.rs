@@ -10,12 +10,12 @@ use anyhow::{Context, anyhow};
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
+use mc_base::config::Config;
+use mc_base::identity::project_identity;
+use mc_base::store::Store;
 use mc_cli::{Failure, GlobalArgs, write_json};
-use mc_core::config::Config;
-use mc_core::dream::{self, Embedder, Settings, Task, crontab, lease, team};
-use mc_core::identity::project_identity;
-use mc_core::llm::{self, Client, Model};
-use mc_core::store::Store;
+use mc_dream_core::{self as dream, Embedder, Settings, Task, crontab, lease, team};
+use mc_llm::{self as llm, Client, Model};
 
 const NAME: &str = "mc-dream";
 
@@ -198,7 +198,7 @@ fn with_settings<T>(config: &Config, f: impl FnOnce(&Settings<'_>) -> T) -> T {
     let now = mc_cli::now_ms;
     let terminal = std::io::stderr().is_terminal();
     let provider =
-        mc_core::search::embed::Provider::from_config(config, &|var| std::env::var(var).ok())
+        mc_search_core::embed::Provider::from_config(config, &|var| std::env::var(var).ok())
             .map_err(|e| e.to_string())
             .and_then(|p| p.ok_or_else(|| "no embeddings.model configured".to_string()));
     let sleep = std::thread::sleep;
@@ -291,7 +291,7 @@ fn status(args: &Args, project: Option<&Path>) -> Result<ExitCode, Failure> {
     let dir = project.map(|p| project_dir(Some(p))).transpose()?;
     let (config, mut store) = setup(args, dir.as_deref())?;
     let only = dir.as_deref().map(|d| {
-        project_identity(&mc_core::dream::gitlog::toplevel(d).unwrap_or_else(|| d.to_path_buf()))
+        project_identity(&mc_dream_core::gitlog::toplevel(d).unwrap_or_else(|| d.to_path_buf()))
     });
     let mut report = with_settings(&config, |settings| {
         dream::status(&mut store, settings, only.as_deref())

@@ -10,14 +10,14 @@ use anyhow::{Context, anyhow};
 use clap::{Args as ClapArgs, Parser, Subcommand};
 use serde_json::Value;
 
+use mc_base::codec::{claude, codex};
+use mc_base::config::Config;
+use mc_base::domain::envelope::Envelope;
+use mc_base::store::Store;
 use mc_cli::{Failure, GlobalArgs, Wait, write_json};
-use mc_core::codec::{claude, codex};
-use mc_core::config::Config;
-use mc_core::historian::choice::{self, ModelChoice, ModelSource};
-use mc_core::historian::{self, Input, RunParams, RunStatus, Settings};
-use mc_core::llm::{self, Client};
-use mc_core::store::Store;
-use mc_core::transform::Envelope;
+use mc_history::historian::choice::{self, ModelChoice, ModelSource};
+use mc_history::historian::{self, Input, RunParams, RunStatus, Settings};
+use mc_llm::{self as llm, Client};
 
 use crate::progress::Progress;
 
@@ -189,11 +189,11 @@ fn load_input(args: &Args, source: &Source) -> Result<Loaded, Failure> {
 /// decide it (their warnings are printed by that later load).
 fn transcript_limit(args: &Args) -> u64 {
     let layers: Vec<_> =
-        mc_core::paths::config_layers(args.global.config.as_deref(), None, &mc_cli::env_paths())
+        mc_base::paths::config_layers(args.global.config.as_deref(), None, &mc_cli::env_paths())
             .into_iter()
             .filter(|layer| layer.tier.is_trusted())
             .collect();
-    mc_core::config::load(&layers).config.transcript.max_bytes
+    mc_base::config::load(&layers).config.transcript.max_bytes
 }
 
 /// Claude Code's context window when nothing says otherwise (its 1M-token
@@ -215,7 +215,7 @@ fn from_transcript(
     }
     // A regular file within the cap, read line by line; a line that cannot be
     // read is skipped with a warning instead of failing the whole file.
-    let objects = mc_core::codec::jsonl::read_objects(path, max_bytes, "transcript")?;
+    let objects = mc_base::codec::jsonl::read_objects(path, max_bytes, "transcript")?;
     mc_cli::warn(NAME, &objects.warnings);
     let rollout = objects
         .lines
@@ -228,23 +228,23 @@ fn from_transcript(
     let pi_file = objects
         .lines
         .first()
-        .is_some_and(|(_, v)| mc_core::codec::pi::is_header(v));
+        .is_some_and(|(_, v)| mc_base::codec::pi::is_header(v));
     if pi_file || harness == Some("pi") {
         // A Pi session file: what the model sees on the current branch, with
         // the identities mc-transform gave those messages.
-        let file = mc_core::codec::pi::SessionFile::from_lines(objects.lines);
+        let file = mc_base::codec::pi::SessionFile::from_lines(objects.lines);
         let session_id = session
             .map(str::to_string)
             .or_else(|| file.id.clone())
             .ok_or_else(no_session)?;
-        let messages = mc_core::codec::pi::to_grouped_messages(&file, &session_id, false)
+        let messages = mc_base::codec::pi::to_grouped_messages(&file, &session_id, false)
             .into_iter()
             .map(|m| m.message)
             .collect();
-        let mut input = Input::from_messages(mc_core::codec::PI, &session_id, messages)
+        let mut input = Input::from_messages(mc_base::codec::PI, &session_id, messages)
             .map_err(|e| Failure::input(e.into()))?;
         input.project_dir = file.cwd.clone().map(PathBuf::from);
-        if let Some((provider, id)) = mc_core::codec::pi::last_model(&file) {
+        if let Some((provider, id)) = mc_base::codec::pi::last_model(&file) {
             input.model.provider = Some(provider);
             input.model.id = Some(id);
         }
@@ -357,7 +357,7 @@ fn hook_inner(args: &Args, hook: &HookArgs) -> Result<(), Failure> {
     }
     // After a failure, wait before the next try (5 minutes), as the OpenCode
     // plugin backs off.
-    if let Some(session) = mc_core::domain::sessions::find_session(
+    if let Some(session) = mc_base::domain::sessions::find_session(
         store.conn(),
         &loaded.input.harness,
         &loaded.input.session_id,

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use mc_core::historian::Progress as Event;
-use mc_core::llm;
+use mc_history::historian::Progress as Event;
+use mc_llm as llm;
 
 pub struct Progress {
     bar: Option<ProgressBar>,

@@ -8,13 +8,13 @@ use anyhow::anyhow;
 use clap::{Args as ClapArgs, Parser, Subcommand};
 use serde_json::Value;
 
+use mc_base::config::Config;
+use mc_base::store::Store;
 use mc_cli::{Failure, GlobalArgs, Wait, now_ms, write_json};
-use mc_core::config::Config;
-use mc_core::pin::{
-    self, Action, Event, Harness, PinOutcome, PinRequest, RequestFields, RestoreReport, Target,
-    hook, local, opencode,
+use mc_pin_core::{
+    self as pin, Action, Event, Harness, PinOutcome, PinRequest, RequestFields, RestoreReport,
+    Target, hook, local, opencode,
 };
-use mc_core::store::Store;
 
 use crate::paths;
 
@@ -339,7 +339,7 @@ fn pi_session_of(path: &Path) -> Option<String> {
         .read_line(&mut first)
         .ok()?;
     let header: Value = serde_json::from_str(&first).ok()?;
-    mc_core::codec::pi::is_header(&header)
+    mc_base::codec::pi::is_header(&header)
         .then(|| header.get("id")?.as_str().map(str::to_string))
         .flatten()
 }
@@ -502,7 +502,7 @@ fn restore_hook(
         // it: what an MCP server there and `mc-pin` run inside the session read.
         let transcript = input.transcript_path.as_deref().and_then(Path::to_str);
         let recorded = store.write(|tx| {
-            mc_core::domain::sessions::record_current(
+            mc_base::domain::sessions::record_current(
                 tx,
                 harness.as_str(),
                 &canonical(Path::new(dir)),

@@ -1,5 +1,5 @@
 //! mc-pin: pinned messages survive every compaction. Thin: arguments, env,
-//! stdin, mc-core, stdout.
+//! stdin, the core, stdout.
 
 mod cli;
 mod paths;

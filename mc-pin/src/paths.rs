@@ -1,5 +1,5 @@
 //! The OpenCode server, as the environment names it. (The database and the
-//! config layers are resolved by `mc_cli` over `mc_core::paths`.)
+//! config layers are resolved by `mc_cli` over `mc_base::paths`.)
 
 /// `OPENCODE_URL`: the OpenCode server, when no flag names one.
 pub fn opencode_url_from_env() -> Option<String> {

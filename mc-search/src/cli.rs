@@ -10,11 +10,11 @@ use anyhow::anyhow;
 use clap::{Args as ClapArgs, Parser, Subcommand};
 use serde_json::{Map, Value, json};
 
+use mc_base::identity::project_identity;
 use mc_cli::{Failure, GlobalArgs, Wait, now_ms, write_json};
-use mc_core::identity::project_identity;
-use mc_core::mcp::{self, ServerInfo};
-use mc_core::search::tools::{self, SessionSource, ToolServer};
-use mc_core::search::{self, Scope, memory};
+use mc_search_core::mcp::{self, ServerInfo};
+use mc_search_core::tools::{self, SessionSource, ToolServer};
+use mc_search_core::{self as search, Scope, memory};
 
 const NAME: &str = "mc-search";
 
@@ -686,7 +686,7 @@ fn index(args: &Args, check: bool, rebuild: bool) -> Result<(), Failure> {
         None => None,
         Some(id) => {
             let harness = args.at.harness.as_deref().unwrap_or("opencode");
-            let row = mc_core::domain::sessions::find_session(store.conn(), harness, id)?
+            let row = mc_base::domain::sessions::find_session(store.conn(), harness, id)?
                 .ok_or_else(|| {
                     Failure::input(anyhow!("mc has not seen {harness} session {id:?}"))
                 })?;
@@ -744,7 +744,7 @@ fn index_commits(args: &Args) -> Result<(), Failure> {
         .clone()
         .or_else(mc_cli::working_dir)
         .ok_or_else(|| Failure::input(anyhow!("no project folder: pass --project-dir")))?;
-    let root = mc_core::dream::gitlog::toplevel(&dir).ok_or_else(|| {
+    let root = mc_search_core::gitlog::toplevel(&dir).ok_or_else(|| {
         Failure::input(anyhow!(
             "{} is not in a git repository: there are no commits to index",
             dir.display()
@@ -753,7 +753,7 @@ fn index_commits(args: &Args) -> Result<(), Failure> {
     let (config, _) = mc_cli::load_config(NAME, args.global.config.as_deref(), Some(&dir));
     let mut store = mc_cli::open_store(args.global.db.as_deref(), &config)?;
     let project = project_identity(&root);
-    let indexed = mc_core::dream::gitlog::index_commits(&mut store, &project, &root, now_ms())?;
+    let indexed = mc_search_core::gitlog::index_commits(&mut store, &project, &root, now_ms())?;
     let out = match indexed {
         Some(i) => json!({"project": project, "commits": i}),
         None => {
@@ -766,7 +766,7 @@ fn index_commits(args: &Args) -> Result<(), Failure> {
 /// The configured embeddings provider (its key read from the environment),
 /// or why it cannot be used; None when none is configured.
 fn embeddings_of(
-    config: &mc_core::config::Config,
+    config: &mc_base::config::Config,
 ) -> Option<Result<search::embed::Provider, String>> {
     search::embed::Provider::from_config(config, &|var| std::env::var(var).ok())
         .map_err(|e| e.to_string())

@@ -1,5 +1,5 @@
 //! mc-search: project memory, notes, expand and search, and the MCP server
-//! that serves them to an agent. Thin: arguments, env, stdin, mc-core, stdout.
+//! that serves them to an agent. Thin: arguments, env, stdin, the core, stdout.
 
 mod cli;
 

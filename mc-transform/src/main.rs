@@ -1,6 +1,7 @@
-//! mc-transform: the per-call transform. Thin: arguments, stdin, mc-core, stdout.
+//! mc-transform: the per-call transform. Thin: arguments, stdin, the core, stdout.
 
 mod cli;
+mod commands;
 mod serve;
 
 use std::process::ExitCode;

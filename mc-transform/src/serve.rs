@@ -1,7 +1,7 @@
 //! `mc-transform serve`: the commands, resident. One JSON request per line on
 //! stdin, one answer per line on stdout, in order; each answer is exactly
 //! what the one-shot command prints for the same input, because both call
-//! the same function (`cli.rs`). The database stays the source of truth:
+//! the same function (`commands.rs`). The database stays the source of truth:
 //! the process keeps its connection open and, for the incremental envelope,
 //! the last call's messages per session — never anything a pass reads.
 
@@ -13,10 +13,10 @@ use serde_json::{Map, Value};
 
 use mc_cli::serve::{Line, Lines, code, error_answer, failure_answer};
 use mc_cli::{Failure, GlobalArgs, Stores};
-use mc_core::transform::incremental::{Baselines, Delta, Output, PassInput, delta_of};
-use mc_core::transform::{ReduceRequest, Resident};
+use mc_transform_core::incremental::{Baselines, Delta, Output, PassInput, delta_of};
+use mc_transform_core::{ReduceRequest, Resident};
 
-use crate::cli::{self, Ctx};
+use crate::commands::{self, Ctx};
 
 /// Serve requests until stdin ends (exit 0) or the parent goes away.
 pub fn run(global: &GlobalArgs, max_request_bytes: usize, sessions: usize) -> Result<(), Failure> {
@@ -27,7 +27,7 @@ pub fn run(global: &GlobalArgs, max_request_bytes: usize, sessions: usize) -> Re
     let mut stores = Stores::default();
     let warm = mc_cli::session_setup_in(
         &mut stores,
-        cli::NAME,
+        commands::NAME,
         global,
         None,
         None,
@@ -127,7 +127,7 @@ impl Server<'_> {
 
     /// The answer line to one request line.
     fn answer(&mut self, line: &str, started: Instant) -> String {
-        let value = match cli::parse_json(line) {
+        let value = match commands::parse_json(line) {
             Ok(value) => value,
             Err(failure) => {
                 return text(&error_answer(
@@ -201,11 +201,11 @@ impl Server<'_> {
         let value = match kind {
             "pass" => {
                 return match map.shift_remove("incremental") {
-                    None => cli::pass(
+                    None => commands::pass(
                         &mut ctx,
                         Value::Object(map),
                         Resident::default(),
-                        || cli::parse_json(line).unwrap_or(Value::Null),
+                        || commands::parse_json(line).unwrap_or(Value::Null),
                         started,
                     )
                     .map(|(answer, _)| {
@@ -216,18 +216,18 @@ impl Server<'_> {
                     Some(delta) => self.incremental(map, delta, started),
                 };
             }
-            "system" => cli::system(&mut ctx, Value::Object(map))?,
+            "system" => commands::system(&mut ctx, Value::Object(map))?,
             "reduce" => {
                 let request = ReduceRequest::from_value(Value::Object(map))
                     .map_err(|e| Failure::input(e.into()))?;
-                cli::reduce(&mut ctx, &request)?
+                commands::reduce(&mut ctx, &request)?
             }
             "status" => {
                 let (harness, session) = harness_and_session(&map, "status")?;
-                cli::status(&mut ctx, &harness, &session)?
+                commands::status(&mut ctx, &harness, &session)?
             }
-            "recount" => cli::recount(&mut ctx, Value::Object(map))?,
-            "overflow" => cli::overflow(&mut ctx, Value::Object(map))?,
+            "recount" => commands::recount(&mut ctx, Value::Object(map))?,
+            "overflow" => commands::overflow(&mut ctx, Value::Object(map))?,
             other => {
                 return Ok(text(&error_answer(
                     code::METHOD_NOT_FOUND,
@@ -311,7 +311,7 @@ impl Server<'_> {
             stores: &mut self.stores,
         };
         let (answer, for_next) =
-            match cli::pass(&mut ctx, Value::Object(map), resident, original, started) {
+            match commands::pass(&mut ctx, Value::Object(map), resident, original, started) {
                 Ok(answered) => answered,
                 Err(failure) => {
                     self.forget(&harness, &session);

@@ -1797,7 +1797,7 @@ pub fn compartment_texts(seed: u64, count: usize) -> Vec<CompartmentText> {
 /// `count` distinct memories, spread evenly over the categories, the same for
 /// the same seed.
 pub fn memory_texts(seed: u64, count: usize) -> Vec<MemoryText> {
-    use mc_core::history::store::CATEGORIES;
+    use mc_history::store::CATEGORIES;
     let mut rng = Rng::new(seed ^ 0x3e30_5e11);
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::with_capacity(count);
@@ -2280,7 +2280,7 @@ mod tests {
 
     #[test]
     fn memory_texts_are_distinct_and_spread_over_categories() {
-        use mc_core::history::store::CATEGORIES;
+        use mc_history::store::CATEGORIES;
         let memories = memory_texts(9, 400);
         assert_eq!(memories, memory_texts(9, 400));
         let distinct: HashSet<&str> = memories.iter().map(|m| m.content.as_str()).collect();

@@ -8,7 +8,7 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::Duration;
 
-use mc_core::transform::incremental::{fingerprint, same};
+use mc_transform_core::incremental::{fingerprint, same};
 use serde_json::{Map, Value, json};
 
 /// How long a test waits for one answer before it fails (a guard against a

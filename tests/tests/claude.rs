@@ -7,9 +7,9 @@
 //! real-Claude-Code test; a test is skipped (with a note) only where the
 //! binary is not installed, never under CI.
 
-use mc_core::history::store::memory_project;
-use mc_core::identity::project_identity;
-use mc_core::store::{Store, StoreOptions};
+use mc_base::identity::project_identity;
+use mc_base::store::{Store, StoreOptions};
+use mc_history::store::memory_project;
 use mc_tests::claude::{ClaudeCode, Options};
 use mc_tests::fake_provider::{Recorded, Reply, ToolResult};
 use serde_json::{Value, json};

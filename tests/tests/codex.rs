@@ -261,7 +261,7 @@ const MEMORY: &str = "MEM-ONE: tests never touch the real home folder.";
 /// The compartments mc holds for a Codex session.
 fn compartments(cx: &Codex, thread: &str) -> i64 {
     let store =
-        mc_core::store::Store::open(&cx.db, &mc_core::store::StoreOptions::default()).unwrap();
+        mc_base::store::Store::open(&cx.db, &mc_base::store::StoreOptions::default()).unwrap();
     store
         .conn()
         .query_row(

@@ -787,7 +787,7 @@ fn a_home_mc_cannot_write_fails_with_the_fix() {
     // An existing database mc cannot write, in a folder it can.
     let env = TestEnv::new();
     let db = env.db();
-    drop(mc_core::store::Store::open(&db, &Default::default()).unwrap());
+    drop(mc_base::store::Store::open(&db, &Default::default()).unwrap());
     let doctor = bare_doctor(&env, &[("MC_DB", &db)]);
     let (code, doc) = doctor.json(&["--no-probe"]);
     assert_eq!(code, 0, "{doc:#}");
@@ -1022,7 +1022,7 @@ fn migrate_imports_what_maps_from_magic_context_once_and_reads_it_only() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let identity = mc_core::identity::project_identity(&project);
+    let identity = mc_base::identity::project_identity(&project);
     assert!(identity.starts_with("git:"), "{identity}");
     // mc has seen the session the compartment belongs to.
     let mut envelope: Value = serde_json::from_str(

@@ -24,12 +24,12 @@ use std::path::Path;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use mc_core::config::DreamConfig;
-use mc_core::dream::{self, Settings, Task, lease};
-use mc_core::llm::{Completion, Event, LlmError, Model, ModelRef, Prompt};
-use mc_core::search::memory;
-use mc_core::store::{Store, StoreOptions};
-use mc_core::tokens::estimate;
+use mc_base::config::DreamConfig;
+use mc_base::store::{Store, StoreOptions};
+use mc_base::tokens::estimate;
+use mc_dream_core::{self as dream, Settings, Task, lease};
+use mc_llm::{Completion, Event, LlmError, Model, ModelRef, Prompt};
+use mc_search_core::memory;
 use mc_tests::TestEnv;
 
 const NOW: i64 = TestEnv::NOW_MS;
@@ -100,9 +100,8 @@ impl Model for Oracle {
         t.1 += output;
         Ok(Completion {
             text,
-            model: ModelRef::parse("bench/oracle").ok_or_else(|| {
-                LlmError::new(None, mc_core::llm::ErrorKind::Config, "bad model name")
-            })?,
+            model: ModelRef::parse("bench/oracle")
+                .ok_or_else(|| LlmError::new(None, mc_llm::ErrorKind::Config, "bad model name"))?,
             tokens_in: input,
             tokens_out: output,
             truncated: false,
@@ -297,14 +296,14 @@ fn tokens_figure() -> Result<(), String> {
     let mut texts = Vec::new();
     let mut seen = BTreeSet::new();
     for m in mc_tests::generate::memory_texts(7, 800) {
-        if texts.len() < 500 && seen.insert(mc_core::history::store::memory_key(&m.content)) {
+        if texts.len() < 500 && seen.insert(mc_history::store::memory_key(&m.content)) {
             texts.push(m);
         }
     }
     // The files the memories point at exist, holding the symbols they name.
     for m in &texts {
-        let symbols = mc_core::dream::verify::symbols(&m.content);
-        for path in mc_core::dream::verify::path_words(&m.content) {
+        let symbols = mc_dream_core::verify::symbols(&m.content);
+        for path in mc_dream_core::verify::path_words(&m.content) {
             let file = root.join(&path);
             if let Some(parent) = file.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
@@ -612,7 +611,7 @@ fn precision_figure() -> Result<(), String> {
     }
     for (a, b) in wrong_examples {
         let text = |id: i64| {
-            mc_core::dream::live_memories(store.conn(), &known.project)
+            mc_dream_core::live_memories(store.conn(), &known.project)
                 .ok()
                 .and_then(|_| {
                     store

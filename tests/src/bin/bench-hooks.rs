@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use mc_core::history::store::{self as history_store, NewCompartment};
-use mc_core::identity::project_identity;
-use mc_core::pin::local;
-use mc_core::search::memory;
-use mc_core::store::{Store, StoreOptions};
+use mc_base::identity::project_identity;
+use mc_base::store::{Store, StoreOptions};
+use mc_history::store::{self as history_store, NewCompartment};
+use mc_pin_core::local;
+use mc_search_core::memory;
 use mc_tests::bin_path;
 use mc_tests::fake_provider::FakeProvider;
 use serde_json::{Value, json};

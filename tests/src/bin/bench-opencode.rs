@@ -97,7 +97,7 @@ struct HistorianRun {
 
 /// The historian runs mc recorded in `db`.
 fn historian_runs(db: &std::path::Path) -> Vec<HistorianRun> {
-    let Ok(store) = mc_core::store::Store::open(db, &mc_core::store::StoreOptions::default())
+    let Ok(store) = mc_base::store::Store::open(db, &mc_base::store::StoreOptions::default())
     else {
         return Vec::new();
     };

@@ -20,9 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output};
 use std::time::{Duration, Instant};
 
-use mc_core::domain::sessions::find_session;
-use mc_core::history::store::{self as history_store, NewCompartment};
-use mc_core::store::{Store, StoreOptions};
+use mc_base::domain::sessions::find_session;
+use mc_base::store::{Store, StoreOptions};
+use mc_history::store::{self as history_store, NewCompartment};
 use mc_tests::generate::{self, CompartmentText, MemoryText, SessionSpec};
 use mc_tests::serve::{Incremental, Served, request_line};
 use mc_tests::{bin_path, pipe};

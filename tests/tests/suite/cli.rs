@@ -700,7 +700,7 @@ fn commands_without_a_time_in_their_input_read_the_fixed_clock() {
     assert_eq!(reduce("1", None)["queued"], json!([1]));
     assert_eq!(reduce("2", Some("1800000000000"))["queued"], json!([2]));
     // reduce has no envelope: the time it queues a drop at is MC_NOW_MS.
-    let store = mc_core::store::Store::open(Path::new(db), &Default::default()).unwrap();
+    let store = mc_base::store::Store::open(Path::new(db), &Default::default()).unwrap();
     let queued: Vec<i64> = store
         .conn()
         .prepare("SELECT queued_ms FROM pending_drops ORDER BY queued_ms")

@@ -11,14 +11,14 @@
 //! the answer, rebuilt, is the in-process pass's document byte for byte
 //! (what the serve process replays of its previous render is never stale).
 
-use mc_core::config::TransformConfig;
-use mc_core::domain::sessions;
-use mc_core::history::store::{self as history, NewCompartment};
-use mc_core::store::{Store, StoreOptions};
-use mc_core::transform::incremental::{fingerprint, same};
-use mc_core::transform::{Decision, Envelope, ReduceRequest, reduce, run_pass};
+use mc_base::config::TransformConfig;
+use mc_base::domain::sessions;
+use mc_base::store::{Store, StoreOptions};
+use mc_history::store::{self as history, NewCompartment};
 use mc_tests::TestEnv;
 use mc_tests::serve::{Incremental, Served};
+use mc_transform_core::incremental::{fingerprint, same};
+use mc_transform_core::{Decision, Envelope, ReduceRequest, reduce, run_pass};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use mc_core::store::{Store, StoreOptions};
+use mc_base::store::{Store, StoreOptions};
 use mc_tests::fake_llm::{ANY_MODEL, FakeLlm, Reply, user_text};
 use mc_tests::{TestEnv, pipe_all};
 

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use mc_core::config::{HistorianConfig, ProviderConfig, ProviderKind};
-use mc_core::llm::{self, Client, ErrorKind, Model, Options, Prompt, ProxyEnv, Sleeper};
-use mc_core::store::{Store, StoreOptions};
+use mc_base::config::{HistorianConfig, ProviderConfig, ProviderKind};
+use mc_base::store::{Store, StoreOptions};
+use mc_llm::{self as llm, Client, ErrorKind, Model, Options, Prompt, ProxyEnv, Sleeper};
 use mc_tests::fake_llm::{ANY_MODEL, FakeLlm, Reply, user_text};
 use mc_tests::fake_opencode::FakeOpenCode;
 use mc_tests::relay::Relay;
@@ -956,9 +956,9 @@ fn a_claude_code_transcript_is_imported_across_a_compaction() {
     let status = env.status("claude-code", &t.session);
     assert_eq!(status["historian"]["last_run"]["status"], "published");
     // Facts land in the memory of the transcript's project (its cwd).
-    let project = mc_core::identity::project_identity(&env.project());
+    let project = mc_base::identity::project_identity(&env.project());
     let store = Store::open(&env.db(), &StoreOptions::default()).unwrap();
-    let memories = mc_core::history::store::live_memories(store.conn(), &project, NOW).unwrap();
+    let memories = mc_history::store::live_memories(store.conn(), &project, NOW).unwrap();
     assert_eq!(memories.len(), 1);
 
     // check reads the same transcript.

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use mc_core::store::{Store, StoreOptions};
+use mc_base::store::{Store, StoreOptions};
 use mc_tests::TestEnv;
 use mc_tests::mcp_client::McpClient;
 use serde_json::{Value, json};
@@ -74,7 +74,7 @@ fn the_handshake_negotiates_the_version_and_lists_the_five_tools() {
     );
     assert_eq!(
         other["result"]["protocolVersion"],
-        mc_core::mcp::PROTOCOL_VERSIONS[0]
+        mc_search_core::mcp::PROTOCOL_VERSIONS[0]
     );
     // The notification sent by `initialize` got no answer: the next line
     // is the answer to the next request.

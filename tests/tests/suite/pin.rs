@@ -1084,7 +1084,7 @@ fn hooks_inside_the_historians_own_program_leave_no_trace() {
     cc_pin(&env, &transcript, &["--message", "u-rule"]);
     let input = hook_input(&transcript, "compact");
     let current = |env: &TestEnv| -> i64 {
-        let store = mc_core::store::Store::open(&env.db(), &Default::default()).unwrap();
+        let store = mc_base::store::Store::open(&env.db(), &Default::default()).unwrap();
         store
             .conn()
             .query_row("SELECT count(*) FROM current_sessions", [], |r| r.get(0))
@@ -1373,11 +1373,11 @@ fn non_ascii_timestamps_do_not_stop_a_restore() {
 
 /// The Claude Code cursor in mc's database, read through the public store API.
 fn db_cursor(env: &TestEnv) -> Option<String> {
-    let store = mc_core::store::Store::open(&env.db(), &Default::default()).unwrap();
-    let row = mc_core::pin::local::session_row(store.conn(), "claude-code", CC_SESSION)
+    let store = mc_base::store::Store::open(&env.db(), &Default::default()).unwrap();
+    let row = mc_pin_core::local::session_row(store.conn(), "claude-code", CC_SESSION)
         .unwrap()
         .unwrap();
-    mc_core::pin::local::cursor(store.conn(), row).unwrap()
+    mc_pin_core::local::cursor(store.conn(), row).unwrap()
 }
 
 #[test]

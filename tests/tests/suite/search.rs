@@ -434,7 +434,7 @@ fn two_indexers_at_once_index_each_part_once() {
     assert_eq!(after["pending"], 0, "{after}");
     assert_eq!(after["indexed"].as_i64(), Some(parts), "{after}");
     assert_eq!(after["healthy"], true, "{after}");
-    let store = mc_core::store::Store::open(&env.db(), &Default::default()).unwrap();
+    let store = mc_base::store::Store::open(&env.db(), &Default::default()).unwrap();
     let rows: i64 = store
         .conn()
         .query_row("SELECT count(*) FROM messages_fts", [], |r| r.get(0))

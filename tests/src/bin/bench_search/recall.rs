@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
-use mc_core::codec::opencode::decode_all;
-use mc_core::domain::{content, messages, sessions};
-use mc_core::dream::gitlog;
-use mc_core::identity::project_identity;
-use mc_core::search::{embed, index, query};
-use mc_core::store::{Store, StoreOptions};
+use mc_base::codec::opencode::decode_all;
+use mc_base::domain::{content, messages, sessions};
+use mc_base::identity::project_identity;
+use mc_base::store::{Store, StoreOptions};
+use mc_dream_core::gitlog;
+use mc_search_core::{embed, index, query};
 use mc_tests::qa;
 
 use super::{Result, err};

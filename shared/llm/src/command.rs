@@ -1,0 +1,191 @@
+//! A `command` provider: a program that reads the prompt on stdin and prints
+//! the answer on stdout (`claude -p`, `codex exec`, `llm`, …).
+//!
+//! The prompt is the system prompt, a blank line, then the user message.
+//! `{model}` in an argument becomes the model part of `provider/model`. The
+//! program inherits the environment (its own login, its own keys), runs at
+//! most the call timeout, and is killed after that. It also gets
+//! [`HISTORIAN_CHILD_ENV`]: a harness run as the historian's model (`claude -p`
+//! fires its hooks, `pi -p` loads its extensions) carries it to mc's hooks
+//! there, which then stay out of the way.
+
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{Completion, ErrorKind, LlmError, Prompt, Target, excerpt};
+use mc_base::tokens;
+
+/// Set on every program the historian runs. mc's harness hooks and adapters
+/// inside that program do nothing when they see it: the historian's own call
+/// must not become the folder's current session, receive mc's record, or
+/// start another historian.
+pub const HISTORIAN_CHILD_ENV: &str = "MC_HISTORIAN_CHILD";
+
+/// The program's standard input for `prompt`.
+pub(super) fn stdin_text(prompt: &Prompt) -> String {
+    format!(
+        "{}\n\n{}\n",
+        prompt.system.trim_end(),
+        prompt.user.trim_end()
+    )
+}
+
+fn argv(target: &Target) -> Vec<String> {
+    target
+        .provider
+        .command
+        .iter()
+        .flatten()
+        .map(|arg| arg.replace("{model}", &target.model.model))
+        .collect()
+}
+
+pub(super) fn describe(target: &Target, prompt: &Prompt) -> Value {
+    json!({
+        "kind": "command",
+        "argv": argv(target),
+        "stdin": stdin_text(prompt),
+    })
+}
+
+pub(super) fn call(
+    target: &Target,
+    prompt: &Prompt,
+    timeout: Duration,
+) -> Result<Completion, LlmError> {
+    let model = &target.model;
+    let argv = argv(target);
+    let Some((program, args)) = argv.split_first() else {
+        return Err(LlmError::new(
+            Some(model),
+            ErrorKind::Config,
+            format!("providers.{}.command is empty", model.provider),
+        ));
+    };
+    let mut child = Command::new(program)
+        .args(args)
+        .env(HISTORIAN_CHILD_ENV, "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            let kind = if e.kind() == std::io::ErrorKind::NotFound {
+                ErrorKind::Unavailable
+            } else {
+                ErrorKind::Command
+            };
+            LlmError::new(Some(model), kind, format!("cannot run {program:?}: {e}")).with_hint(
+                format!(
+                    "check providers.{}.command in the user config",
+                    model.provider
+                ),
+            )
+        })?;
+    let input = stdin_text(prompt);
+    // All three were asked for as pipes, so spawn hands them over.
+    let (Some(mut stdin), Some(mut stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(LlmError::new(
+            Some(model),
+            ErrorKind::Command,
+            format!("cannot talk to {program:?}: its standard streams were not piped"),
+        ));
+    };
+    // Feed and drain from threads so a program that writes before reading
+    // everything cannot deadlock against us. They are detached: a killed
+    // program's own children may hold the pipes open a while longer.
+    std::thread::spawn(move || {
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    let out = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stdout.read_to_end(&mut bytes);
+        bytes
+    });
+    let err = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stderr.take(64 * 1024).read_to_end(&mut bytes);
+        bytes
+    });
+    let status = wait_with_timeout(&mut child, timeout).map_err(|e| {
+        LlmError::new(
+            Some(model),
+            ErrorKind::Command,
+            format!("waiting for {program:?}: {e}"),
+        )
+    })?;
+    let Some(status) = status else {
+        return Err(LlmError::new(
+            Some(model),
+            ErrorKind::Timeout,
+            format!(
+                "{program:?} did not finish within {} ms; killed it",
+                timeout.as_millis()
+            ),
+        )
+        .with_hint("raise historian.timeout_ms in the user config"));
+    };
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    if !status.success() {
+        let stderr = String::from_utf8_lossy(&stderr);
+        let code = status
+            .code()
+            .map_or_else(|| "a signal".to_string(), |c| format!("status {c}"));
+        return Err(LlmError::new(
+            Some(model),
+            ErrorKind::Command,
+            format!(
+                "{program:?} exited with {code}{}",
+                if stderr.trim().is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ": {}",
+                        excerpt(
+                            &stderr.split_whitespace().collect::<Vec<_>>().join(" "),
+                            1_000
+                        )
+                    )
+                }
+            ),
+        ));
+    }
+    let text = String::from_utf8_lossy(&stdout).into_owned();
+    Ok(Completion {
+        tokens_in: u64::from(tokens::estimate(&stdin_text(prompt))),
+        tokens_out: u64::from(tokens::estimate(&text)),
+        text,
+        model: model.clone(),
+        truncated: false,
+    })
+}
+
+/// `Ok(None)` when the program ran out of time (it has been killed).
+fn wait_with_timeout(
+    child: &mut Child,
+    timeout: Duration,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(2);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}

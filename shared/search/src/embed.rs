@@ -1,0 +1,649 @@
+//! Optional embeddings for hybrid search: an OpenAI-compatible
+//! `/embeddings` endpoint (`embeddings.model`, a provider of kind `openai`),
+//! vectors kept as BLOBs keyed by the SHA-256 of the text they embed (so the
+//! same text is never embedded twice, and a changed text gets a new vector),
+//! cosine similarity over the full-text candidates, and reciprocal rank
+//! fusion of the two rankings.
+//!
+//! An endpoint that is down, slow, answers garbage, another model or another
+//! vector length never breaks a search: it falls back to full text and says
+//! why. A backfill (`mc-search index --embeddings`) refuses such answers and
+//! stores nothing of them.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use mc_base::config::{Config, ProviderKind};
+use mc_base::error::{Error, Result};
+use mc_base::store::Store;
+
+/// The most bytes of one item that are embedded (its head: what it is about).
+pub const MAX_TEXT_BYTES: usize = 4 * 1024;
+/// Reciprocal rank fusion's constant: how flat the fused ranks are (the
+/// usual 60; the benchmark's QA set does no better with 10 or 30).
+pub const RRF_K: f64 = 60.0;
+/// The largest answer read from the endpoint.
+const MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
+/// The first wait before a retry (doubled each time).
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+
+/// A configured embeddings endpoint.
+#[derive(Debug, Clone)]
+pub struct Provider {
+    /// `provider/model` as configured: the name vectors are stored under.
+    pub name: String,
+    /// `<base_url>/embeddings`.
+    pub url: String,
+    /// The model id sent (the part after `provider/`).
+    pub model: String,
+    pub key: Option<String>,
+    /// The vector length the config demands (None: learned).
+    pub dimensions: Option<usize>,
+    pub batch_size: usize,
+    pub connect_timeout: Duration,
+    pub timeout: Duration,
+    pub query_timeout: Duration,
+    pub retries: u32,
+}
+
+impl Provider {
+    /// The provider `embeddings.model` names (None when it is unset).
+    /// `env` reads an environment variable (the binary's business).
+    pub fn from_config(
+        config: &Config,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<Provider>> {
+        let Some(name) = config.embeddings.model.clone() else {
+            return Ok(None);
+        };
+        let Some((provider, model)) = name.split_once('/') else {
+            return Err(Error::input(format!(
+                "embeddings.model {name:?} is not of the form \"provider/model\""
+            )));
+        };
+        let entry = config.providers.get(provider).ok_or_else(|| {
+            Error::input(format!(
+                "embeddings.model names provider {provider:?}, which \"providers\" does not define"
+            ))
+            .with_hint(
+                "add it to \"providers\" in the user config: {\"kind\": \"openai\", \
+                 \"base_url\": \"http://127.0.0.1:8080/v1\"}",
+            )
+        })?;
+        if entry.kind != ProviderKind::Openai {
+            return Err(Error::input(format!(
+                "embeddings.model names provider {provider:?} of kind {}; embeddings need an \
+                 OpenAI-compatible provider (kind \"openai\")",
+                entry.kind.as_str()
+            )));
+        }
+        let base = entry.effective_base_url().unwrap_or_default();
+        let key = entry.api_key_env.as_deref().and_then(env);
+        let e = &config.embeddings;
+        Ok(Some(Provider {
+            name: name.clone(),
+            url: format!("{}/embeddings", base.trim_end_matches('/')),
+            model: model.to_string(),
+            key,
+            dimensions: (e.dimensions > 0).then_some(e.dimensions as usize),
+            batch_size: e.batch_size.max(1) as usize,
+            connect_timeout: Duration::from_millis(e.timeout_ms.min(10_000)),
+            timeout: Duration::from_millis(e.timeout_ms),
+            query_timeout: Duration::from_millis(e.query_timeout_ms),
+            retries: e.retries,
+        }))
+    }
+
+    /// The vector length answers must have: the configured one, else the
+    /// one recorded with this model's first stored vectors.
+    pub fn expected_dimensions(&self, conn: &Connection) -> Result<Option<usize>> {
+        if let Some(d) = self.dimensions {
+            return Ok(Some(d));
+        }
+        Ok(recorded_dimensions(conn, &self.name)?)
+    }
+
+    /// One request: the vectors of `texts`, in order, unit length. Refused
+    /// (nothing returned) when the answer is not one vector per text of one
+    /// length, is of another model, or of another length than `expected`.
+    pub fn embed(
+        &self,
+        texts: &[&str],
+        expected: Option<usize>,
+        timeout: Duration,
+    ) -> std::result::Result<Vec<Vec<f32>>, Fault> {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_connect(Some(self.connect_timeout.min(timeout)))
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .proxy(None)
+            .user_agent(concat!("mc/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .into();
+        let body = json!({"model": self.model, "input": texts, "encoding_format": "float"});
+        let mut request = agent
+            .post(&self.url)
+            .header("content-type", "application/json");
+        if let Some(key) = &self.key {
+            request = request.header("authorization", format!("Bearer {key}"));
+        }
+        let mut response = request
+            .send(body.to_string().as_bytes())
+            .map_err(transport)?;
+        let status = response.status().as_u16();
+        let text = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_BODY_BYTES)
+            .read_to_string()
+            .map_err(transport)?;
+        if !(200..300).contains(&status) {
+            return Err(Fault::Status(status, excerpt(&text)));
+        }
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|e| Fault::Garbage(format!("not JSON ({e}): {}", excerpt(&text))))?;
+        parse_answer(&value, &self.model, texts.len(), expected)
+    }
+}
+
+/// Why an embeddings request gave nothing.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fault {
+    Unreachable(String),
+    Timeout,
+    Status(u16, String),
+    Garbage(String),
+    WrongModel { asked: String, answered: String },
+    WrongDimension { expected: usize, answered: usize },
+}
+
+impl Fault {
+    /// Worth another try: the endpoint was busy, down or slow.
+    pub fn retryable(&self) -> bool {
+        match self {
+            Fault::Unreachable(_) | Fault::Timeout => true,
+            Fault::Status(s, _) => *s == 429 || *s >= 500,
+            _ => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::Unreachable(e) => write!(f, "the endpoint cannot be reached ({e})"),
+            Fault::Timeout => write!(f, "the endpoint did not answer in time"),
+            Fault::Status(s, body) => write!(f, "the endpoint answered HTTP {s}: {body}"),
+            Fault::Garbage(e) => write!(f, "the endpoint's answer is not embeddings: {e}"),
+            Fault::WrongModel { asked, answered } => write!(
+                f,
+                "the endpoint answered with model {answered:?}, not {asked:?}: refused"
+            ),
+            Fault::WrongDimension { expected, answered } => write!(
+                f,
+                "the endpoint answered vectors of {answered} numbers, not {expected}: refused"
+            ),
+        }
+    }
+}
+
+fn transport(e: ureq::Error) -> Fault {
+    match e {
+        ureq::Error::Timeout(_) => Fault::Timeout,
+        ureq::Error::BodyExceedsLimit(n) => Fault::Garbage(format!("an answer over {n} bytes")),
+        other => Fault::Unreachable(other.to_string()),
+    }
+}
+
+fn excerpt(text: &str) -> String {
+    super::preview(text, 200)
+}
+
+/// Check an `/embeddings` answer and take its vectors (unit length, in the
+/// order of the input).
+pub fn parse_answer(
+    value: &Value,
+    model: &str,
+    count: usize,
+    expected: Option<usize>,
+) -> std::result::Result<Vec<Vec<f32>>, Fault> {
+    if let Some(answered) = value.get("model").and_then(Value::as_str)
+        && !same_model(answered, model)
+    {
+        return Err(Fault::WrongModel {
+            asked: model.to_string(),
+            answered: answered.to_string(),
+        });
+    }
+    let data = value
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or_else(|| Fault::Garbage("no \"data\" list".into()))?;
+    if data.len() != count {
+        return Err(Fault::Garbage(format!(
+            "{} vectors for {count} texts",
+            data.len()
+        )));
+    }
+    let mut out: Vec<Option<Vec<f32>>> = vec![None; count];
+    for (position, item) in data.iter().enumerate() {
+        let index = match item.get("index") {
+            None => position,
+            Some(i) => i
+                .as_u64()
+                .map(|i| i as usize)
+                .filter(|i| *i < count)
+                .ok_or_else(|| Fault::Garbage(format!("a bad index {i}")))?,
+        };
+        let numbers = item
+            .get("embedding")
+            .and_then(Value::as_array)
+            .ok_or_else(|| Fault::Garbage("an item without an \"embedding\" list".into()))?;
+        let vector: Vec<f32> = numbers
+            .iter()
+            .map(|n| n.as_f64().filter(|x| x.is_finite()).map(|x| x as f32))
+            .collect::<Option<_>>()
+            .ok_or_else(|| Fault::Garbage("an embedding holds a non-number".into()))?;
+        let want =
+            expected.unwrap_or_else(|| out.iter().flatten().next().map_or(vector.len(), Vec::len));
+        if vector.len() != want || vector.is_empty() {
+            return Err(Fault::WrongDimension {
+                expected: want,
+                answered: vector.len(),
+            });
+        }
+        let slot = out
+            .get_mut(index)
+            .ok_or_else(|| Fault::Garbage(format!("a bad index {index}")))?;
+        if slot.is_some() {
+            return Err(Fault::Garbage(format!("index {index} twice")));
+        }
+        *slot = Some(normalized(vector));
+    }
+    out.into_iter()
+        .map(|v| v.ok_or_else(|| Fault::Garbage("a text without a vector".into())))
+        .collect()
+}
+
+/// An answered model name matches the asked one exactly, or as the asked
+/// one's last path segment (`org/model` asked, `model` answered) and back.
+fn same_model(answered: &str, asked: &str) -> bool {
+    let last = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
+    answered == asked || last(answered) == last(asked)
+}
+
+fn normalized(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        for x in &mut v {
+            *x /= norm;
+        }
+    }
+    v
+}
+
+fn to_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn from_blob(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .filter_map(|c| <[u8; 4]>::try_from(c).ok())
+        .map(f32::from_le_bytes)
+        .collect()
+}
+
+/// Cosine of two unit vectors.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The key a text's vector is stored under.
+pub fn text_hash(text: &str) -> Vec<u8> {
+    Sha256::digest(text.as_bytes()).to_vec()
+}
+
+fn head(text: &str) -> &str {
+    let cut = mc_base::domain::content::floor_boundary(text, MAX_TEXT_BYTES);
+    text.get(..cut).unwrap_or_default()
+}
+
+/// One searchable item, as hybrid search and the backfill both name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Item {
+    #[default]
+    None,
+    Memory(i64),
+    Note(i64),
+    /// (session row id, sequence)
+    Compartment(i64, i64),
+    /// raw_parts.id
+    Message(i64),
+    /// git_commits.id
+    Commit(i64),
+}
+
+/// The text of `item` that is embedded (None: it is gone).
+pub fn item_text(conn: &Connection, item: Item) -> Result<Option<String>> {
+    let text: Option<String> = match item {
+        Item::None => None,
+        Item::Memory(id) => conn
+            .prepare_cached("SELECT content FROM memories WHERE id = ?1")?
+            .query_row(params![id], |r| r.get(0))
+            .optional()?,
+        Item::Note(id) => conn
+            .prepare_cached("SELECT content FROM notes WHERE id = ?1")?
+            .query_row(params![id], |r| r.get(0))
+            .optional()?,
+        Item::Compartment(session, sequence) => conn
+            .prepare_cached(
+                "SELECT title || char(10) || p1 || char(10) || p2 || char(10) || p3 || char(10) || p4
+                 FROM compartments WHERE session = ?1 AND sequence = ?2",
+            )?
+            .query_row(params![session, sequence], |r| r.get(0))
+            .optional()?,
+        Item::Message(id) => conn
+            .prepare_cached("SELECT kind, tool_name, tool_input, content FROM raw_parts WHERE id = ?1")?
+            .query_row(params![id], |r| {
+                let kind: String = r.get(0)?;
+                let name: Option<String> = r.get(1)?;
+                let input: Option<String> = r.get(2)?;
+                let content: String = r.get(3)?;
+                Ok(if kind == "tool" {
+                    format!(
+                        "{}\n{}\n{content}",
+                        name.unwrap_or_default(),
+                        input.unwrap_or_default()
+                    )
+                } else {
+                    content
+                })
+            })
+            .optional()?,
+        Item::Commit(id) => conn
+            .prepare_cached(
+                "SELECT subject || char(10) || body || char(10) || paths FROM git_commits WHERE id = ?1",
+            )?
+            .query_row(params![id], |r| r.get(0))
+            .optional()?,
+    };
+    Ok(text.map(|t| head(&t).to_string()))
+}
+
+fn recorded_dimensions(conn: &Connection, name: &str) -> rusqlite::Result<Option<usize>> {
+    conn.prepare_cached("SELECT dimensions FROM embedding_models WHERE model = ?1")?
+        .query_row(params![name], |r| r.get::<_, i64>(0))
+        .optional()
+        .map(|d| d.map(|d| d as usize))
+}
+
+/// The stored vector of `hash` under model `name`, if it has the length.
+pub fn stored_vector(
+    conn: &Connection,
+    name: &str,
+    hash: &[u8],
+    dimensions: usize,
+) -> Result<Option<Vec<f32>>> {
+    let blob: Option<Vec<u8>> = conn
+        .prepare_cached("SELECT vector FROM embeddings WHERE model = ?1 AND hash = ?2")?
+        .query_row(params![name, hash], |r| r.get(0))
+        .optional()?;
+    Ok(blob
+        .filter(|b| b.len() == dimensions * 4)
+        .map(|b| from_blob(&b)))
+}
+
+/// Every item that may be searched, oldest first per source.
+fn all_items(conn: &Connection) -> Result<Vec<Item>> {
+    let mut items = Vec::new();
+    let ids = |sql: &str| -> Result<Vec<i64>> {
+        Ok(conn
+            .prepare(sql)?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?)
+    };
+    items.extend(
+        ids("SELECT id FROM memories WHERE status IN ('active', 'permanent') ORDER BY id")?
+            .into_iter()
+            .map(Item::Memory),
+    );
+    items.extend(
+        ids("SELECT id FROM notes ORDER BY id")?
+            .into_iter()
+            .map(Item::Note),
+    );
+    let compartments: Vec<(i64, i64)> = conn
+        .prepare("SELECT session, sequence FROM compartments ORDER BY session, sequence")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    items.extend(
+        compartments
+            .into_iter()
+            .map(|(s, q)| Item::Compartment(s, q)),
+    );
+    items.extend(
+        ids("SELECT id FROM raw_parts WHERE kind != 'file' ORDER BY id")?
+            .into_iter()
+            .map(Item::Message),
+    );
+    items.extend(
+        ids("SELECT id FROM git_commits ORDER BY id")?
+            .into_iter()
+            .map(Item::Commit),
+    );
+    Ok(items)
+}
+
+/// What a backfill did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Backfill {
+    pub model: String,
+    pub dimensions: Option<usize>,
+    /// Items that can be searched.
+    pub items: u64,
+    /// Distinct texts that had a vector already.
+    pub present: u64,
+    /// Texts embedded by this run.
+    pub embedded: u64,
+    /// Requests sent (retries included).
+    pub requests: u64,
+    /// Vectors of texts no item has any more, deleted.
+    pub pruned: u64,
+}
+
+/// Embed every searchable text that has no vector under `provider`'s model
+/// yet, `batch_size` texts a request, each batch stored in its own
+/// transaction (a stopped backfill resumes where it was; two at once store
+/// each vector once). A retryable fault is retried `retries` times with a
+/// doubling wait; any other fault, or one that outlasts the retries, stops
+/// the backfill with what is stored kept. `progress(done, total)` after each
+/// batch; `sleep` waits between retries.
+pub fn backfill(
+    store: &mut Store,
+    provider: &Provider,
+    progress: &mut dyn FnMut(u64, u64),
+    sleep: &dyn Fn(Duration),
+) -> Result<Backfill> {
+    let items = all_items(store.conn())?;
+    let mut report = Backfill {
+        model: provider.name.clone(),
+        items: items.len() as u64,
+        ..Backfill::default()
+    };
+    // Which texts lack a vector: hashes only, the texts are read again per batch.
+    let mut live: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let mut missing: Vec<(Vec<u8>, Item)> = Vec::new();
+    {
+        let conn = store.conn();
+        let mut has =
+            conn.prepare_cached("SELECT 1 FROM embeddings WHERE model = ?1 AND hash = ?2")?;
+        for item in &items {
+            let Some(text) = item_text(conn, *item)? else {
+                continue;
+            };
+            if text.trim().is_empty() {
+                continue;
+            }
+            let hash = text_hash(&text);
+            if !live.insert(hash.clone()) {
+                continue;
+            }
+            if has.exists(params![provider.name, hash])? {
+                report.present += 1;
+            } else {
+                missing.push((hash, *item));
+            }
+        }
+    }
+    let mut expected = provider.expected_dimensions(store.conn())?;
+    if let (Some(want), Some(have)) = (
+        provider.dimensions,
+        recorded_dimensions(store.conn(), &provider.name)?,
+    ) && want != have
+    {
+        return Err(Error::input(format!(
+            "embeddings.dimensions is {want}, but the vectors stored for {} are {have} long",
+            provider.name
+        ))
+        .with_hint(
+            "set embeddings.dimensions back, or to 0 (learned), or use another model name",
+        ));
+    }
+    let total = missing.len() as u64;
+    progress(0, total);
+    for batch in missing.chunks(provider.batch_size) {
+        let texts: Vec<String> = batch
+            .iter()
+            .map(|(_, item)| item_text(store.conn(), *item).map(Option::unwrap_or_default))
+            .collect::<Result<_>>()?;
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let mut wait = FIRST_BACKOFF;
+        let mut attempt = 0;
+        let vectors = loop {
+            report.requests += 1;
+            match provider.embed(&refs, expected, provider.timeout) {
+                Ok(v) => break v,
+                Err(fault) if fault.retryable() && attempt < provider.retries => {
+                    attempt += 1;
+                    sleep(wait);
+                    wait *= 2;
+                }
+                Err(fault) => {
+                    return Err(Error::Io(std::io::Error::other(format!(
+                        "embedding with {} at {}: {fault} ({} of {total} texts embedded; \
+                         run it again to go on)",
+                        provider.name, provider.url, report.embedded
+                    ))));
+                }
+            }
+        };
+        let dims = vectors.first().map_or(0, Vec::len);
+        expected = Some(dims);
+        // Each text's own hash: texts changed since the scan are stored under their new one.
+        store.write(|tx| {
+            tx.execute(
+                "INSERT OR IGNORE INTO embedding_models (model, dimensions) VALUES (?1, ?2)",
+                params![provider.name, dims as i64],
+            )?;
+            let mut insert = tx.prepare_cached(
+                "INSERT OR IGNORE INTO embeddings (model, hash, vector) VALUES (?1, ?2, ?3)",
+            )?;
+            for (text, vector) in texts.iter().zip(&vectors) {
+                insert.execute(params![provider.name, text_hash(text), to_blob(vector)])?;
+            }
+            Ok(())
+        })?;
+        report.embedded += batch.len() as u64;
+        progress(report.embedded, total);
+    }
+    report.dimensions = expected;
+    // Vectors of texts that no item holds any more (edited, deleted).
+    let stored: Vec<Vec<u8>> = store
+        .conn()
+        .prepare("SELECT hash FROM embeddings WHERE model = ?1")?
+        .query_map(params![provider.name], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let stale: Vec<Vec<u8>> = stored.into_iter().filter(|h| !live.contains(h)).collect();
+    if !stale.is_empty() {
+        store.write(|tx| {
+            let mut delete =
+                tx.prepare_cached("DELETE FROM embeddings WHERE model = ?1 AND hash = ?2")?;
+            for h in &stale {
+                delete.execute(params![provider.name, h])?;
+            }
+            Ok(())
+        })?;
+    }
+    report.pruned = stale.len() as u64;
+    Ok(report)
+}
+
+/// Re-rank `candidates` (best first, by full text) with the query's
+/// vector: reciprocal rank fusion of their full-text rank and their cosine
+/// rank among those that have a vector. `Err` carries the warning to show
+/// when no fusion could be done (the candidates are then left as they are).
+pub fn fuse(
+    conn: &Connection,
+    provider: &Provider,
+    query: &str,
+    candidates: &[Item],
+) -> std::result::Result<Fused, String> {
+    let expected = provider
+        .expected_dimensions(conn)
+        .map_err(|e| format!("embeddings unavailable ({e}); ranked by full text only"))?;
+    let Some(dims) = expected else {
+        return Err(
+            "no embeddings stored yet (run `mc-search index --embeddings`); ranked by full text only"
+                .into(),
+        );
+    };
+    let query_vector = provider
+        .embed(&[query], Some(dims), provider.query_timeout)
+        .map_err(|f| format!("embeddings unavailable: {f}; ranked by full text only"))?
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    let mut similar: Vec<(f32, usize)> = Vec::new();
+    let mut without = 0;
+    for (position, item) in candidates.iter().enumerate() {
+        let vector = item_text(conn, *item).ok().flatten().and_then(|t| {
+            stored_vector(conn, &provider.name, &text_hash(&t), dims)
+                .ok()
+                .flatten()
+        });
+        match vector {
+            Some(v) => similar.push((cosine(&query_vector, &v), position)),
+            None => without += 1,
+        }
+    }
+    similar.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut scores: Vec<f64> = (0..candidates.len())
+        .map(|p| 1.0 / (RRF_K + p as f64 + 1.0))
+        .collect();
+    for (rank, (_, position)) in similar.iter().enumerate() {
+        if let Some(s) = scores.get_mut(*position) {
+            *s += 1.0 / (RRF_K + rank as f64 + 1.0);
+        }
+    }
+    Ok(Fused {
+        scores,
+        without_vector: without,
+    })
+}
+
+/// Fused scores, one per candidate in the order given.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fused {
+    pub scores: Vec<f64>,
+    /// Candidates with no stored vector (ranked by full text alone).
+    pub without_vector: usize,
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,321 @@
+//! The embeddings client against a small fake `/v1/embeddings` server of
+//! our own on 127.0.0.1 (the OpenAI wire format), with its faults: down,
+//! slow, garbage, another model, another vector length, busy then fine.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::{memory, query};
+
+const PROJECT: &str = "git:p";
+const T0: i64 = 1_800_000_000_000;
+
+use crate::testkit::{DIMS, Fake, MODEL, Mode};
+
+fn store_with(memories: &[&str]) -> Store {
+    let mut store = Store::open_in_memory().unwrap();
+    for m in memories {
+        memory::write(&mut store, PROJECT, "NAMING", m, "user", T0).unwrap();
+    }
+    store
+}
+
+fn no_sleep(_: Duration) {}
+
+fn vectors(store: &Store) -> i64 {
+    store
+        .conn()
+        .query_row("SELECT count(*) FROM embeddings", [], |r| r.get(0))
+        .unwrap()
+}
+
+fn hybrid(store: &Store, provider: &Provider, words: &str) -> query::Searched {
+    query::search_with(
+        store.conn(),
+        &query::Request {
+            project: PROJECT,
+            text: words,
+            limit: 10,
+            ..query::Request::default()
+        },
+        Some(provider),
+    )
+    .unwrap()
+}
+
+fn contents(s: &query::Searched) -> Vec<String> {
+    s.hits.iter().map(|h| h.snippet.clone()).collect()
+}
+
+#[test]
+fn answers_are_checked_before_any_vector_is_taken() {
+    let two = |a: Value, b: Value| {
+        json!({"model": "m", "data": [
+        {"index": 1, "embedding": b}, {"index": 0, "embedding": a}]})
+    };
+    // Out of order: the index decides; vectors come back unit length.
+    let v = parse_answer(&two(json!([3.0, 4.0]), json!([0.0, 2.0])), "m", 2, None).unwrap();
+    assert_eq!(v, vec![vec![0.6, 0.8], vec![0.0, 1.0]]);
+    // The model answered as the last segment of the asked name is the same model.
+    assert!(parse_answer(&two(json!([1.0]), json!([1.0])), "org/m", 2, Some(1)).is_ok());
+    let cases = [
+        (
+            parse_answer(&json!({"model": "n", "data": []}), "m", 0, None),
+            "model",
+        ),
+        (
+            parse_answer(&two(json!([1.0, 0.0]), json!([1.0])), "m", 2, None),
+            "numbers, not",
+        ),
+        (
+            parse_answer(&two(json!([1.0, 0.0]), json!([1.0, 0.0])), "m", 2, Some(3)),
+            "not 3",
+        ),
+        (
+            parse_answer(
+                &json!({"data": [{"index": 0, "embedding": [1.0]}]}),
+                "m",
+                2,
+                None,
+            ),
+            "1 vectors for 2",
+        ),
+        (
+            parse_answer(&json!({"data": "x"}), "m", 1, None),
+            "no \"data\"",
+        ),
+        (
+            parse_answer(
+                &json!({"data": [{"index": 0, "embedding": ["1"]}]}),
+                "m",
+                1,
+                None,
+            ),
+            "non-number",
+        ),
+        (
+            parse_answer(
+                &json!({"data": [{"index": 0, "embedding": [1.0]}, {"index": 0, "embedding": [1.0]}]}),
+                "m",
+                2,
+                None,
+            ),
+            "twice",
+        ),
+        (
+            parse_answer(
+                &json!({"data": [{"index": 5, "embedding": [1.0]}]}),
+                "m",
+                1,
+                None,
+            ),
+            "bad index",
+        ),
+    ];
+    for (result, needle) in cases {
+        let fault = result.unwrap_err();
+        assert!(
+            fault.to_string().contains(needle),
+            "{needle:?} not in {fault}"
+        );
+    }
+}
+
+#[test]
+fn a_backfill_embeds_each_text_once_in_batches_and_again_when_it_changes() {
+    let fake = Fake::start(Mode::Fine);
+    let provider = fake.provider();
+    let mut store = store_with(&[
+        "car repair shop on Main Street",
+        "insurance paperwork due in May",
+        "the motor of the blue car",
+    ]);
+    let mut seen = Vec::new();
+    let first = backfill(
+        &mut store,
+        &provider,
+        &mut |d, t| seen.push((d, t)),
+        &no_sleep,
+    )
+    .unwrap();
+    assert_eq!((first.items, first.embedded, first.present), (3, 3, 0));
+    assert_eq!(first.dimensions, Some(DIMS));
+    // Batches of 2: two requests, progress after each.
+    assert_eq!(fake.requests().len(), 2);
+    assert_eq!(seen, [(0, 3), (2, 3), (3, 3)]);
+    assert_eq!(fake.requests()[0]["model"], MODEL);
+    assert_eq!(vectors(&store), 3);
+
+    // Again: nothing to embed, no request.
+    let again = backfill(&mut store, &provider, &mut |_, _| {}, &no_sleep).unwrap();
+    assert_eq!((again.embedded, again.present, again.requests), (0, 3, 0));
+    assert_eq!(fake.requests().len(), 2);
+
+    // An edited memory is embedded again (its new text), the old vector goes.
+    memory::update(&mut store, PROJECT, 2, "insurance form due in June", T0).unwrap();
+    let edited = backfill(&mut store, &provider, &mut |_, _| {}, &no_sleep).unwrap();
+    assert_eq!((edited.embedded, edited.pruned), (1, 1));
+    assert_eq!(
+        fake.requests().last().unwrap()["input"],
+        json!(["insurance form due in June"])
+    );
+    assert_eq!(vectors(&store), 3);
+}
+
+#[test]
+fn a_busy_endpoint_is_retried_and_a_wrong_one_stores_nothing() {
+    let fake = Fake::start(Mode::Busy(2));
+    let provider = fake.provider();
+    let mut store = store_with(&["car repair shop", "insurance paperwork"]);
+    let waits = Mutex::new(Vec::new());
+    let ok = backfill(&mut store, &provider, &mut |_, _| {}, &|d| {
+        waits.lock().unwrap().push(d)
+    })
+    .unwrap();
+    assert_eq!((ok.embedded, ok.requests), (2, 3));
+    assert_eq!(
+        *waits.lock().unwrap(),
+        [Duration::from_millis(500), Duration::from_millis(1000)]
+    );
+
+    for (mode, needle) in [
+        (Mode::WrongLength, "numbers, not 3: refused"),
+        (Mode::WrongModel, "model \"other-model\""),
+        (Mode::Garbage, "not JSON"),
+        (Mode::Busy(10), "HTTP 500"),
+    ] {
+        fake.set(mode.clone());
+        let mut fresh = store_with(&["car repair shop", "insurance paperwork"]);
+        // A model that answered 3 numbers before is held to 3.
+        fresh
+            .conn()
+            .execute(
+                "INSERT INTO embedding_models (model, dimensions) VALUES (?1, 3)",
+                [&provider.name],
+            )
+            .unwrap();
+        let err = backfill(&mut fresh, &provider, &mut |_, _| {}, &no_sleep).unwrap_err();
+        assert!(err.to_string().contains(needle), "{mode:?}: {err}");
+        assert!(err.to_string().contains("run it again"), "{err}");
+        assert_eq!(vectors(&fresh), 0, "{mode:?}: nothing stored");
+    }
+    // Configured dimensions that disagree with the stored vectors: refused up front.
+    let wrong = Provider {
+        dimensions: Some(8),
+        ..provider
+    };
+    let err = backfill(&mut store, &wrong, &mut |_, _| {}, &no_sleep).unwrap_err();
+    assert!(err.to_string().contains("are 3 long"), "{err}");
+}
+
+#[test]
+fn hybrid_search_fuses_full_text_and_cosine_and_falls_back_with_a_warning() {
+    let fake = Fake::start(Mode::Fine);
+    let provider = fake.provider();
+    // Full text alone ranks the paperwork first (the shortest text); by
+    // meaning it is the least about cars.
+    let mut store = store_with(&[
+        "car insurance paperwork form due",
+        "automobile motor engine repair for the car",
+        "car engine notes from a winding road trip",
+    ]);
+    let plain = query::search(
+        store.conn(),
+        &query::Request {
+            project: PROJECT,
+            text: "car",
+            limit: 10,
+            ..query::Request::default()
+        },
+    )
+    .unwrap();
+    let bm25: Vec<&str> = plain.iter().map(|h| h.snippet.as_str()).collect();
+    assert_eq!(bm25[0], "car insurance paperwork form due", "{bm25:?}");
+
+    // Nothing embedded yet: full text, and the warning says what to run.
+    let before = hybrid(&store, &provider, "car");
+    assert_eq!(contents(&before), bm25);
+    assert!(
+        before.warnings[0].contains("mc-search index --embeddings"),
+        "{:?}",
+        before.warnings
+    );
+
+    backfill(&mut store, &provider, &mut |_, _| {}, &no_sleep).unwrap();
+    let fused = hybrid(&store, &provider, "car");
+    assert!(fused.warnings.is_empty(), "{:?}", fused.warnings);
+    assert_eq!(
+        fused.hits[0].snippet,
+        "automobile motor engine repair for the car",
+        "{:?}",
+        contents(&fused)
+    );
+    assert!(fused.hits[0].score > fused.hits[1].score);
+
+    // A memory edited since the backfill has no vector for its new text: it
+    // is ranked by full text alone, and the warning says how many.
+    memory::update(&mut store, PROJECT, 1, "car insurance form due", T0).unwrap();
+    let partial = hybrid(&store, &provider, "car");
+    assert!(
+        partial.warnings[0].starts_with("1 of 3 candidates have no embedding"),
+        "{:?}",
+        partial.warnings
+    );
+    assert_eq!(
+        partial.hits.last().unwrap().snippet,
+        "car insurance form due"
+    );
+    backfill(&mut store, &provider, &mut |_, _| {}, &no_sleep).unwrap();
+
+    // Every fault of the endpoint: the full-text ranking, and why.
+    let bm25_now: Vec<String> = query::search(
+        store.conn(),
+        &query::Request {
+            project: PROJECT,
+            text: "car",
+            limit: 10,
+            ..query::Request::default()
+        },
+    )
+    .unwrap()
+    .into_iter()
+    .map(|h| h.snippet)
+    .collect();
+    for (mode, needle) in [
+        (
+            Mode::Slow(Duration::from_millis(1500)),
+            "did not answer in time",
+        ),
+        (Mode::WrongLength, "refused"),
+        (Mode::WrongModel, "refused"),
+        (Mode::Garbage, "not JSON"),
+        (Mode::Busy(1), "HTTP 500"),
+    ] {
+        fake.set(mode.clone());
+        let answer = hybrid(&store, &provider, "car");
+        assert_eq!(contents(&answer), bm25_now, "{mode:?}");
+        assert_eq!(answer.warnings.len(), 1, "{mode:?}");
+        assert!(
+            answer.warnings[0].contains(needle),
+            "{mode:?}: {:?}",
+            answer.warnings
+        );
+        assert!(answer.warnings[0].ends_with("ranked by full text only"));
+    }
+    // Down: nothing listens on the port any more.
+    let down = Provider {
+        url: format!("http://127.0.0.1:{}/v1/embeddings", fake.port),
+        ..provider.clone()
+    };
+    drop(fake);
+    let answer = hybrid(&store, &down, "car");
+    assert_eq!(contents(&answer), bm25_now);
+    assert!(
+        answer.warnings[0].contains("cannot be reached"),
+        "{:?}",
+        answer.warnings
+    );
+}

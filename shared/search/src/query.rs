@@ -1,0 +1,813 @@
+//! `query` / `ctx_search`: full-text search (FTS5, BM25) over the project's
+//! memories, notes, compartments and raw messages of every session, one
+//! ranked list. The user's words are quoted before they reach FTS5, so no
+//! input is a syntax error; `"an exact phrase"` and `-word` (leave out) are
+//! understood. When the query names the session asking, what that session
+//! already sees is left out: memories rendered in its head, and raw messages
+//! after its last compartment that are still on the wire.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use mc_base::error::{Error, Result};
+
+use super::embed::{self, Item};
+use super::preview;
+
+pub const SOURCES: [&str; 5] = ["memory", "note", "compartment", "message", "commit"];
+
+/// How much one source's hits weigh against another's (memories first: they
+/// are the project's curated facts).
+fn boost(source: &str) -> f64 {
+    match source {
+        "memory" => 1.3,
+        "compartment" | "message" => 1.15,
+        "commit" => 1.1,
+        _ => 1.0,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    pub source: &'static str,
+    /// `#12` (memory, note) or `<session>/c<sequence>` (compartment).
+    pub reference: String,
+    pub id: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    /// A message hit: its ordinal and tag (what `ctx_expand` opens).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ordinal: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tag: Option<i64>,
+    /// A commit hit: its full object name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    pub score: f64,
+    pub snippet: String,
+    /// What hybrid search embeds for this hit.
+    #[serde(skip)]
+    pub item: super::embed::Item,
+}
+
+/// `text` as an FTS5 expression: words and `"phrases"` any of which may
+/// match, less every `-word` or `-"phrase"`. `None` when nothing is left to
+/// look for.
+pub fn fts_expression(text: &str) -> Option<String> {
+    let mut wanted = Vec::new();
+    let mut unwanted = Vec::new();
+    // Question words left out, unless nothing else is left.
+    let mut skipped: Vec<String> = Vec::new();
+    let mut rest = text.trim();
+    while !rest.is_empty() {
+        let (negated, after) = match rest.strip_prefix('-') {
+            Some(after) if !after.starts_with(char::is_whitespace) && !after.is_empty() => {
+                (true, after)
+            }
+            _ => (false, rest),
+        };
+        let (term, next, quoted) = match after.strip_prefix('"').and_then(|a| a.split_once('"')) {
+            Some((phrase, next)) => (phrase, next, true),
+            None => match after.split_once(char::is_whitespace) {
+                Some((word, next)) => (word, next, false),
+                None => (after, "", false),
+            },
+        };
+        // FTS5 strings end at a NUL; control characters are no words anyway.
+        let term = term
+            .replace('"', "")
+            .replace(|c: char| c.is_control(), " ")
+            .trim()
+            .to_string();
+        let filler = !negated && !quoted && is_stopword(&term);
+        if filler {
+            skipped.push(format!("\"{term}\""));
+        } else if term.split_whitespace().next().is_some()
+            && term.chars().any(char::is_alphanumeric)
+        {
+            let quoted = format!("\"{term}\"");
+            if negated {
+                unwanted.push(quoted);
+            } else {
+                wanted.push(quoted);
+            }
+        }
+        rest = next.trim_start();
+    }
+    if wanted.is_empty() {
+        wanted = skipped;
+    }
+    if wanted.is_empty() {
+        return None;
+    }
+    let mut expression = if wanted.len() == 1 {
+        wanted.join("")
+    } else {
+        format!("({})", wanted.join(" OR "))
+    };
+    for term in unwanted {
+        expression.push_str(" NOT ");
+        expression.push_str(&term);
+    }
+    Some(expression)
+}
+
+/// English function words that say how a question is asked, not what it
+/// is about: with OR semantics they only let filler outrank the evidence
+/// (on the QA set of the benchmark). Kept when a query has nothing else.
+const STOPWORDS: &[&str] = &[
+    "a", "about", "an", "and", "are", "as", "at", "be", "by", "can", "did", "do", "does", "for",
+    "from", "has", "have", "how", "i", "in", "is", "it", "its", "of", "on", "or", "our", "that",
+    "the", "these", "this", "those", "to", "us", "was", "we", "were", "what", "when", "where",
+    "which", "who", "why", "with", "you",
+];
+
+fn is_stopword(term: &str) -> bool {
+    let lower = term.to_lowercase();
+    STOPWORDS.binary_search(&lower.as_str()).is_ok()
+}
+
+/// A search and its filters.
+#[derive(Debug, Clone, Default)]
+pub struct Request<'a> {
+    pub project: &'a str,
+    pub text: &'a str,
+    /// Only these sources (empty: all).
+    pub sources: &'a [String],
+    pub limit: usize,
+    /// Only hits of this session (harness, session id).
+    pub session: Option<(&'a str, &'a str)>,
+    /// Only hits of sessions of this harness.
+    pub harness: Option<&'a str>,
+    /// Only what was written (or happened) in `[since, until)` (ms).
+    pub since_ms: Option<i64>,
+    pub until_ms: Option<i64>,
+    /// The session asking: what it already sees is left out.
+    pub asking: Option<(&'a str, &'a str)>,
+}
+
+/// What the asking session already sees.
+#[derive(Debug, Default)]
+struct Visible {
+    session: Option<i64>,
+    memory_ids: Vec<i64>,
+    /// Raw messages after this ordinal are on the wire (None: no compartment yet).
+    boundary: Option<i64>,
+}
+
+fn visible(conn: &Connection, asking: Option<(&str, &str)>) -> Result<Visible> {
+    let Some((harness, id)) = asking else {
+        return Ok(Visible::default());
+    };
+    let Some(row) = mc_base::domain::sessions::find_session(conn, harness, id)? else {
+        return Ok(Visible::default());
+    };
+    let memory_ids: Vec<i64> = conn
+        .prepare_cached("SELECT memory_ids FROM heads WHERE session = ?1")?
+        .query_row(params![row.id], |r| r.get::<_, String>(0))
+        .optional()?
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default();
+    let boundary: Option<i64> = conn
+        .prepare_cached("SELECT max(end_ordinal) FROM compartments WHERE session = ?1")?
+        .query_row(params![row.id], |r| r.get(0))?;
+    Ok(Visible {
+        session: Some(row.id),
+        memory_ids,
+        boundary,
+    })
+}
+
+/// About `max` characters of `content` around the first word of the query it
+/// contains (its start when none is found).
+pub fn snippet(content: &str, text: &str, max: usize) -> String {
+    let lower = content.to_lowercase();
+    let at = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.len() > 1)
+        .filter_map(|w| lower.find(&w.to_lowercase()))
+        .min()
+        .filter(|_| lower.len() == content.len())
+        .unwrap_or(0);
+    let start = mc_base::domain::content::floor_boundary(content, at.saturating_sub(max / 3));
+    let tail = content.get(start..).unwrap_or(content);
+    let shown = preview(tail, max);
+    if start > 0 {
+        format!("…{shown}")
+    } else {
+        shown
+    }
+}
+
+/// The project's hits for `text` (see [`search`] for filters).
+pub fn query(
+    conn: &Connection,
+    project: &str,
+    text: &str,
+    sources: &[String],
+    limit: usize,
+) -> Result<Vec<Hit>> {
+    search(
+        conn,
+        &Request {
+            project,
+            text,
+            sources,
+            limit,
+            ..Request::default()
+        },
+    )
+}
+
+/// One ranked list over the sources the request names. Message hits come
+/// from what is indexed; run [`super::index::catch_up`] first to include the
+/// newest.
+pub fn search(conn: &Connection, request: &Request<'_>) -> Result<Vec<Hit>> {
+    Ok(search_with(conn, request, None)?.hits)
+}
+
+/// A search's hits, and what the caller should be told about them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Searched {
+    pub hits: Vec<Hit>,
+    pub warnings: Vec<String>,
+}
+
+/// Full-text candidates per source when embeddings re-rank them: a wider
+/// pool than the full-text list needs, so a hit the words rank low can rise.
+const HYBRID_PER_SOURCE: usize = 50;
+
+/// [`search`], re-ranked with `embeddings` when given: reciprocal rank
+/// fusion of the full-text ranking and the cosine of each candidate's
+/// stored vector to the query's. Any trouble with the embeddings (endpoint
+/// down, slow, wrong answer, nothing stored yet) leaves the full-text
+/// ranking and says so in `warnings`.
+pub fn search_with(
+    conn: &Connection,
+    request: &Request<'_>,
+    embeddings: Option<&embed::Provider>,
+) -> Result<Searched> {
+    let limit = request.limit.clamp(1, 100);
+    let per_source = if embeddings.is_some() {
+        (limit * 3).max(HYBRID_PER_SOURCE)
+    } else {
+        (limit * 3).max(10)
+    };
+    let mut hits = candidates(conn, request, per_source as i64)?;
+    let mut warnings = Vec::new();
+    if let Some(provider) = embeddings
+        && !hits.is_empty()
+    {
+        let items: Vec<Item> = hits.iter().map(|h| h.item).collect();
+        match embed::fuse(conn, provider, request.text, &items) {
+            Ok(fused) => {
+                for (hit, s) in hits.iter_mut().zip(&fused.scores) {
+                    // Scaled so the best possible is 2 (first in both), rounded
+                    // so the printed score is the compared one.
+                    hit.score = (s * (embed::RRF_K + 1.0) * 10_000.0).round() / 10_000.0;
+                }
+                // Stable: equal fused scores keep the full-text order.
+                hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+                if fused.without_vector > 0 {
+                    warnings.push(format!(
+                        "{} of {} candidates have no embedding yet (run `mc-search index \
+                         --embeddings`); they are ranked by full text alone",
+                        fused.without_vector,
+                        items.len()
+                    ));
+                }
+            }
+            Err(warning) => warnings.push(warning),
+        }
+    }
+    hits.truncate(limit);
+    Ok(Searched { hits, warnings })
+}
+
+/// Every source's best `per_source` hits, in one list best first (not cut
+/// to the limit).
+fn candidates(conn: &Connection, request: &Request<'_>, per_source: i64) -> Result<Vec<Hit>> {
+    let expression = fts_expression(request.text)
+        .ok_or_else(|| Error::input("a query needs at least one word to look for"))?;
+    for s in request.sources {
+        if !SOURCES.contains(&s.as_str()) {
+            return Err(Error::input(format!(
+                "unknown source {s:?} (one of {})",
+                SOURCES.join(", ")
+            )));
+        }
+    }
+    let wants = |s: &str| request.sources.is_empty() || request.sources.iter().any(|x| x == s);
+    let seen = visible(conn, request.asking)?;
+    let (harness, session_id) = match request.session {
+        Some((h, s)) => (Some(h), Some(s)),
+        None => (request.harness, None),
+    };
+    let since = request.since_ms.unwrap_or(i64::MIN);
+    let until = request.until_ms.unwrap_or(i64::MAX);
+    let mut hits = Vec::new();
+    // Memories belong to the project, not to a session: a session filter leaves them out.
+    if wants("memory") && session_id.is_none() && harness.is_none() {
+        // FTS5 ranks its own top rows cheaply; candidates are read a page at
+        // a time and filtered, instead of joining every match before sorting.
+        let mut rows: Vec<rusqlite::Result<(i64, String, String)>> = Vec::new();
+        let mut offset = 0;
+        loop {
+            let page: Vec<i64> = conn
+                .prepare_cached(
+                    "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?1
+                     ORDER BY rank, rowid LIMIT ?2 OFFSET ?3",
+                )?
+                .query_map(params![expression, page_size(per_source), offset], |r| {
+                    r.get(0)
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            let full = page.len() as i64 == page_size(per_source);
+            offset += page_size(per_source);
+            for id in page {
+                let row = conn
+                    .prepare_cached(
+                        "SELECT id, category, content FROM memories WHERE id = ?1 AND project = ?2
+                           AND status IN ('active', 'permanent') AND created_ms >= ?3 AND created_ms < ?4",
+                    )?
+                    .query_row(params![id, request.project, since, until], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    })
+                    .optional()?;
+                if let Some(row) = row {
+                    rows.push(Ok(row));
+                }
+            }
+            if rows.len() as i64 >= per_source || !full {
+                break;
+            }
+        }
+        rows.truncate(per_source as usize);
+        let mut rank = 0;
+        for row in rows {
+            let (id, category, content) = row?;
+            if seen.memory_ids.contains(&id) {
+                continue;
+            }
+            hits.push(Hit {
+                source: "memory",
+                reference: format!("#{id}"),
+                id,
+                session_id: None,
+                category: Some(category),
+                ordinal: None,
+                tag: None,
+                commit: None,
+                score: score("memory", rank),
+                snippet: preview(&content, 220),
+                item: Item::Memory(id),
+            });
+            rank += 1;
+        }
+    }
+    // Every FTS table is the outer loop (CROSS JOIN fixes the order): with a
+    // plain JOIN the planner may walk the other table and run the MATCH once
+    // per row, which at 1,000 compartments or 2,000 commits cost 150 ms.
+    if wants("note") {
+        let mut stmt = conn.prepare_cached(
+            "SELECT n.id, s.session_id, n.content FROM notes_fts f
+               CROSS JOIN notes n ON n.id = f.rowid CROSS JOIN sessions s ON s.id = n.session
+             WHERE notes_fts MATCH ?1 AND n.project = ?2
+               AND (?3 IS NULL OR s.harness = ?3) AND (?4 IS NULL OR s.session_id = ?4)
+               AND n.created_ms >= ?5 AND n.created_ms < ?6
+             ORDER BY bm25(notes_fts), n.id LIMIT ?7",
+        )?;
+        let rows = stmt.query_map(
+            params![
+                expression,
+                request.project,
+                harness,
+                session_id,
+                since,
+                until,
+                per_source
+            ],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            },
+        )?;
+        for (rank, row) in rows.enumerate() {
+            let (id, session_id, content) = row?;
+            hits.push(Hit {
+                source: "note",
+                reference: format!("#{id}"),
+                id,
+                session_id: Some(session_id),
+                category: None,
+                ordinal: None,
+                tag: None,
+                commit: None,
+                score: score("note", rank),
+                snippet: snippet(&content, request.text, 220),
+                item: Item::Note(id),
+            });
+        }
+    }
+    if wants("compartment") {
+        // Title counts double: it names the whole piece of work.
+        let mut stmt = conn.prepare_cached(
+            "SELECT f.sequence, s.session_id, f.title, c.p2, c.start_ordinal, c.end_ordinal, f.session
+             FROM compartments_fts f
+               CROSS JOIN sessions s ON s.id = f.session
+               CROSS JOIN compartments c ON c.session = f.session AND c.sequence = f.sequence
+             WHERE compartments_fts MATCH ?1 AND s.project_identity = ?2
+               AND (?3 IS NULL OR s.harness = ?3) AND (?4 IS NULL OR s.session_id = ?4)
+               AND coalesce(c.end_ms, c.created_ms) >= ?5 AND coalesce(c.start_ms, c.created_ms) < ?6
+             ORDER BY bm25(compartments_fts, 2.0, 1.0), f.session, f.sequence LIMIT ?7",
+        )?;
+        let rows = stmt.query_map(
+            params![
+                expression,
+                request.project,
+                harness,
+                session_id,
+                since,
+                until,
+                per_source
+            ],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, i64>(5)?,
+                    r.get::<_, i64>(6)?,
+                ))
+            },
+        )?;
+        for (rank, row) in rows.enumerate() {
+            let (sequence, session_id, title, body, start, end, session) = row?;
+            hits.push(Hit {
+                source: "compartment",
+                reference: format!("c{sequence} (messages {start}-{end})"),
+                id: sequence,
+                session_id: Some(session_id),
+                category: None,
+                ordinal: None,
+                tag: None,
+                commit: None,
+                score: score("compartment", rank),
+                snippet: preview(&format!("{title}: {body}"), 220),
+                item: Item::Compartment(session, sequence),
+            });
+        }
+    }
+    if wants("message") {
+        let filter = MessageFilter {
+            project: request.project,
+            harness,
+            session_id,
+            since,
+            until,
+        };
+        for (rank, m) in message_hits(conn, &expression, &filter, &seen, per_source as usize)?
+            .into_iter()
+            .enumerate()
+        {
+            let what = match (m.kind.as_str(), &m.tool_name) {
+                ("tool", Some(name)) => format!("tool {name}, "),
+                _ => String::new(),
+            };
+            let tag_text = m.tag.map(|t| format!(" §{t}§")).unwrap_or_default();
+            let content: String = conn
+                .prepare_cached("SELECT content FROM raw_parts WHERE id = ?1")?
+                .query_row(params![m.id], |r| r.get(0))?;
+            hits.push(Hit {
+                source: "message",
+                reference: format!("{what}message {}{tag_text}", m.ordinal),
+                id: m.id,
+                session_id: Some(m.session_id),
+                category: None,
+                ordinal: Some(m.ordinal),
+                tag: m.tag,
+                commit: None,
+                score: score("message", rank),
+                snippet: snippet(&content, request.text, 220),
+                item: Item::Message(m.id),
+            });
+        }
+    }
+    // Commits belong to the project's repository, not to a session.
+    if wants("commit") && session_id.is_none() && harness.is_none() {
+        for (rank, c) in commit_hits(conn, &expression, request.project, since, until, per_source)?
+            .into_iter()
+            .enumerate()
+        {
+            let day = jiff::Timestamp::from_millisecond(c.committed_ms)
+                .map(|t| t.strftime("%Y-%m-%d").to_string())
+                .unwrap_or_default();
+            let mut text = c.subject.clone();
+            if !c.body.is_empty() {
+                text.push_str(" — ");
+                text.push_str(&c.body);
+            }
+            let mut shown = snippet(&text, request.text, 180);
+            if !c.paths.is_empty() {
+                let paths: Vec<&str> = c.paths.lines().take(4).collect();
+                let more = c.paths.lines().count().saturating_sub(paths.len());
+                shown.push_str(&format!(
+                    " [{}{}]",
+                    paths.join(", "),
+                    if more > 0 {
+                        format!(" +{more}")
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+            hits.push(Hit {
+                source: "commit",
+                reference: format!("commit {} ({day})", c.short_hash),
+                id: c.id,
+                session_id: None,
+                category: None,
+                ordinal: None,
+                tag: None,
+                commit: Some(c.hash),
+                score: score("commit", rank),
+                snippet: shown,
+                item: Item::Commit(c.id),
+            });
+        }
+    }
+    // Highest score first; ties keep source order, then the lower id.
+    hits.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| source_rank(a.source).cmp(&source_rank(b.source)))
+            .then_with(|| a.id.cmp(&b.id))
+    });
+    Ok(hits)
+}
+
+/// A commit hit as read from `git_commits`.
+pub struct CommitRow {
+    pub id: i64,
+    pub hash: String,
+    pub short_hash: String,
+    pub subject: String,
+    pub body: String,
+    pub paths: String,
+    pub committed_ms: i64,
+}
+
+/// Field weights of the commit index (subject, body, paths, hash): the
+/// subject says what the commit is about, a hash asked for is the commit.
+pub const COMMIT_WEIGHTS: [f64; 4] = [3.0, 1.0, 1.5, 10.0];
+
+/// The project's best `want` commits for `expression` committed in
+/// `[since, until)`, best first; equal scores: the newer commit first.
+pub fn commit_hits(
+    conn: &Connection,
+    expression: &str,
+    project: &str,
+    since: i64,
+    until: i64,
+    want: i64,
+) -> Result<Vec<CommitRow>> {
+    commit_hits_weighted(
+        conn,
+        expression,
+        project,
+        (since, until),
+        want,
+        COMMIT_WEIGHTS,
+    )
+}
+
+/// [`commit_hits`] with other field weights (the benchmark tunes them).
+pub fn commit_hits_weighted(
+    conn: &Connection,
+    expression: &str,
+    project: &str,
+    (since, until): (i64, i64),
+    want: i64,
+    weights: [f64; 4],
+) -> Result<Vec<CommitRow>> {
+    let [s, b, p, h] = weights;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT g.id, g.hash, g.short_hash, g.subject, g.body, g.paths, g.committed_ms
+         FROM commits_fts f CROSS JOIN git_commits g ON g.id = f.rowid
+         WHERE commits_fts MATCH ?1 AND g.project = ?2
+           AND g.committed_ms >= ?3 AND g.committed_ms < ?4
+         ORDER BY bm25(commits_fts, {s}, {b}, {p}, {h}), g.committed_ms DESC, g.id DESC LIMIT ?5"
+    ))?;
+    let rows = stmt
+        .query_map(params![expression, project, since, until, want], |r| {
+            Ok(CommitRow {
+                id: r.get(0)?,
+                hash: r.get(1)?,
+                short_hash: r.get(2)?,
+                subject: r.get(3)?,
+                body: r.get(4)?,
+                paths: r.get(5)?,
+                committed_ms: r.get(6)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+struct MessageFilter<'a> {
+    project: &'a str,
+    harness: Option<&'a str>,
+    session_id: Option<&'a str>,
+    since: i64,
+    until: i64,
+}
+
+/// A message hit before its content is read.
+struct MessageHit {
+    id: i64,
+    session_id: String,
+    ordinal: i64,
+    tag: Option<i64>,
+    kind: String,
+    tool_name: Option<String>,
+}
+
+/// The largest FTS5 page: an index ranks its own top rows cheaply (`ORDER
+/// BY rank LIMIT`), so candidates are taken a page at a time and filtered,
+/// instead of joining every match before sorting.
+const PAGE: i64 = 200;
+
+/// A page asks for what is wanted and half again, for rows the filters
+/// drop (every row read costs lookups, so no more than that).
+fn page_size(want: i64) -> i64 {
+    (want + want / 2).clamp(16, PAGE)
+}
+
+/// The best `want` message hits that pass the filter, best first; among
+/// equal scores the newer message first (the latest word on a topic is
+/// usually the one that holds).
+fn message_hits(
+    conn: &Connection,
+    expression: &str,
+    filter: &MessageFilter<'_>,
+    seen: &Visible,
+    want: usize,
+) -> Result<Vec<MessageHit>> {
+    let mut sessions: std::collections::BTreeMap<i64, Option<(String, String, Option<String>)>> =
+        std::collections::BTreeMap::new();
+    let mut kept: Vec<(f64, i64, i64, MessageHit)> = Vec::new();
+    let mut offset = 0;
+    loop {
+        let page: Vec<(i64, f64)> = conn
+            .prepare_cached(
+                "SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?1
+                 ORDER BY rank LIMIT ?2 OFFSET ?3",
+            )?
+            .query_map(params![expression, page_size(want as i64), offset], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        let full = page.len() as i64 == page_size(want as i64);
+        offset += page_size(want as i64);
+        for (id, rank) in page {
+            let Some((session, ordinal, identity, kind, tool_name)) = conn
+                .prepare_cached(
+                    "SELECT session, ordinal, identity, kind, tool_name FROM raw_parts WHERE id = ?1",
+                )?
+                .query_row(params![id], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, Option<String>>(4)?,
+                    ))
+                })
+                .optional()?
+            else {
+                continue;
+            };
+            if let std::collections::btree_map::Entry::Vacant(slot) = sessions.entry(session) {
+                let row = conn
+                    .prepare_cached(
+                        "SELECT harness, session_id, project_identity FROM sessions WHERE id = ?1",
+                    )?
+                    .query_row(params![session], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .optional()?;
+                slot.insert(row);
+            }
+            let Some(Some((harness, session_id, project))) = sessions.get(&session) else {
+                continue;
+            };
+            if project.as_deref() != Some(filter.project)
+                || filter.harness.is_some_and(|h| h != harness)
+                || filter.session_id.is_some_and(|s| s != session_id)
+            {
+                continue;
+            }
+            if filter.since != i64::MIN || filter.until != i64::MAX {
+                let at: Option<i64> = conn
+                    .prepare_cached(
+                        "SELECT created_ms FROM messages WHERE session = ?1 AND ordinal = ?2",
+                    )?
+                    .query_row(params![session, ordinal], |r| r.get(0))
+                    .optional()?
+                    .flatten();
+                let at = at.unwrap_or(0);
+                if at < filter.since || at >= filter.until {
+                    continue;
+                }
+            }
+            let (tag, status): (Option<i64>, Option<String>) = conn
+                .prepare_cached(
+                    "SELECT number, status FROM tags WHERE session = ?1 AND identity = ?2",
+                )?
+                .query_row(params![session, identity], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?
+                .map_or((None, None), |(n, s)| (Some(n), Some(s)));
+            // Still on the wire for the asking session: it sees this already.
+            if seen.session == Some(session)
+                && seen.boundary.is_some_and(|b| ordinal > b)
+                && status.as_deref() != Some("dropped")
+            {
+                continue;
+            }
+            kept.push((
+                rank,
+                session,
+                ordinal,
+                MessageHit {
+                    id,
+                    session_id: session_id.clone(),
+                    ordinal,
+                    tag,
+                    kind,
+                    tool_name,
+                },
+            ));
+        }
+        if kept.len() >= want || !full {
+            break;
+        }
+    }
+    kept.sort_by(|a, b| {
+        a.0.total_cmp(&b.0)
+            .then_with(|| b.1.cmp(&a.1))
+            .then_with(|| b.2.cmp(&a.2))
+    });
+    Ok(kept.into_iter().take(want).map(|(.., hit)| hit).collect())
+}
+
+fn source_rank(source: &str) -> usize {
+    SOURCES
+        .iter()
+        .position(|s| *s == source)
+        .unwrap_or(SOURCES.len())
+}
+
+fn score(source: &str, rank: usize) -> f64 {
+    let raw = 1.0 / (rank as f64 + 1.0);
+    // Rounded so the printed score is the compared one (no float noise in output).
+    (raw * boost(source) * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_text_becomes_a_valid_expression() {
+        assert_eq!(fts_expression("  "), None);
+        assert_eq!(fts_expression("- -- \"\" * ( )"), None);
+        assert_eq!(fts_expression("retry"), Some("\"retry\"".into()));
+        assert_eq!(
+            fts_expression("retry \"lease policy\" -flaky AND*"),
+            Some("(\"retry\" OR \"lease policy\" OR \"AND*\") NOT \"flaky\"".into())
+        );
+        assert_eq!(fts_expression("-only"), None, "nothing left to look for");
+        // Question words are left out, unless they are all there is or quoted.
+        assert_eq!(
+            fts_expression("what is the max upload size"),
+            Some("(\"max\" OR \"upload\" OR \"size\")".into())
+        );
+        assert_eq!(
+            fts_expression("who was it"),
+            Some("(\"who\" OR \"was\" OR \"it\")".into())
+        );
+        assert_eq!(
+            fts_expression("\"the\" lease"),
+            Some("(\"the\" OR \"lease\")".into())
+        );
+        assert_eq!(
+            fts_expression("unclosed \"phrase here"),
+            Some("(\"unclosed\" OR \"phrase\" OR \"here\")".into())
+        );
+    }
+}

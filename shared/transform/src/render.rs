@@ -1,0 +1,754 @@
+//! Replay: turn the input messages plus stored state into the output bytes.
+//!
+//! A pure function. It never looks at what an earlier pass emitted, only at
+//! the input and the stored tag states and watermarks, so the same state and
+//! input always give the same bytes (ARCHITECTURE.md, invariants 1–3).
+
+use std::collections::BTreeMap;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde_json::{Map, Value};
+
+use mc_base::codec::{Message, Part, PartKind, Role};
+
+use super::caveman;
+use mc_base::domain::notation::{placeholder, prefixed, strip_leading_tags};
+use mc_base::domain::tags::{DropMode, TagKind, TagRow};
+
+/// The version of every rule that turns input and stored state into bytes:
+/// placeholders, skeletons, prefixes, caveman, temporal markers, reminders and
+/// the head's format. Bump it with any change to them: each session's next
+/// pass then busts once, declared (`materialize_reason: render_version`),
+/// instead of changing cached bytes under a report that says `bust: none`.
+/// `render_fingerprint_is_pinned_to_the_version` fails until it is bumped.
+pub const RENDER_VERSION: i64 = 1;
+
+/// Tool inputs whose JSON is longer than this are clamped in a skeleton.
+const SKELETON_INPUT_LIMIT: usize = 500;
+/// Characters of a string input value a skeleton keeps.
+const SKELETON_KEEP_CHARS: usize = 5;
+
+/// Per message, per part: the index into the tag list of the part's tag.
+pub type Bindings = Vec<Vec<Option<usize>>>;
+
+/// The synthetic head: m[0] and m[1] as two user messages.
+pub struct Head<'a> {
+    pub session_id: &'a str,
+    pub m0: &'a str,
+    pub m1: &'a str,
+}
+
+pub struct RenderState<'a> {
+    pub tags: &'a [TagRow],
+    /// Per message, per part: the index into `tags` of the part's tag.
+    pub bindings: &'a [Vec<Option<usize>>],
+    /// Show `§N§` prefixes (the agent can call ctx_reduce).
+    pub prefixes: bool,
+    /// Reasoning of messages whose age tag is at or below this is cleared...
+    pub reasoning_cleared_through: i64,
+    /// ...unless the message keeps it (it was pinned when the watermark passed).
+    pub keep_reasoning: &'a [bool],
+    /// Per message, its stable ordinal (messages without an id have none).
+    pub ordinals: &'a [Option<i64>],
+    /// Messages up to this ordinal are covered by the head and leave the wire.
+    pub covered_through: i64,
+    /// Per message, a temporal marker for its first text part.
+    pub markers: &'a [Option<String>],
+    pub head: Option<Head<'a>>,
+    /// Channel 2: synthetic reminders, each after the message with its id.
+    pub nudge2: &'a BTreeMap<String, String>,
+}
+
+/// The newest tag of each message, carried forward to untagged messages so
+/// every message has an age.
+pub fn age_tags(tags: &[TagRow], bindings: &[Vec<Option<usize>>]) -> Vec<i64> {
+    let mut last = 0;
+    bindings
+        .iter()
+        .map(|parts| {
+            let newest = parts
+                .iter()
+                .flatten()
+                .filter_map(|&i| tags.get(i))
+                .map(|tag| tag.number)
+                .max();
+            if let Some(n) = newest {
+                last = last.max(n);
+            }
+            last
+        })
+        .collect()
+}
+
+fn synthetic_user(session_id: &str, text: &str) -> Message {
+    let info = serde_json::json!({"role": "user", "sessionID": session_id, "syntheticHead": true});
+    synthetic_message(info, text)
+}
+
+fn reminder(session_id: &str, text: &str) -> Message {
+    synthetic_message(
+        serde_json::json!({"role": "user", "sessionID": session_id}),
+        text,
+    )
+}
+
+/// `{"info": info, "parts": [{"type": "text", "text": text, "synthetic": true}]}`,
+/// built as `Message::decode` would build it.
+fn synthetic_message(info: Value, text: &str) -> Message {
+    let mut raw = Map::new();
+    raw.insert("info".into(), info);
+    let mut part = Map::new();
+    part.insert("type".into(), Value::from("text"));
+    part.insert("text".into(), Value::from(text));
+    part.insert("synthetic".into(), Value::Bool(true));
+    Message::new(
+        raw,
+        vec![Part {
+            kind: PartKind::Text,
+            raw: part,
+        }],
+    )
+}
+
+pub fn render(messages: Vec<Message>, state: &RenderState<'_>) -> Vec<Message> {
+    let ages = age_tags(state.tags, state.bindings);
+    let mut out = Vec::with_capacity(messages.len() + 3);
+    out.extend(head_messages(state));
+    let mut tags = Vec::new();
+    for (index, message) in messages.into_iter().enumerate() {
+        let input = MessageInput::of(&message, index, &ages, state, tags);
+        let (rendered, reminder) = render_message(message, &input);
+        tags = input.into_buffer();
+        out.extend(rendered);
+        out.extend(reminder);
+    }
+    out
+}
+
+/// One output message of [`render_replaying`].
+#[derive(Debug)]
+pub enum Slot {
+    /// Rendered on this pass.
+    Fresh(Message),
+    /// The message at this index of the previous pass's output, byte for byte.
+    Again(usize),
+}
+
+/// How one input message rendered: the fingerprint of its
+/// [`MessageInput`] and the run of output messages it became (none when
+/// covered or emptied by drops; itself, then its reminder if any).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rendering {
+    pub key: u128,
+    pub first: usize,
+    pub count: usize,
+}
+
+/// [`Rendering`]s by message id (`info.id`); ids seen twice are left out.
+pub type Renderings = FxHashMap<Box<str>, Rendering>;
+
+/// What a resident process knows of the previous pass's render.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// How the previous pass rendered its input messages.
+    pub previous: Renderings,
+    /// How many messages the previous output has.
+    pub previous_len: usize,
+    /// The ids of this input's messages that are not the previous input's
+    /// messages unchanged (a delta's new and changed messages).
+    pub changed: FxHashSet<Box<str>>,
+}
+
+/// What [`render_replaying`] leaves for the next pass.
+#[derive(Debug, Default)]
+pub struct ForNextPass {
+    /// How this pass rendered each input message with an id.
+    pub renderings: Renderings,
+    /// The input messages not rendered again, untouched (decoded input a
+    /// resident process may keep instead of decoding it once more).
+    pub unused: Vec<Message>,
+}
+
+/// [`render`] for a resident process that kept the previous pass's
+/// renderings (`replay`). A message that is one of the previous input's,
+/// unchanged, with the same render input again, is not rendered: its
+/// slots name the previous output's messages. Equal bytes follow because a
+/// message's output is a function of the message and its
+/// [`MessageInput`] alone. A message is known to be the previous input's
+/// when its id is not among `replay.changed` and no other message of
+/// either input carries it.
+pub fn render_replaying(
+    messages: Vec<Message>,
+    state: &RenderState<'_>,
+    replay: &Replay,
+) -> (Vec<Slot>, ForNextPass) {
+    let ages = age_tags(state.tags, state.bindings);
+    let mut slots = Vec::with_capacity(messages.len() + 3);
+    slots.extend(head_messages(state).map(Slot::Fresh));
+    // An id the input carries twice names no one message: neither copy
+    // replays, and neither is kept.
+    let mut seen = FxHashMap::with_capacity_and_hasher(messages.len(), Default::default());
+    for id in messages.iter().filter_map(Message::id) {
+        *seen.entry(id).or_insert(0u32) += 1;
+    }
+    let repeated: FxHashSet<Box<str>> = seen
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(id, _)| Box::from(id))
+        .collect();
+    let mut renderings = Renderings::with_capacity_and_hasher(messages.len(), Default::default());
+    let mut unused = Vec::new();
+    let mut tags = Vec::new();
+    let mut bytes = Vec::new();
+    for (index, message) in messages.into_iter().enumerate() {
+        let input = MessageInput::of(&message, index, &ages, state, tags);
+        let key = input.key(&mut bytes);
+        let first = slots.len();
+        let id = message
+            .id()
+            .filter(|id| !repeated.contains(*id))
+            .map(Box::<str>::from);
+        let before = id
+            .as_deref()
+            .filter(|id| !replay.changed.contains(*id))
+            .and_then(|id| replay.previous.get(id))
+            .filter(|r| r.key == key && r.first + r.count <= replay.previous_len);
+        let count = match before {
+            Some(before) => {
+                slots.extend((before.first..before.first + before.count).map(Slot::Again));
+                unused.push(message);
+                before.count
+            }
+            None => {
+                let (rendered, reminder) = render_message(message, &input);
+                let count = usize::from(rendered.is_some()) + usize::from(reminder.is_some());
+                slots.extend(rendered.into_iter().chain(reminder).map(Slot::Fresh));
+                count
+            }
+        };
+        tags = input.into_buffer();
+        if let Some(id) = id {
+            renderings.insert(id, Rendering { key, first, count });
+        }
+    }
+    (slots, ForNextPass { renderings, unused })
+}
+
+fn head_messages(state: &RenderState<'_>) -> impl Iterator<Item = Message> {
+    state
+        .head
+        .as_ref()
+        .map(|head| {
+            [
+                synthetic_user(head.session_id, head.m0),
+                synthetic_user(head.session_id, head.m1),
+            ]
+        })
+        .into_iter()
+        .flatten()
+}
+
+/// A tag as the render reads it: nothing else of the row reaches the bytes.
+#[derive(Debug, Clone, Copy)]
+struct TagView<'s> {
+    number: i64,
+    kind: TagKind,
+    dropped: Option<DropMode>,
+    caveman_depth: u8,
+    nudge: Option<&'s str>,
+}
+
+/// Everything one message's render reads besides the message itself.
+/// [`render_message`] sees only this and the message, so a message and an
+/// equal input (equal [`MessageInput::key`]) render to the same bytes.
+struct MessageInput<'s> {
+    /// Covered by the head's compartments: off the wire.
+    covered: bool,
+    prefixes: bool,
+    clear_reasoning: bool,
+    /// The temporal marker for its first text part.
+    marker: Option<&'s str>,
+    /// Per part the binding names, its tag.
+    tags: Vec<Option<TagView<'s>>>,
+    /// The Channel 2 reminder that follows it.
+    reminder: Option<&'s str>,
+}
+
+impl<'s> MessageInput<'s> {
+    /// The render input of `message`, the `index`th input message; `tags`
+    /// is a buffer to reuse.
+    fn of(
+        message: &Message,
+        index: usize,
+        ages: &[i64],
+        state: &RenderState<'s>,
+        mut tags: Vec<Option<TagView<'s>>>,
+    ) -> MessageInput<'s> {
+        tags.clear();
+        // The per-message slices are as long as the messages; a missing
+        // entry reads as "no ordinal, no tags, no marker".
+        let ordinal = state.ordinals.get(index).copied().flatten();
+        if ordinal.is_some_and(|o| o <= state.covered_through) {
+            return MessageInput {
+                covered: true,
+                prefixes: false,
+                clear_reasoning: false,
+                marker: None,
+                tags,
+                reminder: None,
+            };
+        }
+        let binding = state.bindings.get(index).map_or(&[][..], Vec::as_slice);
+        tags.extend(binding.iter().map(|at| {
+            at.and_then(|i| state.tags.get(i)).map(|tag| TagView {
+                number: tag.number,
+                kind: tag.kind,
+                dropped: tag.dropped,
+                caveman_depth: tag.caveman_depth,
+                nudge: tag.nudge.as_deref(),
+            })
+        }));
+        let has_dropped = tags.iter().flatten().any(|tag| tag.dropped.is_some());
+        let age = ages.get(index).copied().unwrap_or(0);
+        let clear_reasoning = has_dropped
+            || (age > 0
+                && age <= state.reasoning_cleared_through
+                && !state.keep_reasoning.get(index).copied().unwrap_or(false));
+        MessageInput {
+            covered: false,
+            prefixes: state.prefixes,
+            clear_reasoning,
+            marker: state.markers.get(index).and_then(Option::as_deref),
+            tags,
+            reminder: message
+                .id()
+                .and_then(|id| state.nudge2.get(id))
+                .map(String::as_str),
+        }
+    }
+
+    fn into_buffer(self) -> Vec<Option<TagView<'s>>> {
+        self.tags
+    }
+
+    /// A fingerprint of the input: XXH3-128 over an injective encoding of
+    /// every field (a tag byte per optional value, lengths before text).
+    fn key(&self, bytes: &mut Vec<u8>) -> u128 {
+        fn text(bytes: &mut Vec<u8>, text: Option<&str>) {
+            match text {
+                None => bytes.push(0),
+                Some(t) => {
+                    bytes.push(1);
+                    bytes.extend_from_slice(&(t.len() as u64).to_le_bytes());
+                    bytes.extend_from_slice(t.as_bytes());
+                }
+            }
+        }
+        bytes.clear();
+        if self.covered {
+            bytes.push(0);
+        } else {
+            bytes.push(1);
+            bytes.push(u8::from(self.prefixes));
+            bytes.push(u8::from(self.clear_reasoning));
+            text(bytes, self.marker);
+            bytes.extend_from_slice(&(self.tags.len() as u64).to_le_bytes());
+            for tag in &self.tags {
+                match tag {
+                    None => bytes.push(0),
+                    Some(tag) => {
+                        bytes.push(1);
+                        bytes.extend_from_slice(&tag.number.to_le_bytes());
+                        bytes.push(match tag.kind {
+                            TagKind::Message => 0,
+                            TagKind::File => 1,
+                            TagKind::Tool => 2,
+                        });
+                        bytes.push(match tag.dropped {
+                            None => 0,
+                            Some(DropMode::Full) => 1,
+                            Some(DropMode::Skeleton) => 2,
+                        });
+                        bytes.push(tag.caveman_depth);
+                        text(bytes, tag.nudge);
+                    }
+                }
+            }
+            text(bytes, self.reminder);
+        }
+        xxhash_rust::xxh3::xxh3_128(bytes)
+    }
+}
+
+/// One message's output: itself as rendered (none when covered or emptied
+/// by drops), and the reminder that follows it.
+fn render_message(
+    mut message: Message,
+    input: &MessageInput<'_>,
+) -> (Option<Message>, Option<Message>) {
+    if input.covered {
+        return (None, None);
+    }
+    let mut marker = input.marker;
+    let old_parts = std::mem::take(&mut message.parts);
+    let mut removed_any = false;
+    let mut parts = Vec::with_capacity(old_parts.len());
+    for (part_index, mut part) in old_parts.into_iter().enumerate() {
+        if part.kind == PartKind::Reasoning && input.clear_reasoning {
+            removed_any = true;
+            continue;
+        }
+        let tag = input.tags.get(part_index).copied().flatten();
+        if let Some(tag) = tag {
+            match (tag.dropped, tag.kind) {
+                (Some(DropMode::Full), TagKind::Tool) => {
+                    removed_any = true;
+                    continue;
+                }
+                (Some(DropMode::Skeleton), TagKind::Tool) => skeleton(&mut part, tag.number),
+                (Some(_), TagKind::Message) => {
+                    part.set_text(placeholder(tag.number));
+                    marker = None;
+                }
+                (Some(_), TagKind::File) => part = file_placeholder(part, tag.number),
+                (None, TagKind::Tool) => {
+                    if let Some(output) = part.tool_output() {
+                        let mut output = if input.prefixes {
+                            prefixed(tag.number, output)
+                        } else {
+                            output.to_string()
+                        };
+                        if let Some(nudge) = tag.nudge {
+                            output.push_str(nudge);
+                        }
+                        part.set_tool_output(output);
+                    }
+                }
+                (None, TagKind::Message) => {
+                    let pristine = part.text().unwrap_or_default();
+                    let mut body = match caveman::Level::from_depth(tag.caveman_depth) {
+                        Some(level) => caveman::compress(strip_leading_tags(pristine), level),
+                        None => strip_leading_tags(pristine).to_string(),
+                    };
+                    if let Some(m) = marker.take() {
+                        body.insert_str(0, m);
+                    }
+                    part.set_text(if input.prefixes {
+                        prefixed(tag.number, &body)
+                    } else {
+                        body
+                    });
+                }
+                (None, TagKind::File) => {}
+            }
+        } else if part.kind == PartKind::Text
+            && !part.is_ignored()
+            && let Some(m) = marker.take()
+        {
+            let text = format!("{m}{}", part.text().unwrap_or_default());
+            part.set_text(text);
+        }
+        parts.push(part);
+    }
+    message.parts = parts;
+    // A step wrapper emptied by drops goes too; a user message always stays
+    // (as a placeholder shell) so turn boundaries survive.
+    if removed_any && message.role() != Role::User && !message.parts.iter().any(Part::is_meaningful)
+    {
+        return (None, None);
+    }
+    let reminder = input
+        .reminder
+        .map(|text| reminder(message.session_id().unwrap_or_default(), text));
+    (Some(message), reminder)
+}
+
+fn skeleton(part: &mut Part, number: i64) {
+    part.set_tool_output(placeholder(number));
+    if let Some(input) = part.tool_input_mut() {
+        let long = serde_json::to_string(input).map_or(0, |s| s.len()) > SKELETON_INPUT_LIMIT;
+        if long && let Value::Object(map) = input {
+            for value in map.values_mut() {
+                clamp_value(value);
+            }
+        }
+    }
+}
+
+fn clamp_value(value: &mut Value) {
+    let clamped = match value {
+        Value::String(s) if s.chars().count() > SKELETON_KEEP_CHARS => {
+            let head: String = s.chars().take(SKELETON_KEEP_CHARS).collect();
+            format!("{head}...[truncated]")
+        }
+        Value::Array(items) => format!("[{} items]", items.len()),
+        Value::Object(_) => "[object]".to_string(),
+        _ => return,
+    };
+    *value = Value::String(clamped);
+}
+
+/// A dropped file becomes a text part carrying the placeholder; its ids stay.
+fn file_placeholder(part: Part, number: i64) -> Part {
+    let mut raw = Map::new();
+    for key in ["id", "sessionID", "messageID"] {
+        if let Some(v) = part.raw.get(key) {
+            raw.insert(key.into(), v.clone());
+        }
+    }
+    raw.insert("type".into(), Value::String("text".into()));
+    raw.insert("text".into(), Value::String(placeholder(number)));
+    Part {
+        kind: PartKind::Text,
+        raw,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The owned parts of a [`RenderState`], to vary one at a time.
+    #[derive(Clone)]
+    struct World {
+        tags: Vec<TagRow>,
+        bindings: Bindings,
+        prefixes: bool,
+        reasoning_cleared_through: i64,
+        keep_reasoning: Vec<bool>,
+        ordinals: Vec<Option<i64>>,
+        covered_through: i64,
+        markers: Vec<Option<String>>,
+        nudge2: BTreeMap<String, String>,
+    }
+
+    impl World {
+        fn state(&self) -> RenderState<'_> {
+            RenderState {
+                tags: &self.tags,
+                bindings: &self.bindings,
+                prefixes: self.prefixes,
+                reasoning_cleared_through: self.reasoning_cleared_through,
+                keep_reasoning: &self.keep_reasoning,
+                ordinals: &self.ordinals,
+                covered_through: self.covered_through,
+                markers: &self.markers,
+                head: Some(Head {
+                    session_id: "s",
+                    m0: "m0",
+                    m1: "m1",
+                }),
+                nudge2: &self.nudge2,
+            }
+        }
+    }
+
+    fn tag(number: i64, kind: TagKind) -> TagRow {
+        TagRow {
+            number,
+            kind,
+            identity: format!("i{number}"),
+            dropped: None,
+            tool_name: None,
+            tokens: 10,
+            input_tokens: 0,
+            bytes: 40,
+            caveman_depth: 0,
+            nudge: None,
+        }
+    }
+
+    /// Four messages: a user text, a tool step with reasoning, an answer, a
+    /// user text; one tag per tagged part, numbered in order.
+    fn session() -> (Vec<Message>, World) {
+        let messages = vec![
+            json!({"info": {"id": "m1", "sessionID": "s", "role": "user"},
+                   "parts": [{"type": "text", "text": "please read the file"}]}),
+            json!({"info": {"id": "m2", "sessionID": "s", "role": "assistant"},
+                   "parts": [{"type": "reasoning", "text": "why"},
+                             {"type": "tool", "callID": "c1", "tool": "read",
+                              "state": {"status": "completed", "input": {"filePath": "a.rs"}, "output": "fn a() {}"}}]}),
+            json!({"info": {"id": "m3", "sessionID": "s", "role": "assistant"},
+                   "parts": [{"type": "reasoning", "text": "so"}, {"type": "text", "text": "Well, it is basically done."}]}),
+            json!({"info": {"id": "m4", "sessionID": "s", "role": "user"},
+                   "parts": [{"type": "text", "text": "thanks"}]}),
+        ]
+        .into_iter()
+        .map(|v| Message::decode(v).unwrap())
+        .collect();
+        let world = World {
+            tags: vec![
+                tag(1, TagKind::Message),
+                tag(2, TagKind::Tool),
+                tag(3, TagKind::Message),
+                tag(4, TagKind::Message),
+            ],
+            bindings: vec![
+                vec![Some(0)],
+                vec![None, Some(1)],
+                vec![None, Some(2)],
+                vec![Some(3)],
+            ],
+            prefixes: true,
+            reasoning_cleared_through: 0,
+            keep_reasoning: vec![false; 4],
+            ordinals: vec![Some(1), Some(2), Some(3), Some(4)],
+            covered_through: 0,
+            markers: vec![None; 4],
+            nudge2: BTreeMap::new(),
+        };
+        (messages, world)
+    }
+
+    fn encoded(messages: Vec<Message>) -> Vec<Value> {
+        messages.into_iter().map(Message::encode).collect()
+    }
+
+    /// The slots with each index resolved in `previous`, and how many were indices.
+    fn resolved(slots: Vec<Slot>, previous: &[Value]) -> (Vec<Value>, usize) {
+        let mut again = 0;
+        let values = slots
+            .into_iter()
+            .map(|slot| match slot {
+                Slot::Fresh(message) => message.encode(),
+                Slot::Again(i) => {
+                    again += 1;
+                    previous[i].clone()
+                }
+            })
+            .collect();
+        (values, again)
+    }
+
+    #[test]
+    fn a_replayed_render_is_the_render_and_renders_again_only_what_changed() {
+        let (messages, world) = session();
+        let first = encoded(render(messages.clone(), &world.state()));
+        // Nothing to replay: everything is rendered, as `render` renders it.
+        let (slots, kept) = render_replaying(messages.clone(), &world.state(), &Replay::default());
+        assert_eq!(resolved(slots, &[]), (first.clone(), 0));
+        assert!(kept.unused.is_empty());
+        let replay = || Replay {
+            previous: kept.renderings.clone(),
+            previous_len: first.len(),
+            changed: FxHashSet::default(),
+        };
+        // The same state again: only the head is rendered.
+        let (slots, again) = render_replaying(messages.clone(), &world.state(), &replay());
+        assert_eq!(resolved(slots, &first), (first.clone(), 4));
+        assert_eq!(again.unused.len(), 4);
+
+        // Each thing the render reads, changed on its own: the replayed
+        // render is still the render (a key that missed it would replay old
+        // bytes), and the messages it does not touch are replayed.
+        type Change = (&'static str, fn(&mut World), usize);
+        let changes: [Change; 12] = [
+            (
+                "tool dropped whole",
+                |w| w.tags[1].dropped = Some(DropMode::Full),
+                3,
+            ),
+            (
+                "tool skeleton",
+                |w| w.tags[1].dropped = Some(DropMode::Skeleton),
+                3,
+            ),
+            (
+                "text dropped",
+                |w| w.tags[2].dropped = Some(DropMode::Full),
+                3,
+            ),
+            (
+                "nudge on a tool",
+                |w| w.tags[1].nudge = Some("\n(reduce me)".into()),
+                3,
+            ),
+            ("caveman depth", |w| w.tags[2].caveman_depth = 3, 3),
+            ("a tag renumbered", |w| w.tags[3].number = 9, 3),
+            ("a marker", |w| w.markers[3] = Some("[later] ".into()), 3),
+            ("no prefixes", |w| w.prefixes = false, 0),
+            // (m1 has no reasoning to clear, but its input says "clear".)
+            ("reasoning cleared", |w| w.reasoning_cleared_through = 3, 1),
+            (
+                "reasoning kept",
+                |w| {
+                    w.reasoning_cleared_through = 3;
+                    w.keep_reasoning[1] = true;
+                },
+                2,
+            ),
+            ("covered by the head", |w| w.covered_through = 2, 2),
+            (
+                "a reminder after it",
+                |w| {
+                    w.nudge2.insert("m3".into(), "reminder".into());
+                },
+                3,
+            ),
+        ];
+        for (what, change, replayed) in changes {
+            let mut changed = world.clone();
+            change(&mut changed);
+            let want = encoded(render(messages.clone(), &changed.state()));
+            assert_ne!(want, first, "{what}: the change shows");
+            let (slots, _) = render_replaying(messages.clone(), &changed.state(), &replay());
+            assert_eq!(resolved(slots, &first), (want, replayed), "{what}");
+        }
+
+        // A message named changed, or whose id another message carries
+        // too, is rendered again even with the same render input.
+        let mut named = replay();
+        named.changed.insert("m2".into());
+        let (slots, _) = render_replaying(messages.clone(), &world.state(), &named);
+        assert_eq!(resolved(slots, &first), (first.clone(), 3));
+        let mut twice = messages.clone();
+        twice.push(messages[0].clone());
+        let mut with_twice = world.clone();
+        with_twice.bindings.push(vec![Some(0)]);
+        with_twice.ordinals.push(Some(1));
+        with_twice.keep_reasoning.push(false);
+        with_twice.markers.push(None);
+        let want = encoded(render(twice.clone(), &with_twice.state()));
+        let (slots, kept_twice) = render_replaying(twice, &with_twice.state(), &replay());
+        assert_eq!(resolved(slots, &first), (want, 3));
+        assert!(
+            !kept_twice.renderings.contains_key("m1"),
+            "a repeated id is not kept"
+        );
+        // A rendering beyond the previous output is not used.
+        let short = Replay {
+            previous_len: first.len() - 1,
+            ..replay()
+        };
+        let (slots, _) = render_replaying(messages, &world.state(), &short);
+        assert_eq!(resolved(slots, &first), (first, 3));
+    }
+
+    #[test]
+    fn skeleton_clamps_only_long_inputs() {
+        let mut short = Part::decode(json!({"type": "tool", "state": {"status": "completed",
+            "input": {"filePath": "src/lib.rs"}, "output": "x"}}))
+        .unwrap();
+        skeleton(&mut short, 4);
+        assert_eq!(short.tool_output(), Some("[dropped §4§]"));
+        assert_eq!(short.tool_input(), Some(&json!({"filePath": "src/lib.rs"})));
+
+        let body = "y".repeat(600);
+        let mut long = Part::decode(json!({"type": "tool", "state": {"status": "completed",
+            "input": {"filePath": "src/lib.rs", "content": body, "n": 3, "list": [1, 2], "o": {"a": 1}},
+            "output": "x"}})).unwrap();
+        skeleton(&mut long, 5);
+        assert_eq!(
+            long.tool_input(),
+            Some(
+                &json!({"filePath": "src/l...[truncated]", "content": "yyyyy...[truncated]",
+                         "n": 3, "list": "[2 items]", "o": "[object]"})
+            )
+        );
+        // Idempotent: clamping a clamped input changes nothing.
+        let before = long.tool_input().cloned();
+        skeleton(&mut long, 5);
+        assert_eq!(long.tool_input().cloned(), before);
+    }
+}
