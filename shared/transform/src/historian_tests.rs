@@ -1,49 +1,14 @@
 //! The historian's `check` against what the pass stored (moved from
 //! mc-history's tests: the historian cannot name the pass that sits above it).
 
-use serde_json::{Value, json};
-
 use mc_base::config::TransformConfig;
 use mc_base::domain::measure;
 use mc_base::store::Store;
 use mc_history::historian::{Input, check};
 
-use crate::{Envelope, run_pass};
+use mc_base::testkit::{NOW, WORDS, envelope, messages};
 
-const NOW: i64 = 1_796_000_000_000;
-/// Words per message: 30 turns are about 18k tokens, against a 20k window
-/// whose protected tail is 8k.
-const WORDS: usize = 300;
-
-/// A session of `turns` user/assistant pairs, each message about `words` words.
-fn messages(session: &str, turns: usize, words: usize) -> Vec<Value> {
-    let mut out = Vec::new();
-    for t in 0..turns {
-        let at = NOW - 10_000_000 + t as i64 * 60_000;
-        let filler = format!("{} ", ["alpha", "beta", "gamma", "delta"][t % 4]).repeat(words);
-        out.push(
-            json!({"info": {"id": format!("msg_{t:04}_u"), "sessionID": session, "role": "user",
-                                 "time": {"created": at}},
-                        "parts": [{"type": "text", "text": format!("Task {t}: {filler}")}]}),
-        );
-        out.push(json!({"info": {"id": format!("msg_{t:04}_a"), "sessionID": session, "role": "assistant",
-                                 "finish": "stop", "time": {"created": at + 1_000, "completed": at + 5_000}},
-                        "parts": [{"type": "text", "text": format!("Did task {t}. {filler}")},
-                                  {"type": "tool", "callID": format!("c{t}"), "tool": "read",
-                                   "state": {"status": "completed", "input": {"filePath": format!("src/f{t}.rs")},
-                                             "output": "fn x() {}"}}]}));
-    }
-    out
-}
-
-fn envelope(session: &str, messages: Vec<Value>, usage: u64) -> Envelope {
-    Envelope::from_value(json!({
-        "harness": "opencode", "session_id": session,
-        "model": {"provider": "p", "id": "m", "context_limit": 20_000},
-        "usage": {"input": usage}, "now_ms": NOW, "messages": messages,
-    }))
-    .unwrap()
-}
+use crate::run_pass;
 
 #[test]
 fn check_and_the_pass_agree() {
