@@ -484,6 +484,7 @@ fn restore_hook(
         dry_run: flags.dry_run,
         history: !flags.pins_only,
         dates: config.transform.temporal_awareness,
+        wait: std::time::Duration::from_millis(config.sqlite.hook_busy_timeout_ms),
     };
     let report = hook::restore(&mut store, harness, input, options, now_ms())?;
     warn(&report.warnings);

@@ -1494,6 +1494,7 @@ fn session_start_hooks(path: &std::path::Path, session: &str, harness: pin::Harn
             dry_run: false,
             history: true,
             dates: true,
+            wait: std::time::Duration::from_millis(50),
         };
         if let Ok(report) = pin::hook::restore(&mut store, harness, &input, options, NOW) {
             let _ = pin::hook::commit(&mut store, &report, NOW);

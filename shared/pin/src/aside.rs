@@ -31,9 +31,6 @@ use super::claim::{self, CLAIM_TIMEOUT_MS};
 /// (a live one holds it for the hook's database wait at most).
 pub const STALE_LOCK: Duration = Duration::from_secs(30);
 
-/// How long a restorer waits for another to leave the mutex.
-const LOCK_WAIT: Duration = Duration::from_secs(3);
-
 /// A claim kept in the file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Row {
@@ -98,10 +95,10 @@ impl Aside {
         })
     }
 
-    /// Take the mutex, waiting a few seconds at most for another restorer
-    /// to leave it; `None` when it does not.
-    pub fn lock(&self) -> Result<Option<Guard>> {
-        let deadline = Instant::now() + LOCK_WAIT;
+    /// Take the mutex, waiting at most `wait` (the hook's own wait) for
+    /// another restorer to leave it; `None` when it does not.
+    pub fn lock(&self, wait: Duration) -> Result<Option<Guard>> {
+        let deadline = Instant::now() + wait;
         loop {
             match std::fs::OpenOptions::new()
                 .write(true)
@@ -242,7 +239,7 @@ mod tests {
         let mut store = Store::open(&db, &StoreOptions::default()).unwrap();
         let aside = Aside::beside(store.path()).unwrap();
         assert_eq!(Aside::beside(Path::new(":memory:")), None);
-        let guard = aside.lock().unwrap().unwrap();
+        let guard = aside.lock(Duration::ZERO).unwrap().unwrap();
         // A second holder is refused while the first holds it (after the wait).
         assert!(
             std::fs::OpenOptions::new()
@@ -281,6 +278,6 @@ mod tests {
         assert!(!aside.file.exists());
         drop(guard);
         assert!(!aside.lock.exists());
-        assert!(aside.lock().unwrap().is_some());
+        assert!(aside.lock(Duration::ZERO).unwrap().is_some());
     }
 }

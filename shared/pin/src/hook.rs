@@ -31,6 +31,7 @@
 //! printing it at every resume would pile it up.
 
 use std::path::Path;
+use std::time::Duration;
 
 use rusqlite::Connection;
 use serde_json::{Value, json};
@@ -461,6 +462,9 @@ pub struct HookOptions<'a> {
     pub history: bool,
     /// Render compartment dates (`transform.temporal_awareness`).
     pub dates: bool,
+    /// How long the hook may wait for another restorer's claim: the hook's
+    /// bound (`sqlite.hook_busy_timeout_ms`), as for the database's lock.
+    pub wait: Duration,
 }
 
 /// A restoration whose output is about to go out: the claim to finish and
@@ -473,6 +477,8 @@ pub struct Pending {
     /// the database was locked).
     pub session: Option<i64>,
     pub cursor: String,
+    /// The hook's wait ([`HookOptions::wait`]), for the claim's last step.
+    pub wait: Duration,
 }
 
 /// Where a hook's claim is.
@@ -788,7 +794,7 @@ fn after_compaction(
         // that stays in the mutex past its wait is answering this compaction.
         let aside = aside::Aside::beside(store.path());
         let guard = match &aside {
-            Some(a) => match a.lock() {
+            Some(a) => match a.lock(options.wait) {
                 Ok(Some(guard)) => Some(guard),
                 Ok(None) => return Ok(lost(Outcome::InProgress, report.warnings)),
                 // No file can go beside the database: the database's claim alone.
@@ -878,6 +884,7 @@ fn after_compaction(
             claim: held,
             session,
             cursor: compaction.cursor.clone(),
+            wait: options.wait,
         });
     }
     report.action = if options.dry_run {
@@ -902,7 +909,7 @@ pub fn commit(store: &mut Store, report: &RestoreReport, now_ms: i64) -> Result<
     };
     let claim = match &pending.claim {
         Held::Database(claim) => claim,
-        Held::Aside(mine) => return commit_aside(store, mine, now_ms),
+        Held::Aside(mine) => return commit_aside(store, mine, pending.wait, now_ms),
     };
     let kept = store.write(|tx| {
         if let Some(session) = pending.session {
@@ -919,11 +926,16 @@ pub fn commit(store: &mut Store, report: &RestoreReport, now_ms: i64) -> Result<
     }))
 }
 
-fn commit_aside(store: &mut Store, mine: &aside::Row, now_ms: i64) -> Result<Option<String>> {
+fn commit_aside(
+    store: &mut Store,
+    mine: &aside::Row,
+    wait: Duration,
+    now_ms: i64,
+) -> Result<Option<String>> {
     let Some(aside) = aside::Aside::beside(store.path()) else {
         return Ok(None);
     };
-    let Some(guard) = aside.lock()? else {
+    let Some(guard) = aside.lock(wait)? else {
         return Ok(Some(format!(
             "the pins were printed, but the claim on compaction {} could not be marked done",
             mine.compaction
@@ -949,20 +961,22 @@ fn commit_aside(store: &mut Store, mine: &aside::Row, now_ms: i64) -> Result<Opt
 /// The output could not be printed: give the compaction back, so the next
 /// event can restore it.
 pub fn release(store: &mut Store, report: &RestoreReport) -> Result<()> {
-    match report.pending.as_ref().map(|p| &p.claim) {
-        Some(Held::Database(claim)) => store.write(|tx| claim::release(tx, claim)),
-        Some(Held::Aside(mine)) => {
+    let Some(pending) = &report.pending else {
+        return Ok(());
+    };
+    match &pending.claim {
+        Held::Database(claim) => store.write(|tx| claim::release(tx, claim)),
+        Held::Aside(mine) => {
             let Some(aside) = aside::Aside::beside(store.path()) else {
                 return Ok(());
             };
-            if let Some(guard) = aside.lock()? {
+            if let Some(guard) = aside.lock(pending.wait)? {
                 let mut rows = aside.rows(&guard)?;
                 rows.retain(|r| r != mine);
                 aside.store(&guard, &rows)?;
             }
             Ok(())
         }
-        None => Ok(()),
     }
 }
 
@@ -1086,6 +1100,7 @@ mod tests {
                 dry_run: false,
                 history: true,
                 dates: false,
+                wait: Duration::from_secs(1),
             };
             let report = restore(&mut self.store, harness, &input, options, now).unwrap();
             commit(&mut self.store, &report, now).unwrap();
@@ -1113,6 +1128,7 @@ mod tests {
                 dry_run,
                 history: false,
                 dates: false,
+                wait: Duration::from_secs(1),
             };
             restore(&mut self.store, Harness::ClaudeCode, &input, options, now).unwrap()
         }
