@@ -8,6 +8,7 @@
 pub mod arguments;
 pub mod content;
 pub mod envelope;
+pub mod gateway;
 pub mod measure;
 pub mod messages;
 pub mod models;
