@@ -20,14 +20,9 @@ use serde_json::{Value, json};
 use crate::bin_path;
 use crate::fake_provider::FakeProvider;
 
-/// The pinned `claude`: `MC_CLAUDE_BIN`, else the one `npm install --prefix
-/// tests/e2e` put in `node_modules/.bin`; `None` when neither exists.
+/// The pinned `claude`, as [`crate::harness::Pinned::path`] finds it.
 pub fn claude_bin() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("MC_CLAUDE_BIN") {
-        return Some(PathBuf::from(path));
-    }
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/node_modules/.bin/claude");
-    path.exists().then_some(path)
+    crate::harness::CLAUDE_CODE.path()
 }
 
 /// What to set up around Claude Code.
@@ -65,18 +60,7 @@ impl ClaudeCode {
     /// binary is not installed. Under CI (`CI` set) a missing binary fails:
     /// CI installs it, so there the tests must run.
     pub fn start(test: &str, options: Options) -> Option<ClaudeCode> {
-        let Some(bin) = claude_bin() else {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "the real Claude Code is not installed at tests/e2e/node_modules/.bin/claude: \
-                 CI must run {test}; install it with scripts/test or `npm install --prefix tests/e2e`"
-            );
-            eprintln!(
-                "skipping {test}: the real Claude Code is not installed \
-                 (scripts/test installs it, or `npm install --prefix tests/e2e`)"
-            );
-            return None;
-        };
+        let bin = crate::harness::CLAUDE_CODE.for_test(test)?;
         let dir = tempfile::tempdir().expect("a temp folder");
         let provider = FakeProvider::start();
         let home = dir.path().join("home");

@@ -16,7 +16,7 @@
 //! message. MCP tools are offered in a namespace `mcp__<server>`, and every
 //! `tools/call` carries the session in `_meta["x-codex-turn-metadata"]`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -26,14 +26,9 @@ use crate::bin_path;
 use crate::fake_provider::FakeProvider;
 use crate::fake_responses::FakeResponses;
 
-/// The pinned `codex`: `MC_CODEX_BIN`, else the one `npm install --prefix
-/// tests/e2e` put in `node_modules/.bin`; `None` when neither exists.
+/// The pinned `codex`, as [`crate::harness::Pinned::path`] finds it.
 pub fn codex_bin() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("MC_CODEX_BIN") {
-        return Some(PathBuf::from(path));
-    }
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/node_modules/.bin/codex");
-    path.exists().then_some(path)
+    crate::harness::CODEX.path()
 }
 
 /// What to set up around Codex.
@@ -72,18 +67,7 @@ impl Codex {
     /// Set up Codex, or `None` (with a note on stderr) when the pinned
     /// binary is not installed. Under CI (`CI` set) a missing binary fails.
     pub fn start(test: &str, options: Options) -> Option<Codex> {
-        let Some(bin) = codex_bin() else {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "the real Codex is not installed at tests/e2e/node_modules/.bin/codex: CI must \
-                 run {test}; install it with scripts/test or `npm install --prefix tests/e2e`"
-            );
-            eprintln!(
-                "skipping {test}: the real Codex is not installed \
-                 (scripts/test installs it, or `npm install --prefix tests/e2e`)"
-            );
-            return None;
-        };
+        let bin = crate::harness::CODEX.for_test(test)?;
         let dir = tempfile::tempdir().expect("a temp folder");
         let provider = FakeResponses::start();
         let historian = FakeProvider::start();

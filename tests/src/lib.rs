@@ -1,7 +1,9 @@
 //! mc-tests: support for cross-binary pipelines, property tests and benchmarks.
 //!
 //! - [`generate`]: deterministic OpenCode sessions and pass envelopes.
-//! - [`bin_path`]: the workspace's binaries, found beside the running executable.
+//! - [`harness`]: the pinned real harnesses, and skipping when one is missing.
+//! - [`bin_path`]: the workspace's binaries, found beside the running executable
+//!   and refused when older than their sources ([`fresh`]).
 //! - [`TestEnv`]: the sealed environment (cleared variables, temp home and
 //!   XDG folders, fixed clock) every process test runs the binaries in.
 //! - [`pipe`]: run a process with bytes on stdin and collect its output;
@@ -16,7 +18,9 @@ pub mod fake_llm;
 pub mod fake_opencode;
 pub mod fake_provider;
 pub mod fake_responses;
+pub mod fresh;
 pub mod generate;
+pub mod harness;
 pub mod mcp_client;
 pub mod opencode;
 pub mod pi;
@@ -46,23 +50,57 @@ pub fn bin_dir_for(exe: &Path) -> PathBuf {
 /// The path of workspace binary `name` (e.g. `"mc-transform"`) built with the
 /// same profile as the running executable.
 ///
-/// Panics when it is missing: build the workspace first.
+/// Panics when it is missing, or older than a source file it was built from
+/// (what cargo's dep-info beside it lists): build the workspace first.
 pub fn bin_path(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the path of the running executable");
-    let path = bin_dir_for(&exe).join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    let dir = bin_dir_for(&exe);
+    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    let build = build_command(&dir);
     assert!(
         path.is_file(),
-        "{} not found: build the workspace first: cargo build --workspace",
+        "{} not found: build the workspace first: {build}",
         path.display()
     );
+    if let Err(why) = fresh::checked(&path, &dir.join(format!("{name}.d")), workspace_root()) {
+        panic!("{why}: build the workspace first: {build}");
+    }
     path
 }
+
+/// The workspace this package sits in: what the binaries must be built from.
+pub fn workspace_root() -> &'static Path {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest)
+}
+
+/// The command that builds the binaries in `dir` (`target/<profile>`).
+fn build_command(dir: &Path) -> String {
+    match dir.file_name().and_then(|name| name.to_str()) {
+        Some("release") => "cargo build --release --workspace --bins".into(),
+        Some("debug") | None => "cargo build --workspace --bins".into(),
+        Some(profile) => format!("cargo build --profile {profile} --workspace --bins"),
+    }
+}
+
+/// The workspace's binaries.
+pub const BINARIES: [&str; 6] = [
+    "mc-transform",
+    "mc-historian",
+    "mc-pin",
+    "mc-search",
+    "mc-dream",
+    "mc-doctor",
+];
 
 /// `PATH` with the workspace's binaries first, as a user who installed mc
 /// has them: what a harness, its hooks and its agent's shell find.
 pub fn path_with_bins() -> std::ffi::OsString {
-    let bins = bin_path("mc-pin")
-        .parent()
+    // Every binary a harness may start is checked, not just the one named.
+    let paths: Vec<PathBuf> = BINARIES.iter().map(|name| bin_path(name)).collect();
+    let bins = paths
+        .first()
+        .and_then(|path| path.parent())
         .map(Path::to_path_buf)
         .unwrap_or_default();
     let rest = std::env::var_os("PATH").unwrap_or_default();

@@ -17,17 +17,9 @@ pub const CONTEXT: u64 = 100_000;
 pub const OUTPUT: u64 = 10_000;
 pub const USABLE: u64 = CONTEXT - OUTPUT;
 
-pub fn opencode_bin() -> PathBuf {
-    if let Some(path) = std::env::var_os("MC_OPENCODE_BIN") {
-        return PathBuf::from(path);
-    }
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/node_modules/.bin/opencode");
-    assert!(
-        path.exists(),
-        "the real OpenCode is not installed at {}: run scripts/test, or `npm install --prefix tests/e2e`",
-        path.display()
-    );
-    path
+/// The pinned `opencode`, as [`crate::harness::Pinned::path`] finds it.
+pub fn opencode_bin() -> Option<PathBuf> {
+    crate::harness::OPENCODE.path()
 }
 
 pub fn plugin_source() -> PathBuf {
@@ -85,13 +77,16 @@ pub struct Prepare {
 }
 
 impl OpenCode {
-    /// Start in `dir` (a fresh folder the caller owns).
-    pub fn start(dir: &Path, options: Options) -> OpenCode {
+    /// Start in `dir` (a fresh folder the caller owns), or `None` (with a
+    /// note on stderr) when the pinned binary is not installed; under CI
+    /// (`CI` set) a missing binary fails.
+    pub fn start(dir: &Path, options: Options) -> Option<OpenCode> {
         OpenCode::start_prepared(dir, options, Prepare::default())
     }
 
     /// [`OpenCode::start`], with `prepare` applied before the server starts.
-    pub fn start_prepared(dir: &Path, options: Options, prepare: Prepare) -> OpenCode {
+    pub fn start_prepared(dir: &Path, options: Options, prepare: Prepare) -> Option<OpenCode> {
+        let bin = crate::harness::OPENCODE.for_test(&crate::harness::current_test())?;
         let provider = FakeProvider::start();
         let home = dir.join("home");
         let config = home.join(".config/opencode");
@@ -153,7 +148,7 @@ impl OpenCode {
         if let Some(before_start) = &prepare.before_start {
             before_start(&home);
         }
-        let mut server = Command::new(opencode_bin());
+        let mut server = Command::new(bin);
         sealed(&mut server, &home, &db, &mc_config);
         let mut child = server
             .args(["serve", "--hostname", "127.0.0.1", "--port", "0"])
@@ -187,7 +182,7 @@ impl OpenCode {
             .http_status_as_error(false)
             .build()
             .into();
-        OpenCode {
+        Some(OpenCode {
             child,
             url,
             provider,
@@ -195,7 +190,7 @@ impl OpenCode {
             project,
             db,
             agent,
-        }
+        })
     }
 
     /// The process id of `opencode serve`.

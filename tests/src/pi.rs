@@ -18,14 +18,9 @@ use serde_json::{Value, json};
 
 use crate::fake_provider::FakeProvider;
 
-/// The pinned `pi`: `MC_PI_BIN`, else the one `npm install --prefix
-/// tests/e2e` put in `node_modules/.bin`; `None` when neither exists.
+/// The pinned `pi`, as [`crate::harness::Pinned::path`] finds it.
 pub fn pi_bin() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("MC_PI_BIN") {
-        return Some(PathBuf::from(path));
-    }
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/node_modules/.bin/pi");
-    path.exists().then_some(path)
+    crate::harness::PI.path()
 }
 
 /// mc's Pi extension in this repository.
@@ -88,18 +83,7 @@ impl Pi {
     /// Set up Pi, or `None` (with a note on stderr) when the pinned binary
     /// is not installed. Under CI (`CI` set) a missing binary fails.
     pub fn start(test: &str, options: Options) -> Option<Pi> {
-        let Some(bin) = pi_bin() else {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "the real Pi is not installed at tests/e2e/node_modules/.bin/pi: CI must run \
-                 {test}; install it with scripts/test or `npm install --prefix tests/e2e`"
-            );
-            eprintln!(
-                "skipping {test}: the real Pi is not installed \
-                 (scripts/test installs it, or `npm install --prefix tests/e2e`)"
-            );
-            return None;
-        };
+        let bin = crate::harness::PI.for_test(test)?;
         let dir = tempfile::tempdir().expect("a temp folder");
         let provider = FakeProvider::start();
         let project = dir.path().join("project");

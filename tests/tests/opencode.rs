@@ -8,7 +8,7 @@ use mc_tests::opencode::*;
 use serde_json::json;
 
 /// OpenCode with mc's plugin, in a temp folder that lives as long as the test.
-fn with_mc(mc_config: Option<&str>) -> (OpenCode, tempfile::TempDir) {
+fn with_mc(mc_config: Option<&str>) -> Option<(OpenCode, tempfile::TempDir)> {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ctx.db");
     let oc = OpenCode::start(
@@ -24,13 +24,15 @@ fn with_mc(mc_config: Option<&str>) -> (OpenCode, tempfile::TempDir) {
             env: Vec::new(),
             project: None,
         },
-    );
-    (oc, dir)
+    )?;
+    Some((oc, dir))
 }
 
 #[test]
 fn tags_reach_the_provider_and_turns_below_the_threshold_keep_the_prefix() {
-    let (oc, _dir) = with_mc(None);
+    let Some((oc, _dir)) = with_mc(None) else {
+        return;
+    };
     oc.provider.set_usage(usage_at(20));
     let session = oc.new_session();
     oc.provider.push(
@@ -89,7 +91,7 @@ fn tags_reach_the_provider_and_turns_below_the_threshold_keep_the_prefix() {
 #[test]
 fn without_a_usable_database_the_session_keeps_working_untouched() {
     let dir = tempfile::tempdir().unwrap();
-    let oc = OpenCode::start(
+    let Some(oc) = OpenCode::start(
         dir.path(),
         Options {
             db: None,
@@ -102,7 +104,9 @@ fn without_a_usable_database_the_session_keeps_working_untouched() {
             env: Vec::new(),
             project: None,
         },
-    );
+    ) else {
+        return;
+    };
     let session = oc.new_session();
     oc.provider.push(Reply::Text("still here".into()), None);
     let reply = oc.prompt(&session, "hello");
@@ -127,7 +131,9 @@ fn without_a_usable_database_the_session_keeps_working_untouched() {
 
 #[test]
 fn ctx_reduce_then_a_busting_turn_drops_the_output_and_later_requests_keep_it() {
-    let (oc, _dir) = with_mc(Some(r#"{"transform": {"protected_tags": 2}}"#));
+    let Some((oc, _dir)) = with_mc(Some(r#"{"transform": {"protected_tags": 2}}"#)) else {
+        return;
+    };
     oc.provider.set_usage(usage_at(20));
     let session = oc.new_session();
     // Turn 1: the agent reads a file.
@@ -200,11 +206,14 @@ fn historian_config(extra: &str) -> String {
 
 /// OpenCode with mc and a historian, after four turns that each read a file of
 /// `lines` lines (about 17 tokens a line) at 20 % usage.
-fn reading_a_big_file(lines: usize, extra_config: &str) -> (OpenCode, tempfile::TempDir, String) {
-    let (oc, dir) = with_mc(Some(&historian_config(extra_config)));
+fn reading_a_big_file(
+    lines: usize,
+    extra_config: &str,
+) -> Option<(OpenCode, tempfile::TempDir, String)> {
+    let (oc, dir) = with_mc(Some(&historian_config(extra_config)))?;
     oc.provider.play_historian("mock-historian");
     let session = read_a_big_file_four_times(&oc, lines);
-    (oc, dir, session)
+    Some((oc, dir, session))
 }
 
 /// A new session after four turns that each read a file of `lines` lines at 20 % usage.
@@ -231,7 +240,9 @@ fn read_the_big_file(oc: &OpenCode, session: &str, passes: std::ops::Range<usize
 
 #[test]
 fn after_a_historian_run_the_next_busting_request_carries_compartments_not_covered_messages() {
-    let (oc, _dir, session) = reading_a_big_file(180, "");
+    let Some((oc, _dir, session)) = reading_a_big_file(180, "") else {
+        return;
+    };
     fold(&oc, &session);
     // Nothing changes until a pass busts anyway; then the compartment is at the head.
     oc.prompt(&session, "quiet turn");
@@ -274,7 +285,7 @@ fn hook_inputs(log: &std::path::Path) -> Vec<(usize, String)> {
 fn after_a_fold_mcs_compaction_boundary_stops_opencode_loading_the_covered_messages() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("hook.log");
-    let oc = OpenCode::start(
+    let Some(oc) = OpenCode::start(
         dir.path(),
         Options {
             db: Some(dir.path().join("ctx.db")),
@@ -283,7 +294,9 @@ fn after_a_fold_mcs_compaction_boundary_stops_opencode_loading_the_covered_messa
             timing_log: Some(log.clone()),
             ..Options::default()
         },
-    );
+    ) else {
+        return;
+    };
     oc.provider.play_historian("mock-historian");
     let session = read_a_big_file_four_times(&oc, 180);
     // Pin the first message: the fold covers it, the head carries it.
@@ -461,14 +474,18 @@ fn two_opencode_processes_on_one_database_continue_a_session_and_move_one_bounda
                 project,
                 ..Options::default()
             },
-        );
+        )?;
         oc.provider.play_historian("mock-historian");
-        (oc, log)
+        Some((oc, log))
     };
     // Two OpenCode servers (two plugins, two resident processes) on one
     // OpenCode database, one project and one mc database.
-    let (a, a_log) = start("a", None);
-    let (b, b_log) = start("b", Some(a.project.clone()));
+    let Some((a, a_log)) = start("a", None) else {
+        return;
+    };
+    let Some((b, b_log)) = start("b", Some(a.project.clone())) else {
+        return;
+    };
 
     let session = read_a_big_file_four_times(&a, 180);
     fold(&a, &session);
@@ -521,7 +538,9 @@ fn two_opencode_processes_on_one_database_continue_a_session_and_move_one_bounda
 
 #[test]
 fn a_pinned_message_comes_back_after_opencodes_own_compaction_once() {
-    let (oc, _dir) = with_mc(None);
+    let Some((oc, _dir)) = with_mc(None) else {
+        return;
+    };
     oc.provider.set_usage(usage_at(20));
     let session = oc.new_session();
     oc.prompt(&session, "Always answer in French from now on.");
@@ -602,10 +621,12 @@ fn a_pinned_message_comes_back_after_opencodes_own_compaction_once() {
 #[test]
 fn the_plugin_starts_the_historian_when_a_pass_says_it_is_due() {
     // ~44k tokens of tool output: more than the live tail the historian protects.
-    let (oc, _dir, session) = reading_a_big_file(
+    let Some((oc, _dir, session)) = reading_a_big_file(
         600,
         r#""transform": {"relief_drop": false, "tool_reclaim": false},"#,
-    );
+    ) else {
+        return;
+    };
     // Usage near the threshold: the next pass reports historian_due and the
     // plugin starts mc-historian in the background.
     oc.provider.set_usage(usage_at(70));
@@ -647,7 +668,7 @@ fn the_plugin_starts_the_historian_when_a_pass_says_it_is_due() {
 #[test]
 fn without_mc_transform_the_messages_go_out_untouched() {
     let dir = tempfile::tempdir().unwrap();
-    let oc = OpenCode::start(
+    let Some(oc) = OpenCode::start(
         dir.path(),
         Options {
             db: Some(dir.path().join("ctx.db")),
@@ -660,7 +681,9 @@ fn without_mc_transform_the_messages_go_out_untouched() {
             env: Vec::new(),
             project: None,
         },
-    );
+    ) else {
+        return;
+    };
     let session = oc.new_session();
     oc.provider.push(Reply::Text("fine".into()), None);
     oc.prompt(&session, "hello there");
@@ -679,7 +702,7 @@ fn at_the_blocking_band_the_plugin_waits_for_the_fold_before_sending() {
     // A wrapper around mc-transform logs each call and its decision.
     let dir = tempfile::tempdir().unwrap();
     let (wrapper, calls) = logging_wrapper(dir.path(), "mc-transform");
-    let oc = OpenCode::start(
+    let Some(oc) = OpenCode::start(
         dir.path(),
         Options {
             db: Some(dir.path().join("ctx.db")),
@@ -688,7 +711,9 @@ fn at_the_blocking_band_the_plugin_waits_for_the_fold_before_sending() {
             transform_bin: Some(wrapper),
             ..Options::default()
         },
-    );
+    ) else {
+        return;
+    };
     oc.provider.play_historian("mock-historian");
     oc.provider.set_usage(usage_at(20));
     let session = oc.new_session();
@@ -740,7 +765,9 @@ fn at_the_blocking_band_the_plugin_waits_for_the_fold_before_sending() {
 
 #[test]
 fn a_subagent_session_gets_tags_but_no_head() {
-    let (oc, _dir) = with_mc(None);
+    let Some((oc, _dir)) = with_mc(None) else {
+        return;
+    };
     oc.provider.set_usage(usage_at(20));
     let session = oc.new_session();
     oc.provider.push(
@@ -902,7 +929,7 @@ fn after_a_failed_historian_run_the_plugin_backs_off() {
     // in no known format, so every run fails. A wrapper counts the starts.
     let dir = tempfile::tempdir().unwrap();
     let (wrapper, starts) = logging_wrapper(dir.path(), "mc-historian");
-    let oc = OpenCode::start(
+    let Some(oc) = OpenCode::start(
         dir.path(),
         Options {
             db: Some(dir.path().join("ctx.db")),
@@ -917,7 +944,9 @@ fn after_a_failed_historian_run_the_plugin_backs_off() {
             env: Vec::new(),
             project: None,
         },
-    );
+    ) else {
+        return;
+    };
     for _ in 0..8 {
         oc.provider
             .push_historian(Reply::Text("Here is a summary of the work so far.".into()));
@@ -961,7 +990,7 @@ fn while_passes_defer_the_system_prompt_is_rendered_once_and_reused() {
     // A wrapper around mc-transform logs each call's subcommand.
     let dir = tempfile::tempdir().unwrap();
     let (wrapper, calls) = logging_wrapper(dir.path(), "mc-transform");
-    let oc = OpenCode::start(
+    let Some(oc) = OpenCode::start(
         dir.path(),
         Options {
             db: Some(dir.path().join("ctx.db")),
@@ -974,7 +1003,9 @@ fn while_passes_defer_the_system_prompt_is_rendered_once_and_reused() {
             env: Vec::new(),
             project: None,
         },
-    );
+    ) else {
+        return;
+    };
     oc.provider.set_usage(usage_at(20));
     let session = oc.new_session();
     for turn in 0..6 {
@@ -1005,7 +1036,9 @@ fn a_tool_output_cut_mid_character_keeps_mc_on() {
     // OpenCode's read tool cuts lines longer than 2000 UTF-16 units; an emoji
     // astride the cut leaves a lone surrogate, which JSON.stringify in the
     // plugin writes as `\ud83d`. mc must read it, not switch off (exit 2).
-    let (oc, _dir) = with_mc(None);
+    let Some((oc, _dir)) = with_mc(None) else {
+        return;
+    };
     oc.provider.set_usage(usage_at(20));
     let line = format!("{}\u{1F600} and more after the emoji\n", "a".repeat(1999));
     std::fs::write(oc.dir.join("project/src/wide.rs"), line).unwrap();
@@ -1050,7 +1083,7 @@ fn a_prompt_rejected_as_too_long_teaches_the_limit_and_the_next_request_recovers
     // OpenCode's catalog says 250k tokens; the provider's own limit is 200k.
     let dir = tempfile::tempdir().unwrap();
     let (wrapper, calls) = logging_wrapper(dir.path(), "mc-transform");
-    let oc = OpenCode::start(
+    let Some(oc) = OpenCode::start(
         dir.path(),
         Options {
             db: Some(dir.path().join("ctx.db")),
@@ -1060,7 +1093,9 @@ fn a_prompt_rejected_as_too_long_teaches_the_limit_and_the_next_request_recovers
             context: Some(250_000),
             ..Options::default()
         },
-    );
+    ) else {
+        return;
+    };
     // Four reads at low usage: every pass defers, nothing is dropped.
     let session = read_a_big_file_four_times(&oc, 200);
     // The provider rejects the next request with Anthropic's real answer.
@@ -1123,7 +1158,7 @@ fn a_prompt_rejected_as_too_long_teaches_the_limit_and_the_next_request_recovers
 fn the_plugin_forgets_deleted_sessions_and_remembers_at_most_its_cap() {
     let dir = tempfile::tempdir().unwrap();
     let (wrapper, calls) = logging_wrapper(dir.path(), "mc-transform");
-    let oc = OpenCode::start(
+    let Some(oc) = OpenCode::start(
         dir.path(),
         Options {
             db: Some(dir.path().join("ctx.db")),
@@ -1132,7 +1167,9 @@ fn the_plugin_forgets_deleted_sessions_and_remembers_at_most_its_cap() {
             env: vec![("MC_OPENCODE_SESSIONS".into(), "2".into())],
             ..Options::default()
         },
-    );
+    ) else {
+        return;
+    };
     oc.provider.set_usage(usage_at(20));
     // A session's first prompt, and its title settled (the title call renders
     // a system prompt of its own).
@@ -1187,7 +1224,9 @@ fn the_plugin_forgets_deleted_sessions_and_remembers_at_most_its_cap() {
 
 #[test]
 fn the_agent_writes_a_memory_and_expands_a_dropped_output_with_mc_search_tools() {
-    let (oc, _dir) = with_mc(Some(r#"{"transform": {"protected_tags": 2}}"#));
+    let Some((oc, _dir)) = with_mc(Some(r#"{"transform": {"protected_tags": 2}}"#)) else {
+        return;
+    };
     oc.provider.set_usage(usage_at(20));
     let session = oc.new_session();
     // The agent has all five tools, described by mc-search.
@@ -1338,7 +1377,9 @@ fn twelve_long_messages(oc: &OpenCode) -> String {
 #[test]
 fn with_no_mc_config_the_historian_folds_through_opencode_itself() {
     // No mc config at all: no provider, no key, no historian model.
-    let (oc, _dir) = with_mc(None);
+    let Some((oc, _dir)) = with_mc(None) else {
+        return;
+    };
     let session = twelve_long_messages(&oc);
     // A blocking fold: the plugin runs mc-historian and waits for it; with no
     // model configured, it folds through this very server.
@@ -1401,7 +1442,7 @@ fn a_child_session_that_errs_fails_the_run_and_publishes_nothing() {
     // The plugin's own historian runs are no-ops here: only the test's run.
     // No model is configured, only the answer's cap.
     let dir = tempfile::tempdir().unwrap();
-    let oc = OpenCode::start(
+    let Some(oc) = OpenCode::start(
         dir.path(),
         Options {
             db: Some(dir.path().join("ctx.db")),
@@ -1410,7 +1451,9 @@ fn a_child_session_that_errs_fails_the_run_and_publishes_nothing() {
             historian_bin: Some("true".into()),
             ..Options::default()
         },
-    );
+    ) else {
+        return;
+    };
     let session = twelve_long_messages(&oc);
     let run = || {
         let out = oc.mc(
@@ -1488,7 +1531,7 @@ fn comparable(oc: &OpenCode) -> Vec<String> {
 /// with every call a one-shot process (`MC_TRANSFORM_SERVE=0`): reads,
 /// a ctx_reduce, a turn at 70 % that applies it, turns that defer. Returns
 /// the comparable requests and the wrapper's modes log.
-fn scripted_session(resident: bool) -> (Vec<String>, String) {
+fn scripted_session(resident: bool) -> Option<(Vec<String>, String)> {
     let dir = tempfile::tempdir().unwrap();
     let (wrapper, _calls) = logging_wrapper(dir.path(), "mc-transform");
     let env = if resident {
@@ -1507,7 +1550,7 @@ fn scripted_session(resident: bool) -> (Vec<String>, String) {
             env,
             ..Options::default()
         },
-    );
+    )?;
     oc.provider.set_usage(usage_at(20));
     let session = oc.new_session();
     for turn in 0..6 {
@@ -1536,13 +1579,17 @@ fn scripted_session(resident: bool) -> (Vec<String>, String) {
         oc.prompt(&session, &format!("turn {turn}: read the code again"));
     }
     let modes = std::fs::read_to_string(modes_log(dir.path(), "mc-transform")).unwrap();
-    (comparable(&oc), modes)
+    Some((comparable(&oc), modes))
 }
 
 #[test]
 fn the_resident_process_takes_every_call_and_the_provider_sees_the_one_shot_bytes() {
-    let (resident, modes) = scripted_session(true);
-    let (one_shot, one_shot_modes) = scripted_session(false);
+    let Some((resident, modes)) = scripted_session(true) else {
+        return;
+    };
+    let Some((one_shot, one_shot_modes)) = scripted_session(false) else {
+        return;
+    };
     assert_eq!(resident.len(), one_shot.len());
     for (i, (a, b)) in resident.iter().zip(&one_shot).enumerate() {
         assert!(a == b, "request {i} differs between serve and one-shot");
@@ -1580,7 +1627,7 @@ fn the_resident_process_takes_every_call_and_the_provider_sees_the_one_shot_byte
 
 /// OpenCode with mc whose mc-transform is a [`logging_wrapper`], and a new
 /// session at 20 % usage.
-fn through_a_logging_wrapper() -> (OpenCode, tempfile::TempDir, String) {
+fn through_a_logging_wrapper() -> Option<(OpenCode, tempfile::TempDir, String)> {
     let dir = tempfile::tempdir().unwrap();
     let (wrapper, _calls) = logging_wrapper(dir.path(), "mc-transform");
     let oc = OpenCode::start(
@@ -1591,15 +1638,17 @@ fn through_a_logging_wrapper() -> (OpenCode, tempfile::TempDir, String) {
             transform_bin: Some(wrapper),
             ..Options::default()
         },
-    );
+    )?;
     oc.provider.set_usage(usage_at(20));
     let session = oc.new_session();
-    (oc, dir, session)
+    Some((oc, dir, session))
 }
 
 #[test]
 fn a_resident_answer_later_than_the_blocking_wait_still_reaches_the_call() {
-    let (oc, dir, session) = through_a_logging_wrapper();
+    let Some((oc, dir, session)) = through_a_logging_wrapper() else {
+        return;
+    };
     oc.prompt(&session, "turn 0");
     oc.prompt(&session, "turn 1");
     // The next pass is answered after the plugin stopped blocking for it: the
@@ -1636,7 +1685,9 @@ fn a_resident_answer_later_than_the_blocking_wait_still_reaches_the_call() {
 
 #[test]
 fn a_resident_process_that_dies_mid_call_leaves_that_call_untouched_and_the_next_restarts_it() {
-    let (oc, dir, session) = through_a_logging_wrapper();
+    let Some((oc, dir, session)) = through_a_logging_wrapper() else {
+        return;
+    };
     for turn in 0..3 {
         oc.prompt(&session, &format!("turn {turn}"));
     }

@@ -190,7 +190,8 @@ fn drive(mode: Mode, script: Script, mc_config: Option<&str>) -> Run {
             },
             project: None,
         },
-    );
+    )
+    .expect("the bench needs the real OpenCode: npm install --prefix tests/e2e");
     let src = dir.path().join("project/src");
     for i in 0..8 {
         let line = format!("pub fn item_{i}_{{n}}() -> usize {{ {i} * 1_000 + n }}\n");
