@@ -18,6 +18,8 @@ pub mod fake_llm;
 pub mod fake_opencode;
 pub mod fake_provider;
 pub mod fake_responses;
+#[cfg(test)]
+mod forgotten;
 pub mod fresh;
 pub mod generate;
 pub mod harness;
