@@ -1,6 +1,7 @@
 //! The binaries' shared edge: the global flags, failures with their exit
 //! codes and hints, stdin and stdout JSON, the clock, and the database and
-//! config as the process environment places them.
+//! config as the process environment places them; the keys of a model chain
+//! ([`keys`]); which harness and session a command runs for ([`session`]).
 //!
 //! Besides the binaries themselves, this is the only crate that touches
 //! stdin, stdout, stderr or the environment; mc-core gets everything as
@@ -20,7 +21,9 @@ use mc_base::error::ErrorKind;
 use mc_base::paths::{self, EnvPaths};
 use mc_base::store::{Store, StoreOptions};
 
+pub mod keys;
 pub mod serve;
+pub mod session;
 
 /// The flags every mc binary takes, before and after its subcommand:
 /// `#[command(flatten)]` this into the binary's arguments.
@@ -37,6 +40,14 @@ pub struct GlobalArgs {
     /// Pretty-print the JSON output
     #[arg(long, global = true)]
     pub pretty: bool,
+}
+
+impl GlobalArgs {
+    /// [`load_config`] with `--config`: the config `name`'s command runs
+    /// under, for the project of `project_dir` (else the working directory).
+    pub fn load_config(&self, name: &str, project_dir: Option<&Path>) -> Config {
+        load_config(name, self.config.as_deref(), project_dir).0
+    }
 }
 
 /// A failure with its exit code (2 for bad input or usage, 1 otherwise) and

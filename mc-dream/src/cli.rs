@@ -1,6 +1,5 @@
 //! Argument parsing, the environment mc-dream reads, and the commands.
 
-use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command as Process, ExitCode, Stdio};
@@ -116,7 +115,7 @@ fn project_dir(flag: Option<&Path>) -> Result<PathBuf, Failure> {
 }
 
 fn setup(args: &Args, dir: Option<&Path>) -> Result<(Config, Store), Failure> {
-    let (config, _) = mc_cli::load_config(NAME, args.global.config.as_deref(), dir);
+    let config = args.global.load_config(NAME, dir);
     let path = mc_cli::db_path(args.global.db.as_deref())?;
     let store = mc_cli::open_store(Some(&path), &config)
         .with_context(|| format!("opening {}", path.display()))?;
@@ -133,22 +132,7 @@ fn client(config: &Config) -> Result<Client, String> {
                 .into(),
         );
     }
-    let mut keys = BTreeMap::new();
-    for name in &chain {
-        let Some(model) = llm::ModelRef::parse(name) else {
-            continue;
-        };
-        let var = config
-            .providers
-            .get(&model.provider)
-            .and_then(|p| p.api_key_env.as_deref());
-        if let Some(key) = var
-            .and_then(|v| std::env::var(v).ok())
-            .filter(|k| !k.trim().is_empty())
-        {
-            keys.insert(model.provider, key.trim().to_string());
-        }
-    }
+    let keys = mc_cli::keys::chain_keys(&chain, &config.providers);
     let options = llm::Options {
         connect_timeout: Duration::from_secs(10),
         timeout: Duration::from_millis(config.dream.timeout_ms),
@@ -405,7 +389,7 @@ fn cron(args: &Args, install: bool, uninstall: bool) -> Result<ExitCode, Failure
         log: log.as_deref(),
     });
     // Keys live in the environment of a shell; cron does not have them.
-    let (config, _) = mc_cli::load_config(NAME, args.global.config.as_deref(), None);
+    let config = args.global.load_config(NAME, None);
     let mut notes: Vec<String> = Vec::new();
     for name in config.dream.chain() {
         if let Some(var) = llm::ModelRef::parse(&name)

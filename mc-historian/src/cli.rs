@@ -1,6 +1,5 @@
 //! Argument parsing, input sources and the commands.
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -434,10 +433,6 @@ fn from_opencode(url: &str, source: &Source) -> Result<Loaded, Failure> {
     })
 }
 
-fn load_config(args: &Args, project_dir: Option<&Path>) -> Config {
-    mc_cli::load_config(NAME, args.global.config.as_deref(), project_dir).0
-}
-
 /// The config and store for the loaded session: the config of the project
 /// folder its first pass recorded (so `check` and the pass agree on the
 /// threshold), else of the input's project folder.
@@ -503,22 +498,7 @@ fn client(
     if choice.source == ModelSource::None {
         return Err(choice.missing());
     }
-    let mut keys = BTreeMap::new();
-    for name in &choice.chain {
-        let Some(model) = llm::ModelRef::parse(name) else {
-            continue;
-        };
-        let var = choice
-            .providers
-            .get(&model.provider)
-            .and_then(|p| p.api_key_env.as_deref());
-        if let Some(key) = var
-            .and_then(|v| std::env::var(v).ok())
-            .filter(|k| !k.trim().is_empty())
-        {
-            keys.insert(model.provider, key.trim().to_string());
-        }
-    }
+    let keys = mc_cli::keys::chain_keys(&choice.chain, &choice.providers);
     let harness = llm::HarnessSession {
         opencode_url: mc_cli::harness_env(source.opencode_url.as_deref(), false).opencode_url,
         directory: directory(input).map(str::to_string),
@@ -574,7 +554,7 @@ fn run(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
     // Whether there is a model at all is known before a whole session is
     // fetched over HTTP (the OpenCode plugin may ask often).
     if source.opencode_url.is_some() {
-        let config = load_config(args, source.project_dir.as_deref());
+        let config = args.global.load_config(NAME, source.project_dir.as_deref());
         let env = mc_cli::harness_env(source.opencode_url.as_deref(), false);
         let early = choice::choose(
             &config.historian,

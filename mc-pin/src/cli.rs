@@ -142,21 +142,12 @@ struct RestoreArgs {
     pins_only: bool,
 }
 
-/// Where Claude Code and Codex keep their sessions: `CLAUDE_CONFIG_DIR`
-/// (else `~/.claude`) and `CODEX_HOME` (else `~/.codex`).
+/// Where Claude Code and Codex keep their sessions.
 fn homes() -> pin::locate::Homes {
-    let home = std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .map(PathBuf::from);
-    let dir = |var: &str, default: &str| {
-        std::env::var_os(var)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| home.as_ref().map(|h| h.join(default)))
-    };
+    let homes = mc_cli::session::HarnessHomes::from_env();
     pin::locate::Homes {
-        claude: dir("CLAUDE_CONFIG_DIR", ".claude"),
-        codex: dir("CODEX_HOME", ".codex"),
+        claude: homes.claude,
+        codex: homes.codex,
     }
 }
 
@@ -206,10 +197,6 @@ fn read_stdin(what: &str) -> Result<String, Failure> {
     ))
 }
 
-fn load_config(args: &Args) -> Config {
-    mc_cli::load_config(NAME, args.global.config.as_deref(), None).0
-}
-
 fn open_store(args: &Args, config: &Config) -> anyhow::Result<Store> {
     mc_cli::open_store(args.global.db.as_deref(), config)
 }
@@ -232,21 +219,14 @@ fn request_of(
     } else {
         RequestFields::default()
     };
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let codex_env = var("CODEX_SESSION_ID").or_else(|| var("CODEX_THREAD_ID"));
+    let env = mc_cli::session::SessionEnv::from_env();
     let harness_name = flags
         .harness
         .clone()
         .or(fields.harness)
-        .or_else(|| {
-            // Run from inside a session (a `!` command, the agent's shell): the
-            // harness says so in the environment.
-            if var("CLAUDECODE").as_deref() == Some("1") {
-                Some("claude-code".into())
-            } else {
-                codex_env.as_ref().map(|_| "codex".into())
-            }
-        })
+        // Run from inside a session (a `!` command, the agent's shell): the
+        // harness says so in the environment.
+        .or_else(|| env.harness().map(str::to_string))
         .unwrap_or_else(|| "opencode".into());
     let harness = Harness::parse(&harness_name)?;
     let homes = homes();
@@ -258,14 +238,13 @@ fn request_of(
         .or(fields.session_id)
         .filter(|s| !s.is_empty())
         .or_else(|| match harness {
-            Harness::ClaudeCode => var("CLAUDE_CODE_SESSION_ID"),
-            Harness::Codex => codex_env.clone(),
+            Harness::ClaudeCode | Harness::Codex => env.session(harness.as_str()),
             // A Pi session file names its session in its first line.
             Harness::Pi => flags
                 .transcript
                 .as_deref()
                 .or(fields.transcript.as_deref().map(Path::new))
-                .and_then(pi_session_of),
+                .and_then(mc_cli::session::pi_session_of),
             Harness::OpenCode => None,
         })
         .or_else(|| {
@@ -330,22 +309,8 @@ fn request_of(
     Ok((request, url, flags.directory.clone().or(fields.directory)))
 }
 
-/// The session id in a Pi session file's header (its first line).
-fn pi_session_of(path: &Path) -> Option<String> {
-    use std::io::{BufRead, Read};
-    let file = std::fs::File::open(path).ok()?;
-    let mut first = String::new();
-    std::io::BufReader::new(file.take(64 * 1024))
-        .read_line(&mut first)
-        .ok()?;
-    let header: Value = serde_json::from_str(&first).ok()?;
-    mc_base::codec::pi::is_header(&header)
-        .then(|| header.get("id")?.as_str().map(str::to_string))
-        .flatten()
-}
-
 fn run_pins(args: &Args, action: Action, flags: &TargetArgs) -> Result<(), Failure> {
-    let config = load_config(args);
+    let config = args.global.load_config(NAME, None);
     let (request, url, directory) = request_of(action, flags, &config)?;
     let mut store = open_store(args, &config)?;
     let cwd = mc_cli::working_dir();
@@ -440,7 +405,7 @@ fn restore(args: &Args, flags: &RestoreArgs, harness: Option<Harness>) -> Result
                 reply: flags.reply,
             };
             // The claim that makes this restorer the only one lives in mc's database.
-            let mut store = open_store(args, &load_config(args))?;
+            let mut store = open_store(args, &args.global.load_config(NAME, None))?;
             let report = opencode::restore(&mut store, &api, &compacted, options, now_ms())?;
             warn(&report.warnings);
             write_json(
@@ -473,7 +438,7 @@ fn restore_hook(
     input: &pin::HookInput,
 ) -> Result<(), Failure> {
     let project = input.cwd.as_deref().map(Path::new);
-    let config = mc_cli::load_config(NAME, args.global.config.as_deref(), project).0;
+    let config = args.global.load_config(NAME, project);
     // A hook the harness waits on: at most the hook's wait for a sibling's
     // lock. The pins are read without the write lock; a claim that cannot
     // take it within that wait is kept beside the database (`pin::aside`).

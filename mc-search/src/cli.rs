@@ -542,7 +542,7 @@ fn profile(args: &Args, command: &ProfileCommand) -> Result<(), Failure> {
         ProfileCommand::Archive { id } => flag_map(&[("id", n(id))]),
     };
     let fields = fields(flags, &args.at)?;
-    let (config, _) = mc_cli::load_config(NAME, args.global.config.as_deref(), None);
+    let config = args.global.load_config(NAME, None);
     let mut store = mc_cli::open_store(args.global.db.as_deref(), &config)?;
     let value = match command {
         ProfileCommand::Add { .. } => {
@@ -584,7 +584,7 @@ fn serve_mcp(args: &Args) -> Result<(), Failure> {
             project_dir: canonical(&dir),
         },
     };
-    let (config, _) = mc_cli::load_config(NAME, args.global.config.as_deref(), Some(&dir));
+    let config = args.global.load_config(NAME, Some(&dir));
     let store = mc_cli::open_store(args.global.db.as_deref(), &config)?;
     let clock = now_ms;
     let mut server = ToolServer {
@@ -657,7 +657,7 @@ fn session_start(args: &Args) -> Result<(), Failure> {
         harness,
         session_id: Some(session_id),
     };
-    let (config, _) = mc_cli::load_config(NAME, args.global.config.as_deref(), Some(&dir));
+    let config = args.global.load_config(NAME, Some(&dir));
     let mut store = mc_cli::open_store(args.global.db.as_deref(), &config)?;
     let transcript = input.get("transcript_path").and_then(Value::as_str);
     search::record_session_start(&mut store, &scope, &canonical(&dir), transcript, now_ms())?;
@@ -665,7 +665,7 @@ fn session_start(args: &Args) -> Result<(), Failure> {
 }
 
 fn index(args: &Args, check: bool, rebuild: bool) -> Result<(), Failure> {
-    let (config, _) = mc_cli::load_config(NAME, args.global.config.as_deref(), None);
+    let config = args.global.load_config(NAME, None);
     let mut store = mc_cli::open_store(args.global.db.as_deref(), &config)?;
     if check {
         let state = search::index::check(store.conn())?;
@@ -750,7 +750,7 @@ fn index_commits(args: &Args) -> Result<(), Failure> {
             dir.display()
         ))
     })?;
-    let (config, _) = mc_cli::load_config(NAME, args.global.config.as_deref(), Some(&dir));
+    let config = args.global.load_config(NAME, Some(&dir));
     let mut store = mc_cli::open_store(args.global.db.as_deref(), &config)?;
     let project = project_identity(&root);
     let indexed = mc_search_core::gitlog::index_commits(&mut store, &project, &root, now_ms())?;
@@ -774,7 +774,7 @@ fn embeddings_of(
 }
 
 fn index_embeddings(args: &Args) -> Result<(), Failure> {
-    let (config, _) = mc_cli::load_config(NAME, args.global.config.as_deref(), None);
+    let config = args.global.load_config(NAME, None);
     let provider = search::embed::Provider::from_config(&config, &|var| std::env::var(var).ok())?
         .ok_or_else(|| {
         Failure::input(anyhow!(

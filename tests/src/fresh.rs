@@ -29,15 +29,15 @@ pub fn stale(bin: &Path, dep_info: &Path, root: &Path) -> Result<(), String> {
     let built = modified(bin).map_err(|e| format!("{}: {e}", bin.display()))?;
     let sources = sources(&text);
     let ours: Vec<&PathBuf> = sources.iter().filter(|s| s.starts_with(root)).collect();
-    if ours.is_empty() {
-        if let Some(other) = sources.first() {
-            return Err(format!(
-                "{} was built from sources outside {} (such as {})",
-                bin.display(),
-                root.display(),
-                other.display()
-            ));
-        }
+    if ours.is_empty()
+        && let Some(other) = sources.first()
+    {
+        return Err(format!(
+            "{} was built from sources outside {} (such as {})",
+            bin.display(),
+            root.display(),
+            other.display()
+        ));
     }
     for source in ours {
         match modified(source) {

@@ -8,7 +8,14 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
+/// Reads JSON on stdin and writes it back re-serialised: the floor any JSON
+/// filter pays, which bench-transform times mc-transform against.
+#[derive(clap::Parser)]
+#[command(name = "json-floor")]
+struct Args {}
+
 fn main() -> ExitCode {
+    let Args {} = clap::Parser::parse();
     let mut text = String::new();
     if let Err(e) = io::stdin().lock().read_to_string(&mut text) {
         eprintln!("json-floor: cannot read stdin: {e}");

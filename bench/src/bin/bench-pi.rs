@@ -8,7 +8,7 @@
 //! request, Pi's own compactions, and the resident process's memory. Pi's
 //! own compaction stays on (its default settings), as a user has it.
 //!
-//! Needs the workspace built (`cargo build --release --workspace`) and the
+//! Needs the workspace built (`cargo build --release --workspace --features mc-bench/bench`) and the
 //! pinned Pi installed (`npm install --prefix tests/e2e`).
 
 use std::process::ExitCode;
@@ -19,9 +19,24 @@ use mc_tests::opencode::cache_key;
 use mc_tests::pi::{Options, Pi};
 use serde_json::json;
 
-const USAGE: &str = "usage: bench-pi [--turns N (default 60)] [--file-kb N (default 10)] \
-                     [--limit K (model context, thousands of tokens; default 200)] \
-                     [--one-shot (every mc call a process of its own)]";
+/// Drives the real Pi through a scripted coding session against a fake
+/// provider, without mc and with it, and compares what the provider received.
+#[derive(clap::Parser)]
+#[command(name = "bench-pi")]
+struct Args {
+    /// User turns in the session
+    #[arg(long, value_name = "N", default_value_t = 60)]
+    turns: usize,
+    /// Size of each file the agent reads, in KB
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    file_kb: usize,
+    /// The model's context window, in thousands of tokens
+    #[arg(long, value_name = "K", default_value_t = 200)]
+    limit: u64,
+    /// Every mc call a process of its own
+    #[arg(long)]
+    one_shot: bool,
+}
 
 /// Records when mc's handlers start (loaded before mc's extension).
 const BEFORE: &str = r#"export default function (pi: any) {
@@ -165,40 +180,9 @@ fn max_tokens(requests: &[Recorded]) -> u64 {
 }
 
 fn main() -> ExitCode {
-    let (mut turns, mut file_kb, mut context, mut one_shot) = (60, 10, 200_000, false);
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let ok = match flag.as_str() {
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return ExitCode::SUCCESS;
-            }
-            "--one-shot" => {
-                one_shot = true;
-                true
-            }
-            "--turns" => args
-                .next()
-                .and_then(|v| v.parse().ok())
-                .map(|v| turns = v)
-                .is_some(),
-            "--file-kb" => args
-                .next()
-                .and_then(|v| v.parse().ok())
-                .map(|v| file_kb = v)
-                .is_some(),
-            "--limit" => args
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .map(|v| context = v * 1000)
-                .is_some(),
-            _ => false,
-        };
-        if !ok {
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    }
+    let args: Args = clap::Parser::parse();
+    let (turns, file_kb, context, one_shot) =
+        (args.turns, args.file_kb, args.limit * 1000, args.one_shot);
     let Some(without) = drive(false, false, turns, file_kb, context) else {
         eprintln!("bench-pi: the pinned Pi is not installed (npm install --prefix tests/e2e)");
         return ExitCode::FAILURE;

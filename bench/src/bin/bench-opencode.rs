@@ -9,7 +9,7 @@
 //! historian folds through OpenCode itself, on the session's model (the fake
 //! provider plays it).
 //!
-//! Needs the workspace built (`cargo build --release --workspace`) and the
+//! Needs the workspace built (`cargo build --release --workspace --features mc-bench/bench`) and the
 //! pinned OpenCode installed (`npm install --prefix tests/e2e`).
 //! `MC_BENCH_KEEP_DB=FILE` keeps mc's database of the run; `MC_BENCH_DUMP=DIR`
 //! writes every request mc's run sent to the provider (`NNN.json`);
@@ -31,14 +31,41 @@ use mc_tests::opencode::{OpenCode, Options, cache_key, tool_results};
 const DEFAULT_CONTEXT: u64 = 200_000;
 use serde_json::json;
 
-const USAGE: &str = "usage: bench-opencode [--turns N (default 60)] [--file-kb N (default 10)] \
-                     [--limit K (model context, thousands of tokens; default 200)] \
-                     [--reduce-every N (with mc, the agent drops all but its newest reads every N turns)] \
-                     [--mc-config JSONC] [--historian (a configured historian model the fake provider plays; \
-                     default: no mc config, the historian folds through OpenCode itself)] \
-                     [--detail (per request: size, share, first difference)] \
-                     [--no-one-shot (skip the run with every mc call a process of its own)] \
-                     [--compare-boundary (one more resident run without mc's compaction boundary)]";
+/// Drives the real OpenCode through a scripted coding session against a fake
+/// provider, without mc and with it (one-shot and resident), and compares
+/// what the provider received: requests, sizes, prefix-cache share, hook time.
+#[derive(clap::Parser)]
+#[command(name = "bench-opencode")]
+struct Args {
+    /// User turns in the session
+    #[arg(long, value_name = "N", default_value_t = 60)]
+    turns: usize,
+    /// Size of each file the agent reads, in KB
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    file_kb: usize,
+    /// The model's context window, in thousands of tokens
+    #[arg(long, value_name = "K", default_value_t = DEFAULT_CONTEXT / 1000)]
+    limit: u64,
+    /// With mc, the agent drops all but its newest reads every N turns
+    #[arg(long, value_name = "N")]
+    reduce_every: Option<usize>,
+    /// mc's config (JSONC) for the runs with mc
+    #[arg(long, value_name = "JSONC", conflicts_with = "historian")]
+    mc_config: Option<String>,
+    /// A configured historian model the fake provider plays (default: no mc
+    /// config, the historian folds through OpenCode itself)
+    #[arg(long)]
+    historian: bool,
+    /// Per request: size, share, first difference
+    #[arg(long)]
+    detail: bool,
+    /// Skip the run with every mc call a process of its own
+    #[arg(long)]
+    no_one_shot: bool,
+    /// One more resident run without mc's compaction boundary
+    #[arg(long)]
+    compare_boundary: bool,
+}
 
 /// How the run uses mc.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -382,65 +409,16 @@ fn comparable(key: &str, dir: &str) -> String {
 }
 
 fn main() -> ExitCode {
-    let mut turns = 60;
-    let mut file_kb = 10;
-    let mut context = DEFAULT_CONTEXT;
-    let mut reduce_every = None;
-    let mut mc_config = None;
-    let mut show_detail = false;
-    let mut compare_one_shot = true;
-    let mut compare_boundary = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let ok = match flag.as_str() {
-            "--historian" => {
-                mc_config = Some(HISTORIAN_CONFIG.to_string());
-                true
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return ExitCode::SUCCESS;
-            }
-            "--detail" => {
-                show_detail = true;
-                true
-            }
-            "--no-one-shot" => {
-                compare_one_shot = false;
-                true
-            }
-            "--compare-boundary" => {
-                compare_boundary = true;
-                true
-            }
-            "--turns" => args
-                .next()
-                .and_then(|v| v.parse().ok())
-                .map(|v| turns = v)
-                .is_some(),
-            "--file-kb" => args
-                .next()
-                .and_then(|v| v.parse().ok())
-                .map(|v| file_kb = v)
-                .is_some(),
-            "--limit" => args
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .map(|v| context = v * 1000)
-                .is_some(),
-            "--reduce-every" => args
-                .next()
-                .and_then(|v| v.parse().ok())
-                .map(|v| reduce_every = Some(v))
-                .is_some(),
-            "--mc-config" => args.next().map(|v| mc_config = Some(v)).is_some(),
-            _ => false,
-        };
-        if !ok {
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    }
+    let args: Args = clap::Parser::parse();
+    let (turns, file_kb) = (args.turns, args.file_kb);
+    let context = args.limit * 1000;
+    let reduce_every = args.reduce_every;
+    let mc_config = match args.historian {
+        true => Some(HISTORIAN_CONFIG.to_string()),
+        false => args.mc_config,
+    };
+    let (show_detail, compare_one_shot, compare_boundary) =
+        (args.detail, !args.no_one_shot, args.compare_boundary);
     let script = Script {
         turns,
         file_kb,

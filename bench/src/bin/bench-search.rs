@@ -4,7 +4,7 @@
 //! transaction each (timed: the write throughput), and a session of generated
 //! OpenCode messages whose raw content is kept as a pass keeps it, with a tag
 //! per part and a compartment per 100 messages — then spawns `mc-search mcp`
-//! (beside this binary: build both with `cargo build --release --workspace`)
+//! (beside this binary: build both with `cargo build --release --workspace --features mc-bench/bench`)
 //! and times `tools/call` round trips over its stdio, per tool and action,
 //! after a warm-up. Prints median and p99 per call; nothing is asserted.
 
@@ -28,25 +28,41 @@ use serde_json::{Value, json};
 #[path = "bench_search/recall.rs"]
 mod recall;
 
-const USAGE: &str = "\
-Usage: bench-search [--memories N] [--messages N] [--commits N] [--calls N] [--warmup N]
-                    [--keep DIR] [--recall] [--qa-turns N] [--embed URL|spawn]
-
-Fills a database with N memories (default 10000) and the raw content of N
-messages (default 50000) through mc-core, timing the memory writes, then
-times tools/call of each tool over a warm `mc-search mcp` (which must sit
-beside this binary: cargo build --release --workspace).
-
-  --memories N  project memories to write (default 10000)
-  --messages N  messages of raw content in one session (default 50000)
-  --calls N     timed calls per tool and action (default 200)
-  --warmup N    untimed calls of each first (default 10)
-  --commits N   git commits in the commit index (default 2000)
-  --keep DIR    work in DIR and keep the database afterwards
-  --recall      only the recall benchmark (the QA set of mc_tests::qa)
-  --qa-turns N  filler turns per QA session (default 40)
-  --embed URL   also rank with embeddings from this OpenAI-compatible base URL
-                (\"spawn\": start scripts/embed-server, which needs `pip install wordllama`)";
+/// Fills a database with memories and the raw content of messages through
+/// the core, timing the memory writes, then times tools/call of each tool
+/// over a warm `mc-search mcp` (which must sit beside this binary).
+#[derive(clap::Parser)]
+#[command(name = "bench-search")]
+struct Cli {
+    /// Project memories to write
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    memories: usize,
+    /// Messages of raw content in one session (at least 200)
+    #[arg(long, value_name = "N", default_value_t = 50_000)]
+    messages: usize,
+    /// Git commits in the commit index
+    #[arg(long, value_name = "N", default_value_t = 2_000)]
+    commits: usize,
+    /// Timed calls per tool and action
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    calls: usize,
+    /// Untimed calls of each first
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    warmup: usize,
+    /// Work in DIR and keep the database afterwards
+    #[arg(long, value_name = "DIR")]
+    keep: Option<PathBuf>,
+    /// Only the recall benchmark (the QA set of mc_tests::qa)
+    #[arg(long)]
+    recall: bool,
+    /// Filler turns per QA session
+    #[arg(long, value_name = "N", default_value_t = 40)]
+    qa_turns: usize,
+    /// Also rank with embeddings from this OpenAI-compatible base URL
+    /// ("spawn": start scripts/embed-server, which needs `pip install wordllama`)
+    #[arg(long, value_name = "URL|spawn")]
+    embed: Option<String>,
+}
 
 const SESSION: &str = "bench";
 const NOW_MS: i64 = 1_796_100_000_000;
@@ -65,62 +81,24 @@ struct Args {
     keep: Option<PathBuf>,
 }
 
-fn parse_args() -> Result<Option<Args>> {
-    let mut args = Args {
-        memories: 10_000,
-        commits: 2_000,
-        recall_only: false,
-        qa_turns: 40,
-        embed: None,
-        messages: 50_000,
-        calls: 200,
-        warmup: 10,
-        keep: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "-h" || flag == "--help" {
-            return Ok(None);
-        }
-        if flag == "--recall" {
-            args.recall_only = true;
-            continue;
-        }
-        let value = it
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value\n\n{USAGE}"))?;
-        let number = || -> Result<usize> {
-            value
-                .parse()
-                .map_err(|_| format!("{flag}: {value:?} is not a number"))
-        };
-        match flag.as_str() {
-            "--memories" => args.memories = number()?.max(1),
-            "--commits" => args.commits = number()?,
-            "--qa-turns" => args.qa_turns = number()?.max(1),
-            "--embed" => args.embed = Some(value.clone()),
-            "--messages" => args.messages = number()?.max(200),
-            "--calls" => args.calls = number()?.max(1),
-            "--warmup" => args.warmup = number()?,
-            "--keep" => args.keep = Some(PathBuf::from(&value)),
-            _ => return Err(format!("unknown argument {flag:?}\n\n{USAGE}")),
+impl From<Cli> for Args {
+    fn from(cli: Cli) -> Args {
+        Args {
+            memories: cli.memories.max(1),
+            commits: cli.commits,
+            recall_only: cli.recall,
+            qa_turns: cli.qa_turns.max(1),
+            embed: cli.embed,
+            messages: cli.messages.max(200),
+            calls: cli.calls.max(1),
+            warmup: cli.warmup,
+            keep: cli.keep,
         }
     }
-    Ok(Some(args))
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(Some(args)) => args,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("bench-search: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::from(<Cli as clap::Parser>::parse());
     let (work, _temp) = match &args.keep {
         Some(dir) => (dir.clone(), None),
         None => match tempfile::tempdir() {

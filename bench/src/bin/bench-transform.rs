@@ -46,26 +46,42 @@ const HISTORY_COMPARTMENTS: usize = 40;
 /// …and memories of the session's project.
 const HISTORY_MEMORIES: usize = 200;
 
-const USAGE: &str = "\
-Usage: bench-transform [--runs N] [--warmup N] [--turns N] [--tokens N] [--seed N] [--keep DIR] [--no-history] [--memory]
-
-Times mc-transform (a steady-state defer pass and a first execute pass) against
-json-floor, a program that only parses and re-serialises the same JSON; then
-the same two passes with 40 compartments and 200 memories in the DB.
-Both binaries must sit beside this one: cargo build --release --workspace.
-
-  --runs N     timed runs per measurement (default 30)
-  --warmup N   untimed runs first (default 3)
-  --turns N    user turns in the generated session (default 100)
-  --tokens N   approximate tokens in the session (default 200000)
-  --seed N     generator seed (default: the benchmark's)
-  --keep DIR   work in DIR (envelopes, databases) and keep it afterwards
-  --no-history time only the plain passes, without compartments and memories
-  --memory     instead of timing, measure peak RSS against the envelope's size:
-               1, 5 and 21 MB envelopes of tiny messages (200k in 21 MB) and of
-               a coding session (big tool outputs), each one-shot on a fresh DB,
-               again on the same DB, and through serve (whole, then deltas);
-               the bound is 8× the envelope + 50 MiB (needs GNU time)";
+/// Times mc-transform (a steady-state defer pass and a first execute pass)
+/// against json-floor, a program that only parses and re-serialises the same
+/// JSON; then the same two passes with 40 compartments and 200 memories in
+/// the DB. Both binaries must sit beside this one.
+#[derive(clap::Parser)]
+#[command(name = "bench-transform")]
+struct Cli {
+    /// Timed runs per measurement
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    runs: usize,
+    /// Untimed runs first
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    warmup: usize,
+    /// User turns in the generated session
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    turns: usize,
+    /// Approximate tokens in the session
+    #[arg(long, value_name = "N", default_value_t = 200_000)]
+    tokens: u64,
+    /// Generator seed [default: the benchmark's]
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// Work in DIR (envelopes, databases) and keep it afterwards
+    #[arg(long, value_name = "DIR")]
+    keep: Option<PathBuf>,
+    /// Time only the plain passes, without compartments and memories
+    #[arg(long)]
+    no_history: bool,
+    /// Instead of timing, measure peak RSS against the envelope's size: 1, 5
+    /// and 21 MB envelopes of tiny messages (200k in 21 MB) and of a coding
+    /// session (big tool outputs), each one-shot on a fresh DB, again on the
+    /// same DB, and through serve (whole, then deltas); the bound is 8× the
+    /// envelope + 50 MiB (needs GNU time)
+    #[arg(long)]
+    memory: bool,
+}
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -82,63 +98,23 @@ struct Args {
     memory: bool,
 }
 
-fn parse_args() -> Result<Option<Args>> {
-    let mut args = Args {
-        runs: 30,
-        warmup: 3,
-        turns: 100,
-        tokens: 200_000,
-        seed: SessionSpec::bench().seed,
-        keep: None,
-        history: true,
-        memory: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "-h" || flag == "--help" {
-            return Ok(None);
-        }
-        if flag == "--no-history" {
-            args.history = false;
-            continue;
-        }
-        if flag == "--memory" {
-            args.memory = true;
-            continue;
-        }
-        let value = it
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value\n\n{USAGE}"))?;
-        let number = || -> Result<u64> {
-            value
-                .parse()
-                .map_err(|_| format!("{flag}: {value:?} is not a number"))
-        };
-        match flag.as_str() {
-            "--runs" => args.runs = number()?.max(1) as usize,
-            "--warmup" => args.warmup = number()? as usize,
-            "--turns" => args.turns = number()?.max(1) as usize,
-            "--tokens" => args.tokens = number()?,
-            "--seed" => args.seed = number()?,
-            "--keep" => args.keep = Some(PathBuf::from(&value)),
-            _ => return Err(format!("unknown argument {flag:?}\n\n{USAGE}")),
+impl From<Cli> for Args {
+    fn from(cli: Cli) -> Args {
+        Args {
+            runs: cli.runs.max(1),
+            warmup: cli.warmup,
+            turns: cli.turns.max(1),
+            tokens: cli.tokens,
+            seed: cli.seed.unwrap_or(SessionSpec::bench().seed),
+            keep: cli.keep,
+            history: !cli.no_history,
+            memory: cli.memory,
         }
     }
-    Ok(Some(args))
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(Some(args)) => args,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("bench-transform: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::from(<Cli as clap::Parser>::parse());
     let work = match WorkDir::new(args.keep.clone()) {
         Ok(work) => work,
         Err(e) => {

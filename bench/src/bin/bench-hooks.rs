@@ -7,7 +7,7 @@
 //! `mc-historian run` over the same transcript against a fake model on
 //! 127.0.0.1 (mc's own cost: the model answers at once). Nothing is asserted.
 //!
-//! Build the binaries first: `cargo build --release --workspace`.
+//! Build the binaries first: `cargo build --release --workspace --features mc-bench/bench`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -22,11 +22,18 @@ use mc_tests::bin_path;
 use mc_tests::fake_provider::FakeProvider;
 use serde_json::{Value, json};
 
-const USAGE: &str = "\
-Usage: bench-hooks [--messages N] [--runs N]
-
-  --messages N  messages in each generated transcript (default 2000)
-  --runs N      timed runs of each hook (default 15)";
+/// Times each hook mc puts in Claude Code and Codex (pin restore, the
+/// session-start search, the historian's hook) on generated transcripts.
+#[derive(clap::Parser)]
+#[command(name = "bench-hooks")]
+struct Args {
+    /// Messages in each generated transcript
+    #[arg(long, value_name = "N", default_value_t = 2000)]
+    messages: usize,
+    /// Timed runs of each hook
+    #[arg(long, value_name = "N", default_value_t = 15)]
+    runs: usize,
+}
 
 const CC_SESSION: &str = "5b0c2a1e-7d3f-4e8a-9b6c-2f1e0d9c8b7a";
 const CX_SESSION: &str = "01a23010-0000-7000-8000-000000000001";
@@ -232,20 +239,7 @@ fn report(name: &str, mut times: Vec<Duration>, chars: usize) {
 }
 
 fn main() -> ExitCode {
-    let mut messages = 2000usize;
-    let mut runs = 15usize;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let value = args.next().and_then(|v| v.parse().ok());
-        match (arg.as_str(), value) {
-            ("--messages", Some(n)) => messages = n,
-            ("--runs", Some(n)) => runs = n,
-            _ => {
-                eprintln!("{USAGE}");
-                return ExitCode::from(2);
-            }
-        }
-    }
+    let Args { messages, runs } = clap::Parser::parse();
     let dir = tempfile::tempdir().expect("a temp folder");
     let project = dir.path().join("project");
     std::fs::create_dir_all(&project).unwrap();
