@@ -1,11 +1,30 @@
 //! mc-historian: folds old conversation into compartments and facts. Thin:
-//! arguments, input, mc-core, stdout.
+//! arguments, input, mc-core, stdout. This file parses the arguments and
+//! dispatches.
 
-mod cli;
+mod args;
+mod cmd;
+mod input;
+mod model;
 mod progress;
 
 use std::process::ExitCode;
 
+use clap::Parser;
+
+use crate::args::{Args, Command, NAME};
+use crate::cmd::check::check;
+use crate::cmd::hook::run_hook;
+use crate::cmd::prompt::prompt;
+use crate::cmd::run::run;
+
 fn main() -> ExitCode {
-    cli::main()
+    let args = Args::parse();
+    let result = match &args.command {
+        Command::Run(source) => run(&args, source),
+        Command::Check(source) => check(&args, source),
+        Command::Prompt(source) => prompt(&args, source),
+        Command::Hook(hook) => Ok(run_hook(&args, hook)),
+    };
+    mc_cli::finish(NAME, result)
 }
