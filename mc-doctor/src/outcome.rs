@@ -1,5 +1,5 @@
 //! What setup changed, as text, and applying a request: shared by the
-//! `setup` command (`cli.rs`) and the wizard (`wizard.rs`).
+//! `setup` command (`cmd/setup.rs`) and the wizard (`wizard.rs`).
 
 use mc_cli::Failure;
 use mc_doctor_core::{Env, setup};
