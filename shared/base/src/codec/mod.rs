@@ -5,6 +5,7 @@
 //! does not understand is carried through unchanged and in its place. The
 //! transform only reads through accessors and edits through setters.
 
+pub mod anthropic;
 pub mod claude;
 pub mod codex;
 pub mod jsonl;
