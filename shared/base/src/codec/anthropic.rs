@@ -267,8 +267,9 @@ impl<'a> Request<'a> {
     }
 
     /// Input message `i` as an internal message named `id` (from
-    /// [`Request::message_id`]), in `session_id`.
-    pub fn decode(&self, i: usize, id: &str, session_id: &str) -> Message {
+    /// [`Request::message_id`]), in `session_id`. An assistant message is
+    /// stamped `seen_ms` (when it was first seen: requests carry no times).
+    pub fn decode(&self, i: usize, id: &str, session_id: &str, seen_ms: Option<i64>) -> Message {
         let item = self.items.get(i);
         let role = item.and_then(|it| it.role.as_deref());
         let mut info = Map::new();
@@ -351,6 +352,9 @@ impl<'a> Request<'a> {
             if item.text_content && role == Some("assistant") {
                 info.insert("finish".into(), json!("stop"));
             }
+        }
+        if let Some(ms) = seen_ms.filter(|_| role == Some("assistant")) {
+            info.insert("time".into(), json!({"created": ms, "completed": ms}));
         }
         let mut raw = Map::new();
         raw.insert("info".into(), Value::Object(info));
@@ -633,6 +637,11 @@ pub fn added(message: &Message, cache: Option<&Value>) -> Vec<u8> {
         set(&mut block, "cache_control", cache.clone());
     }
     to_bytes(&json!({"role": "user", "content": [block]}))
+}
+
+/// Whether `needle` occurs in `haystack`.
+pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    memchr::memmem::find(haystack, needle).is_some()
 }
 
 /// The text of a tool result's content (a string, or its text blocks).

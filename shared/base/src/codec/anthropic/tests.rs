@@ -37,7 +37,7 @@ fn body(value: &Value) -> Vec<u8> {
 
 fn decoded(req: &Request<'_>) -> Vec<Message> {
     (0..req.items.len())
-        .map(|i| req.decode(i, &req.message_id(i), "s"))
+        .map(|i| req.decode(i, &req.message_id(i), "s", Some(5)))
         .collect()
 }
 
@@ -61,6 +61,8 @@ fn the_model_maps_text_tools_and_opaque_blocks() {
     let msgs = decoded(&req);
     assert_eq!(msgs[0].parts[0].text(), Some("find the bug"));
     assert_eq!(msgs[1].finish(), Some("tool-calls"));
+    assert_eq!(msgs[1].completed_ms(), Some(5));
+    assert_eq!(msgs[0].created_ms(), None);
     assert_eq!(msgs[1].parts[0].kind, PartKind::Other);
     assert_eq!(msgs[1].parts[1].text(), Some("Reading."));
     let tool = &msgs[2].parts[0];
