@@ -200,3 +200,62 @@ fn not_a_request_is_an_error() {
     assert!(Request::parse(b"{\"messages\": [1]}").is_err());
     assert!(Request::parse(b"{}").unwrap().items.is_empty());
 }
+
+#[test]
+fn every_block_kind_of_a_claude_code_request_survives_a_rewrite() {
+    let b = include_bytes!("../../../testdata/anthropic/request.json");
+    let req = Request::parse(b).unwrap();
+    let mut msgs = decoded(&req);
+    // Tag every text and tool output, as a pass does.
+    for m in &mut msgs {
+        for p in &mut m.parts {
+            if let Some(text) = p.text().map(str::to_string) {
+                p.set_text(format!("§1§ {text}"));
+            }
+            if let Some(out) = p.tool_output().map(str::to_string) {
+                p.set_tool_output(format!("§2§ {out}"));
+            }
+        }
+    }
+    let out: Vec<Vec<u8>> = msgs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| req.encode(i, m))
+        .collect();
+    let pieces: Vec<Piece<'_>> = out.iter().map(|b| Piece::Bytes(b)).collect();
+    let body = req.assemble(&pieces);
+    let after: Value = serde_json::from_slice(&body).unwrap();
+    for (i, item) in req.items.iter().enumerate() {
+        for span in &item.blocks {
+            let raw = req.bytes(*span);
+            let kind = field(&serde_json::from_slice::<Value>(raw).unwrap(), "type").to_string();
+            if !matches!(kind.as_str(), "text" | "tool_result") {
+                assert!(contains(&body, raw), "message {i}: a {kind} block changed");
+            }
+        }
+    }
+    assert_eq!(
+        after["messages"][0]["content"][1]["text"]
+            .as_str()
+            .unwrap()
+            .get(..6),
+        Some("§1§ ")
+    );
+    assert_eq!(
+        after["messages"][2]["content"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .get(..6),
+        Some("§2§ ")
+    );
+    // An error result's text is its error; its flag and the breakpoint stay.
+    assert_eq!(after["messages"][2]["content"][1]["is_error"], true);
+    assert_eq!(
+        after["messages"][4]["content"][1]["cache_control"],
+        json!({"type": "ephemeral"})
+    );
+    // Everything outside `messages` is the input's bytes.
+    let messages = req.messages.unwrap();
+    assert!(body.starts_with(&b[..messages.start]));
+    assert!(body.ends_with(&b[messages.end..]));
+}
