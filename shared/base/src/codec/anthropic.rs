@@ -17,7 +17,8 @@
 //! as the output or, with `is_error`, the error). Everything else (`tool_use`,
 //! `thinking`, `redacted_thinking`, `server_tool_use`,
 //! `web_search_tool_result`, any newer kind) is an `anthropic-block` part the
-//! pass neither tags nor changes. A `tool_use` therefore never leaves: a
+//! pass neither tags nor changes, and so is a message of any role but
+//! `user` and `assistant` (`system`). A `tool_use` therefore never leaves: a
 //! result the pass dropped is written as its skeleton (same `tool_use_id`,
 //! placeholder content), so a call and its result are never separated.
 //!
@@ -283,7 +284,10 @@ impl<'a> Request<'a> {
             }),
         );
         let mut parts = Vec::new();
-        if let Some(item) = item {
+        // A `system` message (Claude Code's mid-conversation system beta) or
+        // any other role: carried as it is, never tagged.
+        let known = matches!(role, Some("user" | "assistant"));
+        if let Some(item) = item.filter(|_| known) {
             if item.text_content {
                 if let Value::String(text) = self.content_value(item) {
                     parts.push(part(

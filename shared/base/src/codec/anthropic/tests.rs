@@ -259,3 +259,12 @@ fn every_block_kind_of_a_claude_code_request_survives_a_rewrite() {
     assert!(body.starts_with(&b[..messages.start]));
     assert!(body.ends_with(&b[messages.end..]));
 }
+
+#[test]
+fn a_system_message_is_carried_untouched() {
+    let b = br#"{"messages":[{"role":"user","content":"hi"},{"role":"system","content":"skills: a, b"}]}"#;
+    let req = Request::parse(b).unwrap();
+    let msgs = decoded(&req);
+    assert!(msgs[1].parts.is_empty());
+    assert_eq!(req.encode(1, &msgs[1]), req.item_bytes(1));
+}
