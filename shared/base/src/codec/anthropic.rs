@@ -43,6 +43,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::opencode::{Message, Part, PartKind};
+use super::{block_index, part, set};
 use crate::error::{Error, Result};
 
 /// Anthropic's limit on `cache_control` breakpoints in one request.
@@ -666,31 +667,8 @@ fn field<'v>(value: &'v Value, key: &str) -> &'v str {
     value.get(key).and_then(Value::as_str).unwrap_or_default()
 }
 
-fn set(value: &mut Value, key: &str, new: Value) {
-    if let Some(map) = value.as_object_mut() {
-        map.insert(key.into(), new);
-    }
-}
-
-fn part(raw: Value) -> Part {
-    Part::decode(raw).unwrap_or_else(|_| Part {
-        kind: PartKind::Other,
-        raw: Map::new(),
-    })
-}
-
 fn to_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
-}
-
-fn block_index(part: &Part) -> Option<usize> {
-    part.raw
-        .get("id")
-        .and_then(Value::as_str)?
-        .rsplit_once('/')?
-        .1
-        .parse()
-        .ok()
 }
 
 fn join_array<'x>(items: impl Iterator<Item = &'x [u8]>) -> Vec<u8> {
