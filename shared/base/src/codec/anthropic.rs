@@ -374,7 +374,9 @@ impl<'a> Request<'a> {
             return added(message, None);
         };
         let original = self.bytes(item.span);
-        let Some(content) = item.content else {
+        // A message of another role was never decoded into parts.
+        let known = matches!(item.role.as_deref(), Some("user" | "assistant"));
+        let Some(content) = item.content.filter(|_| known) else {
             return original.to_vec();
         };
         let mut by_index: BTreeMap<usize, &Part> = BTreeMap::new();

@@ -262,9 +262,13 @@ fn every_block_kind_of_a_claude_code_request_survives_a_rewrite() {
 
 #[test]
 fn a_system_message_is_carried_untouched() {
-    let b = br#"{"messages":[{"role":"user","content":"hi"},{"role":"system","content":"skills: a, b"}]}"#;
+    let b =
+        br#"{"messages":[{"role":"user","content":"hi"},{"role":"system","content":"skills: a, b"},
+        {"role":null,"content":[{"type":"tool_result","tool_use_id":"t","content":"x"}]}]}"#;
     let req = Request::parse(b).unwrap();
     let msgs = decoded(&req);
-    assert!(msgs[1].parts.is_empty());
-    assert_eq!(req.encode(1, &msgs[1]), req.item_bytes(1));
+    for i in [1, 2] {
+        assert!(msgs[i].parts.is_empty());
+        assert_eq!(req.encode(i, &msgs[i]), req.item_bytes(i));
+    }
 }
