@@ -20,6 +20,9 @@
 //! - `mc-pin`'s stdin: OpenCode events (bare, `/global/event`, plugin
 //!   forms), Claude Code / Codex `SessionStart` hook inputs, pin requests,
 //!   session metadata;
+//! - Anthropic Messages requests as the gateway receives them
+//!   (`codec::anthropic`, then `gateway::TransformPass` on a store): an
+//!   unchanged request also encodes to its own bytes;
 //! - Claude Code transcripts (`codec::claude`) and Codex rollouts
 //!   (`codec::codex`), and what pins and the `SessionStart` hook read from
 //!   them (every source, both harnesses);
@@ -1617,6 +1620,76 @@ fn mutated_transcript(samples: &[String]) -> impl Strategy<Value = String> + '_ 
             }
             lines.join("\n")
         })
+}
+
+/// A request's messages decoded and encoded back untouched: its own bytes.
+fn anthropic_round_trip(body: &[u8]) -> Result<(), TestCaseError> {
+    use mc_base::codec::anthropic::{Piece, Request};
+    let Ok(request) = Request::parse(body) else {
+        return Ok(());
+    };
+    let _ = (request.breakpoints(), request.head_cache());
+    let encoded: Vec<Vec<u8>> = (0..request.items.len())
+        .map(|i| {
+            let message = request.decode(i, &request.message_id(i), "s", Some(NOW));
+            request.encode(i, &message)
+        })
+        .collect();
+    let pieces: Vec<Piece<'_>> = encoded
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| {
+            if request.item_bytes(i) == bytes.as_slice() {
+                Piece::Original(i)
+            } else {
+                Piece::Bytes(bytes)
+            }
+        })
+        .collect();
+    let back = request.assemble(&pieces);
+    prop_assert_eq!(
+        String::from_utf8_lossy(&back),
+        String::from_utf8_lossy(body)
+    );
+    Ok(())
+}
+
+#[test]
+fn anthropic_requests_over_arbitrary_and_mutated_bodies() {
+    use mc_base::domain::gateway::{Api, Call, Forward};
+    use mc_transform_core::gateway::TransformPass;
+    let sample: Value = serde_json::from_str(mc_base::testkit::ANTHROPIC_REQUEST)
+        .expect("the Anthropic sample is JSON");
+    let pass = TransformPass::new(
+        Store::open_in_memory().expect("an in-memory store"),
+        TransformConfig::default(),
+    );
+    let headers = vec![("anthropic-version".to_string(), "2023-06-01".to_string())];
+    property(
+        "anthropic_requests_over_arbitrary_and_mutated_bodies",
+        192,
+        (bytes_text(), fuzz::changes(6), fuzz::edits(4)),
+        |(arbitrary, changes, edits)| {
+            let mutated = changes.apply(&sample).to_string();
+            let edited = fuzz::edit(mc_base::testkit::ANTHROPIC_REQUEST, &edits);
+            for body in [arbitrary, mutated, edited] {
+                anthropic_round_trip(body.as_bytes())?;
+                let call = Call {
+                    api: Api::AnthropicMessages,
+                    harness: "claude-code",
+                    session_id: Some("s"),
+                    path: "/v1/messages",
+                    headers: &headers,
+                    body: body.as_bytes(),
+                    now_ms: NOW,
+                };
+                if let Ok(Forward::Body(out)) = pass.run(&call).map(|(f, _)| f) {
+                    prop_assert!(serde_json::from_slice::<Value>(&out).is_ok());
+                }
+            }
+            Ok(())
+        },
+    );
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! Test support other crates' tests build on (the `testkit` feature): the
-//! Pi samples of `testdata/`, so no other crate reads this crate's folder,
+//! Pi and Anthropic samples of `testdata/`, so no other crate reads this crate's folder,
 //! and the OpenCode session the historian's and the pass's tests share.
 #![allow(clippy::indexing_slicing, clippy::expect_used)]
 
@@ -7,6 +7,9 @@
 pub const PI_CONTEXT: &str = include_str!("../testdata/pi/context.json");
 /// A Pi session file (a compaction, a branch).
 pub const PI_SESSION: &str = include_str!("../testdata/pi/session.jsonl");
+/// An Anthropic Messages request shaped like Claude Code's (compact JSON,
+/// its body keys and breakpoints) with every block kind the codec reads.
+pub const ANTHROPIC_REQUEST: &str = include_str!("../testdata/anthropic/request.json");
 
 use serde_json::{Value, json};
 

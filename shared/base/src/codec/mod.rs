@@ -5,6 +5,7 @@
 //! does not understand is carried through unchanged and in its place. The
 //! transform only reads through accessors and edits through setters.
 
+pub mod anthropic;
 pub mod claude;
 pub mod codex;
 pub mod jsonl;
@@ -112,5 +113,31 @@ pub(crate) fn close_tool_state(
     }
     if let (Some(ts), Some(time)) = (end_ms, state.get_mut("time").and_then(Value::as_object_mut)) {
         time.insert("end".into(), json!(ts));
+    }
+}
+
+/// A part from its JSON (an empty `Other` part if it is not an object).
+pub(crate) fn part(raw: serde_json::Value) -> Part {
+    Part::decode(raw).unwrap_or_else(|_| Part {
+        kind: PartKind::Other,
+        raw: serde_json::Map::new(),
+    })
+}
+
+/// The block index a part was made from (`<message id>/<k>`), if any.
+pub(crate) fn block_index(part: &Part) -> Option<usize> {
+    part.raw
+        .get("id")
+        .and_then(serde_json::Value::as_str)?
+        .rsplit_once('/')?
+        .1
+        .parse()
+        .ok()
+}
+
+/// Set `key` of an object (anything else is left alone).
+pub(crate) fn set(value: &mut serde_json::Value, key: &str, new: serde_json::Value) {
+    if let Some(map) = value.as_object_mut() {
+        map.insert(key.into(), new);
     }
 }

@@ -37,6 +37,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::opencode::{Message, Part, PartKind};
+use super::{block_index, part, set};
 use crate::error::{Error, Result};
 use crate::json::kind_name as json_kind;
 
@@ -87,13 +88,6 @@ pub fn message_ids(values: &[Value]) -> Vec<String> {
             id
         })
         .collect()
-}
-
-fn part(raw: Value) -> Part {
-    Part::decode(raw).unwrap_or_else(|_| Part {
-        kind: PartKind::Other,
-        raw: Map::new(),
-    })
 }
 
 fn text_of_blocks(content: Option<&Value>) -> String {
@@ -325,17 +319,6 @@ pub fn decode(values: Vec<Value>, session_id: Option<&str>) -> Result<(Vec<Messa
     Ok((messages, layout))
 }
 
-/// The block index a part was made from (`<id>/<k>`), if any.
-fn block_index(part: &Part) -> Option<usize> {
-    part.raw
-        .get("id")
-        .and_then(Value::as_str)?
-        .rsplit_once('/')?
-        .1
-        .parse()
-        .ok()
-}
-
 fn part_suffix(part: &Part) -> Option<&str> {
     Some(
         part.raw
@@ -437,12 +420,6 @@ fn rebuild_result(mut result: Map<String, Value>, tool: &Part) -> Map<String, Va
     }
     result.insert("content".into(), Value::Array(content));
     result
-}
-
-fn set(block: &mut Value, key: &str, value: Value) {
-    if let Some(map) = block.as_object_mut() {
-        map.insert(key.into(), value);
-    }
 }
 
 fn take(originals: &mut [Map<String, Value>], index: usize) -> Map<String, Value> {

@@ -1,0 +1,433 @@
+//! mc's pass behind the gateway ([`mc_base::domain::gateway::Pass`]): a
+//! Claude Code request (Anthropic Messages) becomes mc's messages
+//! ([`mc_base::codec::anthropic`]), runs through the same pass as OpenCode's
+//! and Pi's envelopes, and is spliced back into the body it came in.
+//!
+//! **Whose call.** The session is the `x-claude-code-session-id` header
+//! (what the pinned Claude Code sends on every call, and what its hooks and
+//! `mc-search mcp` name the session by). A request that also carries
+//! `x-claude-code-agent-id` is a subagent's: it runs in mc's subagent mode as
+//! a session of its own, `<session>/agent/<agent id>`. Everything else is a
+//! side request and goes upstream untouched (see [`side_reason`]).
+//!
+//! **Work in proportion to what is new.** Each session keeps, in memory, its
+//! last request's message identities and fingerprints, the decoded messages
+//! the pass did not render again, the pass's renderings and the output
+//! bytes of every message sent. A message whose bytes are the previous
+//! request's is not decoded again; one whose render is the same again is
+//! the previous output's bytes (`render::render_replaying`), so a defer pass
+//! repeats the previous forwarded request up to its new tail.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde_json::Value;
+
+use mc_base::codec::Message;
+use mc_base::codec::anthropic::{self, Piece, Request};
+use mc_base::config::TransformConfig;
+use mc_base::domain::envelope::{Envelope, ModelInfo, Usage};
+use mc_base::domain::gateway::{Answer, Api, Call, Forward, Pass};
+use mc_base::error::{Error, Result};
+use mc_base::store::{Store, StoreOptions};
+
+use crate::overflow::{self, OverflowRequest};
+use crate::pass::{Resident, run_pass_on};
+use crate::render::{ForNextPass, Replay};
+use crate::report::PassReport;
+
+/// The harness whose sessions the gateway's calls belong to.
+pub const HARNESS: &str = "claude-code";
+/// Sessions kept in memory, least recently used dropped first (a dropped
+/// one costs one whole decode and render, never a wrong answer).
+pub const KEPT_SESSIONS: usize = 16;
+/// The prompt of Claude Code's own compaction-summary call (its `/compact`
+/// and auto-compaction), as the pinned version words it.
+pub const COMPACTION_PROMPT: &str =
+    "Your task is to create a detailed summary of the conversation so far";
+/// Calls whose answer is still to come, remembered to learn from it.
+const PENDING_CALLS: usize = 64;
+/// The window of Claude models when nothing better is known (an overflow
+/// error teaches the real one).
+pub const DEFAULT_WINDOW: u64 = 200_000;
+
+/// What one session keeps between its calls.
+#[derive(Default)]
+struct Kept {
+    /// The previous request's message ids and byte fingerprints, by position.
+    ids: Vec<String>,
+    prints: Vec<u64>,
+    /// Decoded messages the pass did not render again, by id.
+    unused: FxHashMap<Box<str>, Message>,
+    for_next: Option<ForNextPass>,
+    /// The previous forwarded messages' bytes, and the input message each
+    /// one is (by id), by output position.
+    output: Vec<Vec<u8>>,
+    origins: Vec<Option<Box<str>>>,
+    /// When each assistant message was first seen (requests carry no times).
+    seen: FxHashMap<String, i64>,
+    /// The usage the provider reported for the session's last call.
+    usage: Option<Usage>,
+    last_used: u64,
+}
+
+#[derive(Default)]
+struct Memory {
+    sessions: FxHashMap<String, Kept>,
+    /// Body fingerprint → (session key, model) of calls the pass worked on.
+    pending: Vec<(u64, String, Option<String>)>,
+    clock: u64,
+}
+
+/// mc's transform as a gateway pass.
+pub struct TransformPass {
+    store: Mutex<Store>,
+    config: TransformConfig,
+    memory: Mutex<Memory>,
+}
+
+/// Why a call is not the main conversation's (or a subagent's), if it is not.
+/// What the pinned Claude Code's requests let us rely on: its main loop and
+/// its subagents send `tools` and name the session; title, quota and other
+/// small-model calls send no tools; its compaction-summary call ends on
+/// [`COMPACTION_PROMPT`]; `count_tokens` and everything else is another path.
+pub fn side_reason(call: &Call<'_>, request: &Request<'_>) -> Option<&'static str> {
+    if call.api != Api::AnthropicMessages {
+        return Some("not an Anthropic Messages call");
+    }
+    let path = call.path.split('?').next().unwrap_or_default();
+    if path != "/v1/messages" {
+        return Some("not POST /v1/messages (count_tokens or another endpoint)");
+    }
+    if call.session_id.is_none_or(str::is_empty) {
+        return Some("no x-claude-code-session-id");
+    }
+    if request.tools == 0 {
+        return Some("no tools: a title, quota or other side request");
+    }
+    if request.items.is_empty() {
+        return Some("no messages");
+    }
+    let last = request.item_bytes(request.items.len() - 1);
+    if anthropic::contains(last, COMPACTION_PROMPT.as_bytes()) {
+        return Some("Claude Code's own compaction-summary call");
+    }
+    None
+}
+
+/// The session a call runs in, and whether it is a subagent's.
+fn session_key(call: &Call<'_>) -> Option<(String, bool)> {
+    let session = call.session_id.filter(|s| !s.is_empty())?;
+    Some(match call.header("x-claude-code-agent-id") {
+        Some(agent) if !agent.is_empty() => (format!("{session}/agent/{agent}"), true),
+        _ => (session.to_string(), false),
+    })
+}
+
+fn print(bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(bytes)
+}
+
+impl TransformPass {
+    /// Open (creating and migrating it if needed) mc's database at
+    /// `store_path` and serve the gateway's calls with `config` (the user's
+    /// `transform.*`). This is what `mc-transform gateway` hands its server:
+    /// `Arc::new(TransformPass::open(&paths.db, &store_options, config)?)`.
+    pub fn open(
+        store_path: &Path,
+        options: &StoreOptions,
+        config: TransformConfig,
+    ) -> Result<TransformPass> {
+        Ok(TransformPass::new(
+            Store::open(store_path, options)?,
+            config,
+        ))
+    }
+
+    /// The pass over an open store.
+    pub fn new(store: Store, config: TransformConfig) -> TransformPass {
+        TransformPass {
+            store: Mutex::new(store),
+            config,
+            memory: Mutex::new(Memory::default()),
+        }
+    }
+
+    /// [`Pass::request`], with the pass's report when a pass ran.
+    pub fn run(&self, call: &Call<'_>) -> Result<(Forward, Option<PassReport>)> {
+        if call.api != Api::AnthropicMessages {
+            return Ok((Forward::Untouched, None));
+        }
+        let request = Request::parse(call.body)?;
+        if side_reason(call, &request).is_some() {
+            return Ok((Forward::Untouched, None));
+        }
+        let Some((key, subagent)) = session_key(call) else {
+            return Ok((Forward::Untouched, None));
+        };
+        let mut memory = self.memory.lock().map_err(|_| {
+            Error::input("the gateway pass's memory is poisoned; forward unchanged")
+        })?;
+        memory.clock += 1;
+        let clock = memory.clock;
+        if !memory.sessions.contains_key(&key) && memory.sessions.len() >= KEPT_SESSIONS {
+            let oldest = memory
+                .sessions
+                .iter()
+                .min_by_key(|(k, s)| (s.last_used, (*k).clone()))
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                memory.sessions.remove(&oldest);
+            }
+        }
+        let model = request.model.clone();
+        let body_print = print(call.body);
+        memory.pending.retain(|(p, _, _)| *p != body_print);
+        if memory.pending.len() >= PENDING_CALLS {
+            memory.pending.remove(0);
+        }
+        memory
+            .pending
+            .push((body_print, key.clone(), model.clone()));
+        let kept = memory.sessions.entry(key.clone()).or_default();
+        kept.last_used = clock;
+
+        // Identities and what changed since the previous request.
+        let n = request.items.len();
+        let mut ids = Vec::with_capacity(n);
+        let mut prints = Vec::with_capacity(n);
+        let mut changed: FxHashSet<Box<str>> = FxHashSet::default();
+        let mut messages = Vec::with_capacity(n);
+        for i in 0..n {
+            let p = print(request.item_bytes(i));
+            let same = kept.prints.get(i) == Some(&p);
+            let id = match kept.ids.get(i) {
+                Some(id) if same => id.clone(),
+                _ => request.message_id(i),
+            };
+            let reused = if same {
+                kept.unused.remove(id.as_str())
+            } else {
+                None
+            };
+            if !same {
+                changed.insert(id.as_str().into());
+            }
+            let message = match reused {
+                Some(message) => message,
+                None => {
+                    let seen =
+                        request.items.get(i).and_then(|it| it.role.as_deref()) == Some("assistant");
+                    let seen_ms = seen.then(|| *kept.seen.entry(id.clone()).or_insert(call.now_ms));
+                    request.decode(i, &id, &key, seen_ms)
+                }
+            };
+            messages.push(message);
+            ids.push(id);
+            prints.push(p);
+        }
+        let index_of: FxHashMap<&str, usize> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.as_str(), i))
+            .collect();
+        let replay = Replay {
+            previous: kept
+                .for_next
+                .take()
+                .map(|f| f.renderings)
+                .unwrap_or_default(),
+            previous_len: kept.output.len(),
+            changed,
+        };
+        let envelope = Envelope {
+            harness: HARNESS.into(),
+            session_id: Some(key.clone()),
+            project_dir: None,
+            model: ModelInfo {
+                provider: Some("anthropic".into()),
+                id: model,
+                context_limit: Some(DEFAULT_WINDOW),
+                output_limit: None,
+            },
+            usage: kept.usage,
+            now_ms: Some(call.now_ms),
+            subagent,
+            wait_for_fold: false,
+            system: None,
+            messages: Vec::new(),
+        };
+        let resident = Resident {
+            decoded: Some(messages),
+            replay: Some(replay),
+        };
+        let output = {
+            let mut store = self.store.lock().map_err(|_| {
+                Error::input("the gateway pass's store is poisoned; forward unchanged")
+            })?;
+            run_pass_on(&mut store, envelope, resident, &self.config, call.now_ms)
+        };
+        let mut output = match output {
+            Ok(output) => output,
+            Err(e) => {
+                // Nothing kept is trusted after a failed pass.
+                *kept = Kept {
+                    usage: kept.usage,
+                    last_used: clock,
+                    ..Kept::default()
+                };
+                return Err(e);
+            }
+        };
+
+        // Each output message's bytes and the input message it is, if any.
+        let previous = std::mem::take(&mut kept.output);
+        let previous_origins = std::mem::take(&mut kept.origins);
+        let mut entries: Vec<(Option<usize>, Vec<u8>)> = Vec::with_capacity(output.messages.len());
+        let mut pending_head: Vec<Message> = Vec::new();
+        let head_cache = request.head_cache();
+        let flush_head =
+            |head: &mut Vec<Message>, entries: &mut Vec<(Option<usize>, Vec<u8>)>, first: bool| {
+                let last = head.len().saturating_sub(1);
+                for (k, m) in head.drain(..).enumerate() {
+                    let cache = (first && k == last)
+                        .then_some(head_cache.as_ref())
+                        .flatten();
+                    entries.push((None, anthropic::added(&m, cache)));
+                }
+            };
+        let mut seen_original = false;
+        for value in output.messages {
+            match value {
+                Value::Number(n) => {
+                    let at = n
+                        .as_u64()
+                        .and_then(|n| usize::try_from(n).ok())
+                        .filter(|&n| n < previous.len())
+                        .ok_or_else(|| Error::input("the pass replayed a message it never sent"))?;
+                    let bytes = previous.get(at).cloned().unwrap_or_default();
+                    let origin = previous_origins
+                        .get(at)
+                        .and_then(Option::as_deref)
+                        .and_then(|id| index_of.get(id))
+                        .copied();
+                    if origin.is_some() {
+                        flush_head(&mut pending_head, &mut entries, !seen_original);
+                        seen_original = true;
+                    }
+                    entries.push((origin, bytes));
+                }
+                value => {
+                    let message = Message::decode(value)?;
+                    match message.id().and_then(|id| index_of.get(id)).copied() {
+                        Some(i) => {
+                            flush_head(&mut pending_head, &mut entries, !seen_original);
+                            seen_original = true;
+                            entries.push((Some(i), request.encode(i, &message)));
+                        }
+                        None if !seen_original => pending_head.push(message),
+                        None => entries.push((None, anthropic::added(&message, None))),
+                    }
+                }
+            }
+        }
+        flush_head(&mut pending_head, &mut entries, !seen_original);
+
+        // A result whose call is no longer sent (the head covers it) goes too.
+        let present: FxHashSet<usize> = entries.iter().filter_map(|(i, _)| *i).collect();
+        for (origin, bytes) in &mut entries {
+            if let Some(i) = *origin
+                && request.has_results(i)
+                && (i == 0 || !present.contains(&(i - 1)))
+                && let Some(stripped) = Request::without_results(bytes)
+            {
+                *bytes = stripped;
+            }
+        }
+        let pieces: Vec<Piece<'_>> = entries
+            .iter()
+            .map(|(origin, bytes)| match origin {
+                Some(i) if request.item_bytes(*i) == bytes.as_slice() => Piece::Original(*i),
+                _ => Piece::Bytes(bytes),
+            })
+            .collect();
+        let body = request.assemble(&pieces);
+        kept.origins = entries
+            .iter()
+            .map(|(origin, _)| origin.and_then(|i| ids.get(i)).map(|id| id.as_str().into()))
+            .collect();
+        kept.output = entries.into_iter().map(|(_, b)| b).collect();
+        kept.seen.retain(|id, _| index_of.contains_key(id.as_str()));
+        kept.ids = ids;
+        kept.prints = prints;
+        kept.unused = output
+            .for_next
+            .as_mut()
+            .map(|f| std::mem::take(&mut f.unused))
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|m| Some((Box::<str>::from(m.id()?), m)))
+            .collect();
+        kept.for_next = output.for_next;
+        let forward = if body == call.body {
+            Forward::Untouched
+        } else {
+            Forward::Body(body)
+        };
+        Ok((forward, Some(output.pass)))
+    }
+
+    /// [`Pass::answered`], with what it learned: `true` when an overflow
+    /// error was recognised.
+    pub fn learn(&self, call: &Call<'_>, answer: &Answer<'_>) -> Result<bool> {
+        let body_print = print(call.body);
+        let mut memory = self
+            .memory
+            .lock()
+            .map_err(|_| Error::input("the gateway pass's memory is poisoned"))?;
+        let Some(at) = memory.pending.iter().position(|(p, _, _)| *p == body_print) else {
+            return Ok(false);
+        };
+        let (_, key, model) = memory.pending.remove(at);
+        if (200..300).contains(&answer.status) {
+            if let (Some(usage), Some(kept)) = (answer.usage, memory.sessions.get_mut(&key)) {
+                kept.usage = Some(usage);
+            }
+            return Ok(false);
+        }
+        let Some(error) = answer.error_body else {
+            return Ok(false);
+        };
+        drop(memory);
+        let request = OverflowRequest {
+            harness: HARNESS.into(),
+            session_id: Some(key),
+            model: ModelInfo {
+                provider: Some("anthropic".into()),
+                id: model,
+                ..ModelInfo::default()
+            },
+            error: Value::String(String::from_utf8_lossy(error).into_owned()),
+        };
+        let mut store = self
+            .store
+            .lock()
+            .map_err(|_| Error::input("the gateway pass's store is poisoned"))?;
+        Ok(overflow::report(&mut store, &request, call.now_ms)?.recognised)
+    }
+}
+
+impl Pass for TransformPass {
+    fn request(&self, call: &Call<'_>) -> Result<Forward> {
+        self.run(call).map(|(forward, _)| forward)
+    }
+
+    fn answered(&self, call: &Call<'_>, answer: &Answer<'_>) {
+        // Learning is best effort: the answer has already gone to the client.
+        let _ = self.learn(call, answer);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,429 @@
+//! The gateway's pass against Claude Code-shaped requests: a real SQLite
+//! file, a fixed clock, bodies written the way Claude Code writes them
+//! (compact JSON, its three breakpoints, thinking before each tool call).
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::report::{Bust, Decision};
+use crate::{ReduceRequest, reduce};
+
+const T0: i64 = 1_800_000_000_000;
+const MINUTE: i64 = 60_000;
+
+fn config() -> TransformConfig {
+    TransformConfig {
+        relief_drop: false,
+        ..TransformConfig::default()
+    }
+}
+
+/// `turns` tool steps after a first prompt; each result `size` bytes.
+fn conversation(turns: usize, size: usize) -> Vec<Value> {
+    let mut messages = vec![json!({"role": "user", "content": [
+        {"type": "text", "text": "<system-reminder>context</system-reminder>"},
+        {"type": "text", "text": "find the bug in the parser"}]})];
+    for k in 0..turns {
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": format!("step {k}"), "signature": format!("sig{k}+/==")},
+            {"type": "text", "text": format!("Reading file {k}.")},
+            {"type": "tool_use", "id": format!("toolu_{k}"), "name": "Read",
+             "input": {"file_path": format!("src/f{k}.rs")}}]}));
+        let line = format!("{k}: fn item() {{ body }}\n");
+        let output: String = line.repeat(size / line.len() + 1);
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": format!("toolu_{k}"), "content": output}]}));
+    }
+    messages
+}
+
+/// The request Claude Code sends for `messages`: its breakpoint on the last block.
+fn request(messages: &[Value]) -> Vec<u8> {
+    let mut messages = messages.to_vec();
+    if let Some(block) = messages
+        .last_mut()
+        .and_then(|m| m["content"].as_array_mut())
+        .and_then(|b| b.last_mut())
+    {
+        block["cache_control"] = json!({"type": "ephemeral"});
+    }
+    serde_json::to_vec(&json!({
+        "model": "claude-sonnet-4-5",
+        "messages": messages,
+        "system": [
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.197;"},
+            {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral", "ttl": "1h"}},
+            {"type": "text", "text": "Instructions.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+        "tools": [{"name": "Read", "input_schema": {"type": "object"}}],
+        "metadata": {"user_id": "u"},
+        "max_tokens": 32000,
+        "stream": true
+    }))
+    .unwrap()
+}
+
+struct Gate {
+    pass: TransformPass,
+    db: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+fn gate() -> Gate {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("mc.db");
+    let pass = TransformPass::open(&db, &StoreOptions::default(), config()).unwrap();
+    Gate {
+        pass,
+        db,
+        _dir: dir,
+    }
+}
+
+fn headers(agent: Option<&str>) -> Vec<(String, String)> {
+    let mut h = vec![("anthropic-version".to_string(), "2023-06-01".to_string())];
+    if let Some(agent) = agent {
+        h.push(("x-claude-code-agent-id".into(), agent.into()));
+    }
+    h
+}
+
+fn call<'a>(
+    session: Option<&'a str>,
+    path: &'a str,
+    headers: &'a [(String, String)],
+    body: &'a [u8],
+    now_ms: i64,
+) -> Call<'a> {
+    Call {
+        api: Api::AnthropicMessages,
+        harness: "claude-code",
+        session_id: session,
+        path,
+        headers,
+        body,
+        now_ms,
+    }
+}
+
+impl Gate {
+    /// One call of `session` at `percent` of the window (the previous
+    /// answer's usage), answered; the forwarded body and the report.
+    fn send(&self, session: &str, body: &[u8], percent: u64, now_ms: i64) -> (Vec<u8>, PassReport) {
+        let h = headers(None);
+        let c = call(Some(session), "/v1/messages?beta=true", &h, body, now_ms);
+        // What the previous answer reported, as the server would have told us.
+        if let Some(kept) = self.pass.memory.lock().unwrap().sessions.get_mut(session) {
+            kept.usage = Some(Usage {
+                input: DEFAULT_WINDOW * percent / 100,
+                ..Usage::default()
+            });
+        }
+        let (forward, report) = self.pass.run(&c).unwrap();
+        let sent = match forward {
+            Forward::Untouched => body.to_vec(),
+            Forward::Body(b) => b,
+        };
+        assert_pairs(&sent);
+        (
+            sent,
+            report.expect("a main-conversation call runs the pass"),
+        )
+    }
+
+    fn queue(&self, session: &str, drop: &[i64]) {
+        let mut store = Store::open(&self.db, &StoreOptions::default()).unwrap();
+        let request = ReduceRequest {
+            harness: HARNESS.into(),
+            session_id: session.into(),
+            drop: drop.to_vec(),
+        };
+        let queued = reduce(&mut store, &request, &config(), T0).unwrap().queued;
+        assert_eq!(queued, drop);
+    }
+}
+
+/// Every `tool_result` answers a `tool_use` of the message just before it,
+/// and every `tool_use` is answered in the message after it.
+/// And Anthropic's breakpoint rules hold: at most four, 1-hour ones first.
+fn assert_pairs(body: &[u8]) {
+    let points = Request::parse(body).unwrap().breakpoints();
+    assert!(points.len() <= anthropic::MAX_BREAKPOINTS, "{points:?}");
+    assert!(
+        points.windows(2).all(|w| w[0].long || !w[1].long),
+        "{points:?}"
+    );
+    let v: Value = serde_json::from_slice(body).unwrap();
+    let messages = v["messages"].as_array().unwrap();
+    let ids = |m: &Value, kind: &str, key: &str| -> Vec<String> {
+        m["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["type"] == kind)
+            .map(|b| b[key].as_str().unwrap().to_string())
+            .collect()
+    };
+    for (i, m) in messages.iter().enumerate() {
+        let results = ids(m, "tool_result", "tool_use_id");
+        let calls = i
+            .checked_sub(1)
+            .map(|p| ids(&messages[p], "tool_use", "id"))
+            .unwrap_or_default();
+        for r in &results {
+            assert!(
+                calls.contains(r),
+                "result {r} of message {i} without its call"
+            );
+        }
+        let uses = ids(m, "tool_use", "id");
+        let answered = messages
+            .get(i + 1)
+            .map(|n| ids(n, "tool_result", "tool_use_id"));
+        if let Some(answered) = answered {
+            for u in &uses {
+                assert!(
+                    answered.contains(u),
+                    "call {u} of message {i} without its result"
+                );
+            }
+        }
+    }
+}
+
+fn sent_messages(body: &[u8]) -> Vec<Value> {
+    let v: Value = serde_json::from_slice(body).unwrap();
+    v["messages"].as_array().unwrap().clone()
+}
+
+/// The `tool_result` block answering `call`.
+fn result_of(messages: &[Value], call: &str) -> Value {
+    messages
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == call)
+        .unwrap()
+}
+
+fn tag_of(text: &str) -> i64 {
+    let rest = text.strip_prefix('§').unwrap();
+    rest.split('§').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn tags_reach_the_wire_and_thinking_leaves_byte_for_byte() {
+    let g = gate();
+    let input = request(&conversation(3, 400));
+    let (sent, report) = g.send("s1", &input, 30, T0);
+    assert!(report.tags > 0, "{report:?}");
+    let messages = sent_messages(&sent);
+    let result = messages
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find(|b| b["type"] == "tool_result")
+        .unwrap();
+    assert!(
+        result["content"].as_str().unwrap().starts_with('§'),
+        "{result}"
+    );
+    // Thinking, tool calls and the system leave as their input bytes.
+    let req = Request::parse(&input).unwrap();
+    for (i, item) in req.items.iter().enumerate() {
+        for span in &item.blocks {
+            let raw = req.bytes(*span);
+            if anthropic::contains(raw, b"\"thinking\"")
+                || anthropic::contains(raw, b"\"tool_use\"")
+            {
+                assert!(
+                    anthropic::contains(&sent, raw),
+                    "message {i}: a block re-serialised"
+                );
+            }
+        }
+    }
+    assert!(anthropic::contains(&sent, req.bytes(req.system.unwrap())));
+}
+
+#[test]
+fn a_defer_request_repeats_the_previous_forwarded_bytes() {
+    let g = gate();
+    let mut messages = conversation(4, 300);
+    let (first, _) = g.send("s1", &request(&messages), 30, T0);
+    let before = Request::parse(&first).unwrap();
+    messages.extend(conversation(5, 300).split_off(9));
+    let (second, report) = g.send("s1", &request(&messages), 30, T0 + MINUTE);
+    assert_eq!(report.decision, Decision::Defer, "{report:?}");
+    assert_eq!(report.bust, Bust::None, "{report:?}");
+    let after = Request::parse(&second).unwrap();
+    // Every message but the one whose breakpoint Claude Code moved away.
+    let same = before.items.len() - 1;
+    for i in 0..same {
+        assert_eq!(
+            before.item_bytes(i),
+            after.item_bytes(i),
+            "message {i} changed"
+        );
+    }
+    assert_eq!(after.items.len(), before.items.len() + 2);
+}
+
+#[test]
+fn drops_wait_for_a_busting_request_and_replay_after() {
+    let g = gate();
+    let mut messages = conversation(24, 500);
+    // A finished turn and a new prompt: not mid-turn, so a bust may happen.
+    messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": "Found it."}]}));
+    messages.push(json!({"role": "user", "content": [{"type": "text", "text": "now fix it"}]}));
+    let (first, _) = g.send("s1", &request(&messages), 30, T0);
+    let sent = sent_messages(&first);
+    let tag = tag_of(result_of(&sent, "toolu_0")["content"].as_str().unwrap());
+    g.queue("s1", &[tag]);
+    // Queued, not applied: the prefix stays.
+    let (deferred, report) = g.send("s1", &request(&messages), 30, T0 + MINUTE);
+    assert_eq!(report.decision, Decision::Defer, "{report:?}");
+    assert_eq!(deferred, first);
+    // A busting request applies it; the call keeps its skeleton.
+    let (busted, report) = g.send("s1", &request(&messages), 70, T0 + 2 * MINUTE);
+    assert_eq!(report.decision, Decision::Execute, "{report:?}");
+    let sent = sent_messages(&busted);
+    let dropped = result_of(&sent, "toolu_0")["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(dropped.starts_with("[dropped"), "{dropped}");
+    // And it is replayed byte for byte on the next (deferring) request.
+    let (again, report) = g.send("s1", &request(&messages), 30, T0 + 3 * MINUTE);
+    assert_eq!(report.decision, Decision::Defer, "{report:?}");
+    assert_eq!(again, busted);
+}
+
+#[test]
+fn side_requests_go_untouched() {
+    let g = gate();
+    let h = headers(None);
+    let main = request(&conversation(2, 100));
+    let mut title: Value = serde_json::from_slice(&main).unwrap();
+    title.as_object_mut().unwrap().remove("tools");
+    let title = serde_json::to_vec(&title).unwrap();
+    let mut compact = conversation(2, 100);
+    compact.push(json!({"role": "user", "content": [{"type": "text",
+        "text": format!("{COMPACTION_PROMPT}, paying close attention")}]}));
+    let compact = request(&compact);
+    for (session, path, body) in [
+        (Some("s1"), "/v1/messages", title.as_slice()),
+        (
+            Some("s1"),
+            "/v1/messages/count_tokens?beta=true",
+            main.as_slice(),
+        ),
+        (Some("s1"), "/v1/messages", compact.as_slice()),
+        (None, "/v1/messages", main.as_slice()),
+    ] {
+        let (forward, report) = g.pass.run(&call(session, path, &h, body, T0)).unwrap();
+        assert_eq!(forward, Forward::Untouched, "{path}");
+        assert!(report.is_none());
+    }
+    // Not JSON: an error, which the server turns into an untouched forward.
+    assert!(
+        g.pass
+            .request(&call(Some("s1"), "/v1/messages", &h, b"{nope", T0))
+            .is_err()
+    );
+}
+
+#[test]
+fn two_sessions_and_a_subagent_stay_apart() {
+    let g = gate();
+    let a = conversation(3, 300);
+    let b = conversation(2, 500);
+    let (a1, _) = g.send("A", &request(&a), 30, T0);
+    let (_b1, _) = g.send("B", &request(&b), 30, T0);
+    // A subagent of A: its own session, in subagent mode.
+    let h = headers(Some("agent7"));
+    let sub = request(&conversation(1, 100));
+    g.pass
+        .run(&call(Some("A"), "/v1/messages", &h, &sub, T0))
+        .unwrap();
+    let (a2, report) = g.send("A", &request(&a), 30, T0 + MINUTE);
+    assert_eq!(report.decision, Decision::Defer);
+    assert_eq!(a2, a1);
+    let store = Store::open(&g.db, &StoreOptions::default()).unwrap();
+    let mut sessions: Vec<String> = store
+        .conn()
+        .prepare("SELECT session_id FROM sessions WHERE harness = 'claude-code' ORDER BY 1")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    sessions.sort();
+    assert_eq!(sessions, ["A", "A/agent/agent7", "B"]);
+}
+
+#[test]
+fn claude_codes_own_compaction_is_followed_without_a_bust_of_ours() {
+    let g = gate();
+    let messages = conversation(5, 500);
+    g.send("s1", &request(&messages), 30, T0);
+    // Claude Code compacted: a summary and the next prompt replace the history.
+    let compacted = vec![
+        json!({"role": "user", "content": [{"type": "text",
+            "text": "This session is being continued from a previous conversation. Summary: parser bug."}]}),
+        json!({"role": "user", "content": [{"type": "text", "text": "go on"}]}),
+    ];
+    let (first, report) = g.send("s1", &request(&compacted), 30, T0 + MINUTE);
+    assert_eq!(report.decision, Decision::Defer, "{report:?}");
+    assert!(
+        sent_messages(&first)
+            .iter()
+            .any(|m| m.to_string().contains("parser bug"))
+    );
+    let mut next = compacted.clone();
+    next.extend(conversation(1, 200).split_off(1));
+    let (second, report) = g.send("s1", &request(&next), 30, T0 + 2 * MINUTE);
+    assert_eq!(report.bust, Bust::None, "{report:?}");
+    let (a, b) = (
+        Request::parse(&first).unwrap(),
+        Request::parse(&second).unwrap(),
+    );
+    assert_eq!(a.item_bytes(0), b.item_bytes(0));
+}
+
+#[test]
+fn the_answer_feeds_the_next_pass() {
+    let g = gate();
+    let h = headers(None);
+    let body = request(&conversation(2, 100));
+    let c = call(Some("s1"), "/v1/messages", &h, &body, T0);
+    let (_, report) = g.pass.run(&c).unwrap();
+    assert!(report.unwrap().usage_percent < 10.0);
+    let usage = Usage {
+        input: 10,
+        cache_read: 150_000,
+        cache_write: 2_000,
+        output: 300,
+    };
+    let ok = Answer {
+        status: 200,
+        usage: Some(usage),
+        error_body: None,
+    };
+    assert!(!g.pass.learn(&c, &ok).unwrap());
+    let c = call(Some("s1"), "/v1/messages", &h, &body, T0 + MINUTE);
+    let (_, report) = g.pass.run(&c).unwrap();
+    assert!(report.unwrap().usage_percent > 70.0);
+    // A context overflow teaches the limit; another error does not.
+    let overflow = br#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#;
+    let other = br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    let answer = |body: &'static [u8]| Answer {
+        status: 400,
+        usage: None,
+        error_body: Some(body),
+    };
+    assert!(!g.pass.learn(&c, &answer(other)).unwrap());
+    let c = call(Some("s1"), "/v1/messages", &h, &body, T0 + 2 * MINUTE);
+    g.pass.run(&c).unwrap();
+    assert!(g.pass.learn(&c, &answer(overflow)).unwrap());
+    // An answer to a call the pass never worked on teaches nothing.
+    let side = call(Some("s1"), "/v1/messages/count_tokens", &h, b"{}", T0);
+    assert!(!g.pass.learn(&side, &answer(overflow)).unwrap());
+}
