@@ -75,26 +75,37 @@ pub fn repair_lone_surrogates(text: &str) -> Cow<'_, str> {
 /// serde_json grows an object as it reads it (room for three entries,
 /// then seven, of about 110 bytes each) and an array likewise, and keeps
 /// the slack; over an envelope of many small messages the slack is a third
-/// of the tree. Here each object's entries are gathered first and the map
-/// made at its exact size (same order, and a repeated key keeps its first
-/// place and its last value, as `Map::insert` does), and each array is
-/// trimmed to its length.
+/// of the tree. Here the entries and items are gathered on one scratch
+/// stack shared by the whole document, and each object or array is made
+/// from its run of it at its exact size (same order, and a repeated key
+/// keeps its first place and its last value, as `Map::insert` does).
 pub fn parse_compact(text: &str) -> serde_json::Result<Value> {
-    serde_json::from_str::<Compact>(text).map(|compact| compact.0)
+    let mut scratch = Scratch::default();
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let value = serde::de::DeserializeSeed::deserialize(Compact(&mut scratch), &mut deserializer)?;
+    deserializer.end()?;
+    Ok(value)
 }
 
-/// A [`Value`] deserialised without slack ([`parse_compact`]).
-struct Compact(Value);
+/// The stacks [`parse_compact`] gathers objects and arrays on.
+#[derive(Default)]
+struct Scratch {
+    entries: Vec<(String, Value)>,
+    items: Vec<Value>,
+}
 
-impl<'de> serde::Deserialize<'de> for Compact {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Compact, D::Error> {
-        deserializer.deserialize_any(CompactVisitor).map(Compact)
+/// One value of a [`parse_compact`] document.
+struct Compact<'s>(&'s mut Scratch);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Compact<'_> {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
     }
 }
 
-struct CompactVisitor;
-
-impl<'de> serde::de::Visitor<'de> for CompactVisitor {
+impl<'de> serde::de::Visitor<'de> for Compact<'_> {
     type Value = Value;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -135,25 +146,26 @@ impl<'de> serde::de::Visitor<'de> for CompactVisitor {
     }
 
     fn visit_some<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        deserializer.deserialize_any(CompactVisitor)
+        deserializer.deserialize_any(self)
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::new();
-        while let Some(Compact(item)) = seq.next_element()? {
-            items.push(item);
+        let start = self.0.items.len();
+        while let Some(item) = seq.next_element_seed(Compact(&mut *self.0))? {
+            self.0.items.push(item);
         }
-        items.shrink_to_fit();
-        Ok(Value::Array(items))
+        // A drain knows its length: the array is allocated once, exactly.
+        Ok(Value::Array(self.0.items.drain(start..).collect()))
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut entries: Vec<(String, Value)> = Vec::new();
-        while let Some((key, Compact(value))) = map.next_entry::<String, Compact>()? {
-            entries.push((key, value));
+        let start = self.0.entries.len();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(Compact(&mut *self.0))?;
+            self.0.entries.push((key, value));
         }
         // `collect` sizes the map by the entries and inserts them in order.
-        Ok(Value::Object(entries.into_iter().collect()))
+        Ok(Value::Object(self.0.entries.drain(start..).collect()))
     }
 }
 
