@@ -615,6 +615,14 @@ mod tests {
     }
 
     #[test]
+    fn input_is_parsed_without_slack() {
+        // serde_json's own parse keeps room for 8 items here.
+        let value = parse_json(r#"{"messages":[1,2,3,4,5]}"#, "input").unwrap();
+        let messages = value["messages"].as_array().unwrap();
+        assert_eq!(messages.capacity(), messages.len());
+    }
+
+    #[test]
     fn a_fixed_clock_wins_only_when_it_is_an_integer() {
         assert_eq!(clock(Some("1796100000000"), || 5), 1_796_100_000_000);
         assert_eq!(clock(Some(" 42\n"), || 5), 42);
