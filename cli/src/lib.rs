@@ -189,8 +189,10 @@ pub fn read_stdin(when_terminal: &str) -> Result<String, Failure> {
 /// `text` as JSON; otherwise an input failure (exit 2) saying
 /// `{what} is not JSON: …`. Lone surrogate escapes, which JavaScript writes
 /// for a string cut mid-character, are read as U+FFFD rather than refused.
+/// The value holds no spare room (`mc_base::json::parse_compact`): an
+/// envelope's tree is the largest thing a pass keeps.
 pub fn parse_json(text: &str, what: &str) -> Result<Value, Failure> {
-    serde_json::from_str(&mc_base::json::repair_lone_surrogates(text))
+    mc_base::json::parse_compact(&mc_base::json::repair_lone_surrogates(text))
         .with_context(|| format!("{what} is not JSON"))
         .map_err(Failure::input)
 }
@@ -621,6 +623,14 @@ mod tests {
             failure.error
         );
         assert_eq!(parse_json("[1]", "input").unwrap(), serde_json::json!([1]));
+    }
+
+    #[test]
+    fn input_is_parsed_without_slack() {
+        // serde_json's own parse keeps room for 8 items here.
+        let value = parse_json(r#"{"messages":[1,2,3,4,5]}"#, "input").unwrap();
+        let messages = value["messages"].as_array().unwrap();
+        assert_eq!(messages.capacity(), messages.len());
     }
 
     #[test]

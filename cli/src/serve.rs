@@ -2,7 +2,7 @@
 //! answer line out per request, error lines in the manner of JSON-RPC, a
 //! request-size cap, and leaving when the parent does.
 
-use std::io::{self, BufRead, Write};
+use std::io::{self, Write};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
@@ -35,79 +35,9 @@ pub mod code {
     pub const SERVER_ERROR: i64 = -32000;
 }
 
-/// One line of input.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Line {
-    /// A request line, without its newline.
-    Request(String),
-    /// A line longer than the cap (its length, as far as it was read), skipped.
-    TooLarge(usize),
-    /// A line that is not UTF-8 (its length), skipped.
-    NotText(usize),
-    /// End of input: the parent closed the pipe.
-    End,
-}
-
-/// Request lines from `reader`, each at most `cap` bytes; a longer one is
-/// consumed to its end without being kept.
-pub struct Lines<R> {
-    reader: R,
-    cap: usize,
-}
-
-impl<R: BufRead> Lines<R> {
-    pub fn new(reader: R, cap: usize) -> Lines<R> {
-        Lines { reader, cap }
-    }
-
-    /// The next non-blank line, or [`Line::End`].
-    pub fn next_line(&mut self) -> io::Result<Line> {
-        loop {
-            let mut bytes = Vec::new();
-            let mut length = 0usize;
-            let mut read_any = false;
-            loop {
-                let chunk = match self.reader.fill_buf() {
-                    Ok(chunk) => chunk,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e),
-                };
-                if chunk.is_empty() {
-                    break;
-                }
-                read_any = true;
-                let (take, newline) = match chunk.iter().position(|&b| b == b'\n') {
-                    Some(at) => (at, true),
-                    None => (chunk.len(), false),
-                };
-                length = length.saturating_add(take);
-                if length <= self.cap {
-                    bytes.extend_from_slice(chunk.get(..take).unwrap_or_default());
-                } else if !bytes.is_empty() {
-                    // Over the cap: the rest of the line is consumed, not kept.
-                    bytes = Vec::new();
-                }
-                self.reader.consume(take + usize::from(newline));
-                if newline {
-                    break;
-                }
-            }
-            if !read_any {
-                return Ok(Line::End);
-            }
-            if length > self.cap {
-                return Ok(Line::TooLarge(length));
-            }
-            if bytes.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            return Ok(match String::from_utf8(bytes) {
-                Ok(text) => Line::Request(text),
-                Err(e) => Line::NotText(e.as_bytes().len()),
-            });
-        }
-    }
-}
+/// Request lines, each under a bound: mc-base's reader, which the MCP
+/// server reads with too.
+pub use mc_base::lines::{Line, Lines};
 
 /// An error line: `{"error": {"code", "message", "exit"?, "hints"?}}`.
 /// `exit` is the code the one-shot command would have exited with.
@@ -172,45 +102,6 @@ pub fn exit_with_parent() {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lines(input: &[u8], cap: usize) -> Vec<Line> {
-        // A tiny buffer, so lines span many reads.
-        let mut reader = Lines::new(io::BufReader::with_capacity(4, input), cap);
-        let mut out = Vec::new();
-        loop {
-            let line = reader.next_line().unwrap();
-            let end = line == Line::End;
-            out.push(line);
-            if end {
-                return out;
-            }
-        }
-    }
-
-    #[test]
-    fn lines_are_split_capped_and_blank_ones_skipped() {
-        let text = b"{\"a\":1}\n\n   \n0123456789abc\n{\"b\":2}";
-        assert_eq!(
-            lines(text, 10),
-            [
-                Line::Request("{\"a\":1}".into()),
-                Line::TooLarge(13),
-                Line::Request("{\"b\":2}".into()),
-                Line::End
-            ]
-        );
-        assert_eq!(lines(b"", 10), [Line::End]);
-        assert_eq!(lines(b"\n\n", 10), [Line::End]);
-        assert_eq!(
-            lines(b"ab\xffcd\nok\n", 10),
-            [Line::NotText(5), Line::Request("ok".into()), Line::End]
-        );
-        // Exactly the cap is allowed.
-        assert_eq!(
-            lines(b"0123456789\n", 10),
-            [Line::Request("0123456789".into()), Line::End]
-        );
-    }
 
     #[test]
     fn a_failure_answers_with_the_one_shot_exit_code() {

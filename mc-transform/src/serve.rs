@@ -52,7 +52,7 @@ pub fn run(global: &GlobalArgs, max_request_bytes: usize, sessions: usize) -> Re
             .map_err(Failure::runtime)?;
         let answer = match line {
             Line::End => return Ok(()),
-            Line::Request(text) => server.answer(&text, Instant::now()),
+            Line::Text(text) => server.answer(&text, Instant::now()),
             other => server.refuse(&other),
         };
         out.write_all(answer.as_bytes())
@@ -105,7 +105,7 @@ impl Server<'_> {
 
     fn refuse(&self, line: &Line) -> String {
         text(&match line {
-            Line::TooLarge(length) => error_answer(
+            Line::TooLong(length) => error_answer(
                 code::INVALID_REQUEST,
                 format!(
                     "request of {length} bytes is larger than the {} bytes this process reads",

@@ -256,9 +256,21 @@ fn envelope_and_pass_over_arbitrary_bytes() {
             )),
         ],
         |text| {
+            // The binaries parse without slack: the same value (and bytes), or
+            // the same error, as serde_json's own parse.
+            let compact = mc_base::json::parse_compact(&text);
             let Ok(value) = serde_json::from_str::<Value>(&text) else {
+                prop_assert_eq!(
+                    compact.map_err(|e| e.to_string()).err(),
+                    serde_json::from_str::<Value>(&text)
+                        .err()
+                        .map(|e| e.to_string())
+                );
                 return Ok(());
             };
+            let compact = compact.map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(compact.to_string(), value.to_string());
+            prop_assert_eq!(&compact, &value);
             if Envelope::from_value(value.clone()).is_ok() {
                 pass_like_the_binary(&mut store(), &value, &TransformConfig::default());
             }

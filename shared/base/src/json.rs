@@ -69,6 +69,106 @@ pub fn repair_lone_surrogates(text: &str) -> Cow<'_, str> {
     }
 }
 
+/// `text` parsed as [`serde_json::from_str`] parses it into a [`Value`],
+/// the same value, but with no spare room in its objects and arrays.
+///
+/// serde_json grows an object as it reads it (room for three entries,
+/// then seven, of about 110 bytes each) and an array likewise, and keeps
+/// the slack; over an envelope of many small messages the slack is a third
+/// of the tree. Here the entries and items are gathered on one scratch
+/// stack shared by the whole document, and each object or array is made
+/// from its run of it at its exact size (same order, and a repeated key
+/// keeps its first place and its last value, as `Map::insert` does).
+pub fn parse_compact(text: &str) -> serde_json::Result<Value> {
+    let mut scratch = Scratch::default();
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let value = serde::de::DeserializeSeed::deserialize(Compact(&mut scratch), &mut deserializer)?;
+    deserializer.end()?;
+    Ok(value)
+}
+
+/// The stacks [`parse_compact`] gathers objects and arrays on.
+#[derive(Default)]
+struct Scratch {
+    entries: Vec<(String, Value)>,
+    items: Vec<Value>,
+}
+
+/// One value of a [`parse_compact`] document.
+struct Compact<'s>(&'s mut Scratch);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Compact<'_> {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Compact<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
+        // As serde_json's own visitor: a number it cannot hold is null.
+        Ok(serde_json::Number::from_f64(value).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
+        Ok(Value::String(value.to_owned()))
+    }
+
+    fn visit_string<E>(self, value: String) -> Result<Value, E> {
+        Ok(Value::String(value))
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let start = self.0.items.len();
+        while let Some(item) = seq.next_element_seed(Compact(&mut *self.0))? {
+            self.0.items.push(item);
+        }
+        // A drain knows its length: the array is allocated once, exactly.
+        Ok(Value::Array(self.0.items.drain(start..).collect()))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let start = self.0.entries.len();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(Compact(&mut *self.0))?;
+            self.0.entries.push((key, value));
+        }
+        // `collect` sizes the map by the entries and inserts them in order.
+        Ok(Value::Object(self.0.entries.drain(start..).collect()))
+    }
+}
+
 /// Whether the backslash at `at` is itself escaped: an odd number of
 /// backslashes right before it.
 fn escaped(bytes: &[u8], at: usize) -> bool {
@@ -127,6 +227,52 @@ mod tests {
         }
         // An escaped backslash before a real lone escape still counts the escape.
         assert_eq!(parsed(r#"["\\\ud800"]"#), serde_json::json!(["\\\u{fffd}"]));
+    }
+
+    #[test]
+    fn a_compact_parse_gives_serde_jsons_value_and_its_errors() {
+        for text in [
+            r#"{"b":1,"a":[1,-2,3.5,1e300,18446744073709551615,18446744073709551616,true,null,"s"],"c":{}}"#,
+            r#"{"k":1,"j":2,"k":3}"#,
+            r#"[[],[{}],{"x":{"y":[{"z":"\u00e9\n"}]}}]"#,
+            "  \"top\"  ",
+            "-0",
+        ] {
+            let want: Value = serde_json::from_str(text).unwrap();
+            let got = parse_compact(text).unwrap();
+            assert_eq!(got, want, "{text}");
+            // Same order of keys, so the same bytes out.
+            assert_eq!(
+                serde_json::to_string(&got).unwrap(),
+                serde_json::to_string(&want).unwrap(),
+                "{text}"
+            );
+        }
+        for bad in [
+            "",
+            "{",
+            "[1e400]",
+            "[1,]",
+            "{\"a\" 1}",
+            "1 2",
+            "nul",
+            &"[".repeat(200),
+        ] {
+            let want = serde_json::from_str::<Value>(bad).unwrap_err().to_string();
+            assert_eq!(parse_compact(bad).unwrap_err().to_string(), want, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_compact_parse_leaves_no_room_to_spare() {
+        let value = parse_compact(r#"{"a":[1,2,3,4,5],"b":{"c":1}}"#).unwrap();
+        let Value::Array(items) = &value["a"] else {
+            panic!("an array")
+        };
+        assert_eq!(items.capacity(), items.len());
+        // The same document through serde_json keeps room to grow.
+        let loose: Value = serde_json::from_str(r#"{"a":[1,2,3,4,5]}"#).unwrap();
+        assert!(loose["a"].as_array().unwrap().capacity() > 5);
     }
 
     #[test]

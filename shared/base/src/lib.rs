@@ -26,6 +26,7 @@ pub mod identity;
 pub mod json;
 #[cfg(test)]
 mod layering;
+pub mod lines;
 pub mod paths;
 pub mod repo_fs;
 pub mod store;

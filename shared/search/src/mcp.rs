@@ -10,11 +10,12 @@
 //! needs an async runtime, and the four methods a tool server must answer are
 //! a page of code. It is tested against the real Claude Code as the client.
 
-use std::io::{BufRead, Read, Write};
+use std::io::{BufRead, Write};
 
 use serde_json::{Value, json};
 
 use mc_base::error::Result;
+use mc_base::lines::{Line, Lines};
 
 /// Protocol versions this server speaks, newest first.
 pub const PROTOCOL_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
@@ -81,42 +82,29 @@ pub fn negotiate(requested: Option<&str>) -> &'static str {
 /// Serve until the input ends. Returns `Ok` on end of input or a closed
 /// output (the client went away); an I/O error otherwise.
 pub fn serve(
-    mut input: impl BufRead,
+    input: impl BufRead,
     mut output: impl Write,
     tools: &mut dyn Tools,
     info: &ServerInfo,
 ) -> std::io::Result<()> {
-    let mut line = Vec::new();
+    let mut lines = Lines::new(input, MAX_MESSAGE_BYTES);
     loop {
-        line.clear();
-        let read = (&mut input)
-            .take(MAX_MESSAGE_BYTES as u64 + 1)
-            .read_until(b'\n', &mut line)?;
-        if read == 0 {
-            return Ok(());
-        }
-        let answer = if line.len() > MAX_MESSAGE_BYTES && line.last() != Some(&b'\n') {
-            skip_rest_of_line(&mut input)?;
-            Some(error(
+        let answer = match lines.next_line()? {
+            Line::End => return Ok(()),
+            Line::TooLong(_) => Some(error(
                 Value::Null,
                 INVALID_REQUEST,
                 &format!("message longer than {MAX_MESSAGE_BYTES} bytes"),
-            ))
-        } else {
-            match std::str::from_utf8(&line) {
-                Ok(text) if text.trim().is_empty() => continue,
-                Ok(text) => handle_text(text.trim(), tools, info),
-                // JSON-RPC text is UTF-8: a message that is not is refused
-                // whole rather than written with replacement characters.
-                Err(e) => Some(error(
-                    Value::Null,
-                    PARSE_ERROR,
-                    &format!(
-                        "the message is not UTF-8 (an invalid byte at offset {})",
-                        e.valid_up_to()
-                    ),
-                )),
-            }
+            )),
+            // JSON-RPC text is UTF-8: a message that is not is refused
+            // whole rather than written with replacement characters.
+            Line::NotUtf8 { valid_up_to, .. } => Some(error(
+                Value::Null,
+                PARSE_ERROR,
+                &format!("the message is not UTF-8 (an invalid byte at offset {valid_up_to})"),
+            )),
+            Line::Text(text) if text.trim().is_empty() => continue,
+            Line::Text(text) => handle_text(text.trim(), tools, info),
         };
         if let Some(answer) = answer {
             let mut bytes = serde_json::to_vec(&answer).unwrap_or_default();
@@ -125,25 +113,6 @@ pub fn serve(
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
                 Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
-fn skip_rest_of_line(input: &mut impl BufRead) -> std::io::Result<()> {
-    loop {
-        let buf = input.fill_buf()?;
-        if buf.is_empty() {
-            return Ok(());
-        }
-        match buf.iter().position(|b| *b == b'\n') {
-            Some(i) => {
-                input.consume(i + 1);
-                return Ok(());
-            }
-            None => {
-                let n = buf.len();
-                input.consume(n);
             }
         }
     }
@@ -412,6 +381,10 @@ mod tests {
         ));
         assert_eq!(out.len(), 2);
         assert_eq!(out[0]["error"]["code"], -32600);
+        assert_eq!(
+            out[0]["error"]["message"],
+            format!("message longer than {MAX_MESSAGE_BYTES} bytes")
+        );
         assert_eq!(out[1]["id"], 2);
     }
 
@@ -429,6 +402,10 @@ mod tests {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
         assert_eq!(out[0]["error"]["code"], -32700, "{out:?}");
+        assert_eq!(
+            out[0]["error"]["message"],
+            "the message is not UTF-8 (an invalid byte at offset 88)"
+        );
         assert_eq!(tools.calls, 0, "the tool never ran");
         assert_eq!(out[1]["id"], 2);
     }
