@@ -2,6 +2,7 @@
 
 mod cli;
 mod commands;
+mod gateway;
 mod serve;
 
 use std::process::ExitCode;

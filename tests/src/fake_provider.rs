@@ -67,9 +67,19 @@ pub struct Recorded {
     pub body: Value,
     /// The raw request bytes, as OpenCode sent them.
     pub raw: Vec<u8>,
+    /// The request's headers, names lower-case, in the order received.
+    pub headers: Vec<(String, String)>,
 }
 
 impl Recorded {
+    /// The first value of a header, by its lower-case name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
     /// A request of the main agent (a Messages call that offers tools), as
     /// opposed to the harness's title or summary calls and token counts.
     pub fn is_agent(&self) -> bool {
@@ -212,11 +222,22 @@ impl FakeProvider {
                     let mut raw = Vec::new();
                     let _ = request.as_reader().read_to_end(&mut raw);
                     let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+                    let headers = request
+                        .headers()
+                        .iter()
+                        .map(|h| {
+                            (
+                                h.field.as_str().as_str().to_ascii_lowercase(),
+                                h.value.as_str().to_string(),
+                            )
+                        })
+                        .collect();
                     let recorded = Recorded {
                         method: request.method().as_str().to_string(),
                         path: request.url().to_string(),
                         body,
                         raw,
+                        headers,
                     };
                     let json_header =
                         || Header::from_bytes("Content-Type", "application/json").unwrap();

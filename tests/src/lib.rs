@@ -16,6 +16,7 @@ pub mod fake_llm;
 pub mod fake_opencode;
 pub mod fake_provider;
 pub mod fake_responses;
+pub mod gateway;
 pub mod generate;
 pub mod mcp_client;
 pub mod opencode;

@@ -132,9 +132,9 @@ pub fn check_listen(addr: &SocketAddr) -> Result<()> {
         Ok(())
     } else {
         Err(Error::Config(format!(
-            "gateway.listen is {addr}: the gateway listens on loopback only \
+            "{addr} is not a loopback address: the gateway listens on loopback only \
              (127.0.0.1 or [::1]), since every request through it carries a credential; \
-             use 127.0.0.1:PORT"
+             use 127.0.0.1:PORT (--listen or gateway.listen)"
         )))
     }
 }
