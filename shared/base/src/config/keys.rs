@@ -304,17 +304,21 @@ impl Kind {
             },
             Kind::Url => match value.as_str() {
                 Some(s) if is_base_url(s) => Ok(Val::Text(Cow::Owned(s.to_string()))),
-                _ => Err("is not an http:// or https:// base URL without credentials, query or \
+                _ => Err(
+                    "is not an http:// or https:// base URL without credentials, query or \
                           fragment (such as \"https://api.anthropic.com\")"
-                    .into()),
+                        .into(),
+                ),
             },
             Kind::Loopback => match value.as_str().map(str::parse::<std::net::SocketAddr>) {
                 Some(Ok(addr)) if addr.ip().is_loopback() => {
                     Ok(Val::Text(Cow::Owned(addr.to_string())))
                 }
-                _ => Err("is not a loopback address with a port (such as \"127.0.0.1:4141\"): \
+                _ => Err(
+                    "is not a loopback address with a port (such as \"127.0.0.1:4141\"): \
                           the gateway never listens beyond this machine"
-                    .into()),
+                        .into(),
+                ),
             },
         }
     }

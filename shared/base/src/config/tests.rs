@@ -1253,7 +1253,10 @@ fn the_gateway_keys_are_checked_and_user_only() {
     let loaded = user(
         r#"{"gateway": {"anthropic_upstream": "http://127.0.0.1:9/x", "listen": "127.0.0.1:7000"}}"#,
     );
-    assert_eq!(loaded.config.gateway.anthropic_upstream, "http://127.0.0.1:9/x");
+    assert_eq!(
+        loaded.config.gateway.anthropic_upstream,
+        "http://127.0.0.1:9/x"
+    );
     assert_eq!(loaded.config.gateway.listen, "127.0.0.1:7000");
     for bad in [
         r#"{"gateway": {"listen": "0.0.0.0:4141"}}"#,
@@ -1271,6 +1274,9 @@ fn the_gateway_keys_are_checked_and_user_only() {
     );
     assert_eq!(loaded.config.gateway, GatewayConfig::default());
     let warnings = loaded.warnings.join("\n");
-    assert!(warnings.contains("gateway.anthropic_upstream"), "{warnings}");
+    assert!(
+        warnings.contains("gateway.anthropic_upstream"),
+        "{warnings}"
+    );
     assert!(warnings.contains("gateway.listen"), "{warnings}");
 }
