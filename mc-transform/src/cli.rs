@@ -122,6 +122,26 @@ enum Command {
         #[arg(long, value_name = "ADDRESS")]
         listen: Option<String>,
     },
+    /// Run Claude Code through the gateway, or straight to the provider when
+    /// no gateway can be had
+    ///
+    /// Finds mc's gateway at gateway.listen, starts one in the background when
+    /// none answers, and runs `claude ARGS…` (MC_CLAUDE_BIN, else claude on
+    /// PATH) with ANTHROPIC_BASE_URL at it. While Claude Code runs, a gateway
+    /// that stopped is started again (Claude Code retries a refused connection
+    /// for minutes, so a call in flight is delayed, not lost). When no gateway
+    /// can be started, or ANTHROPIC_BASE_URL names another provider than
+    /// gateway.anthropic_upstream, Claude Code runs unchanged, with a warning.
+    /// Exits with Claude Code's exit code.
+    Claude {
+        /// Claude Code's own arguments
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
 }
 
 pub fn main() -> ExitCode {
@@ -143,6 +163,12 @@ pub fn main() -> ExitCode {
         Some(Command::Recount) => read_json().and_then(|value| recount(&mut ctx, value)),
         Some(Command::System) => read_json().and_then(|value| system(&mut ctx, value)),
         Some(Command::Overflow) => read_json().and_then(|value| overflow(&mut ctx, value)),
+        Some(Command::Claude { args: claude }) => {
+            return match crate::launch::run(&args.global, claude) {
+                Ok(code) => code,
+                Err(failure) => mc_cli::finish::<()>(NAME, Err(failure)),
+            };
+        }
         Some(Command::Gateway { listen }) => {
             return mc_cli::finish(NAME, crate::gateway::run(&args.global, listen.as_deref()));
         }

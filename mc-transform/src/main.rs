@@ -3,6 +3,7 @@
 mod cli;
 mod commands;
 mod gateway;
+mod launch;
 mod serve;
 
 use std::process::ExitCode;

@@ -345,3 +345,110 @@ fn the_gateway_refuses_a_taken_port_and_a_non_loopback_address() {
         "{stderr}"
     );
 }
+
+/// `mc-transform claude -p TEXT` in Claude Code's sealed environment, with
+/// the gateway's config at `config`; its output, and the pid of a gateway it
+/// started (which the caller ends).
+fn launch(
+    cc: &ClaudeCode,
+    config: &std::path::Path,
+    text: &str,
+) -> (std::process::Output, Option<u32>) {
+    let root = cc.provider.base_url().trim_end_matches("/v1").to_string();
+    let mut command = cc.command(mc_tests::bin_path("mc-transform"));
+    command
+        .env("MC_CONFIG", config)
+        .env("MC_CLAUDE_BIN", mc_tests::claude::claude_bin().unwrap())
+        .env("ANTHROPIC_BASE_URL", &root)
+        .env("ANTHROPIC_API_KEY", API_KEY)
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .args(["claude", "-p", text, "--output-format", "json"]);
+    let out = mc_tests::pipe_within(&mut command, b"", Duration::from_secs(120))
+        .unwrap()
+        .expect("mc-transform claude finishes");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let pid = stderr
+        .split("(pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|pid| pid.parse().ok());
+    (out, pid)
+}
+
+fn end(pid: Option<u32>) {
+    if let Some(pid) = pid {
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    }
+}
+
+#[test]
+fn the_launcher_starts_a_gateway_and_claude_code_goes_through_it() {
+    let Some(cc) = ClaudeCode::start(
+        "the_launcher_starts_a_gateway_and_claude_code_goes_through_it",
+        Options::default(),
+    ) else {
+        return;
+    };
+    let root = cc.provider.base_url().trim_end_matches("/v1").to_string();
+    let port = free_port();
+    let config = cc.file("launch.jsonc");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{"gateway": {{"anthropic_upstream": "{root}", "listen": "127.0.0.1:{port}"}}}}"#
+        ),
+    )
+    .unwrap();
+    let (out, pid) = launch(&cc, &config, "Say hello.");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    assert!(pid.is_some(), "no gateway was started: {stderr}");
+    assert_eq!(json_of(&out)["result"], "ok");
+    // It went through the gateway: the gateway counts it.
+    let mut status = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    status
+        .write_all(b"GET /_mc/gateway HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    let _ = status.read_to_string(&mut answer);
+    end(pid);
+    let body: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["upstream"], root.as_str());
+    assert!(body["served"].as_u64().unwrap() >= 2, "{body}");
+    assert!(!stderr.contains(API_KEY));
+}
+
+#[test]
+fn without_a_gateway_the_launcher_lets_claude_code_talk_to_the_provider() {
+    let Some(cc) = ClaudeCode::start(
+        "without_a_gateway_the_launcher_lets_claude_code_talk_to_the_provider",
+        Options::default(),
+    ) else {
+        return;
+    };
+    let root = cc.provider.base_url().trim_end_matches("/v1").to_string();
+    // Something that is not mc's gateway holds the port.
+    let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = squatter.local_addr().unwrap().port();
+    let config = cc.file("launch.jsonc");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{"gateway": {{"anthropic_upstream": "{root}", "listen": "127.0.0.1:{port}"}}}}"#
+        ),
+    )
+    .unwrap();
+    let (out, pid) = launch(&cc, &config, "Say hello.");
+    end(pid);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(json_of(&out)["result"], "ok");
+    assert!(
+        stderr.contains("talks to the provider directly"),
+        "{stderr}"
+    );
+    assert!(!cc.provider.agent_requests().is_empty());
+    drop(squatter);
+}

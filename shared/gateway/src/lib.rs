@@ -20,5 +20,5 @@ mod upstream;
 mod usage;
 
 pub use config::{Config, Limits, Upstream, check_listen};
-pub use server::{Gateway, Stats};
+pub use server::{Gateway, STATUS_PATH, Stats};
 pub use usage::UsageScanner;

@@ -19,6 +19,11 @@ use crate::http::{self, Framing, Head, HeadError};
 use crate::upstream;
 use crate::usage::UsageScanner;
 
+/// The one path the gateway answers itself (`GET`): that it is mc's
+/// gateway, its upstream and its counters, for launchers and the doctor.
+/// Anthropic's API has no such path, so no request meant for it is lost.
+pub const STATUS_PATH: &str = "/_mc/gateway";
+
 /// The most of a non-streamed answer kept to read its usage.
 const MAX_MESSAGE: usize = 8 * 1024 * 1024;
 
@@ -219,6 +224,29 @@ fn serve(mut stream: TcpStream, shared: &Shared) {
             return refuse(&mut stream, 400, "invalid_request_error", &why);
         }
     };
+    if head.method == "GET" && head.target == STATUS_PATH {
+        counters.served.fetch_add(1, Ordering::Relaxed);
+        let body = serde_json::json!({
+            "gateway": "mc",
+            "version": env!("CARGO_PKG_VERSION"),
+            "upstream": shared.config.upstream.base(),
+            "served": counters.served.load(Ordering::Relaxed),
+            "busy": counters.busy.load(Ordering::Relaxed),
+            "pass_failed": counters.pass_failed.load(Ordering::Relaxed),
+            "client_gone": counters.client_gone.load(Ordering::Relaxed),
+        })
+        .to_string();
+        let headers = [("content-type".to_string(), b"application/json".to_vec())];
+        let _ = http::write_head(
+            &mut stream,
+            200,
+            &headers,
+            Framing::Length(body.len() as u64),
+        )
+        .and_then(|()| stream.write_all(body.as_bytes()));
+        let _ = stream.shutdown(Shutdown::Write);
+        return;
+    }
     let Some(url) = shared.config.upstream.url_for(&head.target) else {
         let message = "the request target must be a path (/v1/messages): the gateway forwards \
                        only to its configured upstream and is not a proxy";

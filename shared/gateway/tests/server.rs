@@ -714,3 +714,29 @@ fn a_non_loopback_address_is_refused() {
     let error = Gateway::start(config, Arc::new(Identity)).err().unwrap();
     assert!(error.to_string().contains("loopback only"), "{error}");
 }
+
+#[test]
+fn the_status_path_says_it_is_mc_s_gateway_and_where_it_forwards() {
+    let upstream = FakeUpstream::start(Behaviour::Whole {
+        status: 200,
+        body: "{}".into(),
+    });
+    let gateway = start(&upstream, Arc::new(Identity));
+    let answer = exchange(
+        gateway.addr(),
+        format!(
+            "GET {} HTTP/1.1\r\nHost: x\r\n\r\n",
+            mc_gateway::STATUS_PATH
+        )
+        .as_bytes(),
+    );
+    assert_eq!(status(&answer), 200, "{answer}");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap();
+    let status: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(status["gateway"], "mc");
+    assert_eq!(status["upstream"], upstream.url());
+    assert!(
+        upstream.requests().is_empty(),
+        "answered by the gateway itself"
+    );
+}
