@@ -3,7 +3,8 @@
 //! Anthropic provider: what the provider receives is what Claude Code sent,
 //! headers and credentials included; what the provider answers is what
 //! Claude Code gets; a killed gateway that comes back is picked up by Claude
-//! Code's own retries; the gateway prints no credential.
+//! Code's own retries; the gateway prints no credential. The provider is
+//! strict: it refuses, with the real API's 400, what the real API refuses.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -92,6 +93,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 
 fn start(test: &str) -> Option<(ClaudeCode, GatewayProcess)> {
     let cc = ClaudeCode::start(test, Options::default())?;
+    cc.provider.strict();
     let root = cc.provider.base_url().trim_end_matches("/v1").to_string();
     let config = write_config(&cc.file(""), &root);
     let gateway = GatewayProcess::start(&config, &cc.home(), free_port());
