@@ -454,3 +454,50 @@ fn without_a_gateway_the_launcher_lets_claude_code_talk_to_the_provider() {
     assert!(!cc.provider.agent_requests().is_empty());
     drop(squatter);
 }
+
+#[test]
+fn the_doctor_says_whether_the_gateway_is_up_and_where_it_forwards() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = dir.path().join("config.jsonc");
+    std::fs::write(
+        &config,
+        format!(r#"{{"gateway": {{"anthropic_upstream": "http://127.0.0.1:9", "listen": "127.0.0.1:{port}"}}}}"#),
+    )
+    .unwrap();
+    let doctor = || {
+        let mut command = Command::new(mc_tests::bin_path("mc-doctor"));
+        mc_tests::env::seal_at_home(&mut command, dir.path())
+            .env("MC_CONFIG", &config)
+            .env("MC_DB", dir.path().join("ctx.db"))
+            .arg("--json");
+        let out = mc_tests::pipe_within(&mut command, b"", Duration::from_secs(60))
+            .unwrap()
+            .expect("mc-doctor finishes");
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "gateway")
+            .cloned()
+            .unwrap_or_else(|| panic!("no gateway check: {doc:#}"))
+    };
+    let mut gateway = GatewayProcess::start(&config, dir.path(), port);
+    let up = doctor();
+    assert_eq!(up["status"], "pass", "{up}");
+    let what = up["what"].as_str().unwrap();
+    assert!(
+        what.contains(&format!(
+            "gateway up on 127.0.0.1:{port}, forwarding to http://127.0.0.1:9"
+        )),
+        "{what}"
+    );
+    gateway.kill();
+    let down = doctor();
+    assert_eq!(down["status"], "pass", "{down}");
+    assert!(
+        down["what"].as_str().unwrap().starts_with("no gateway on"),
+        "{down}"
+    );
+}
