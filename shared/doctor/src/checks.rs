@@ -106,7 +106,8 @@ fn gateway(config: &Config) -> Check {
         .ok()
         .filter(|r| r.status() == 200)
         .and_then(|mut r| r.body_mut().with_config().limit(64 * 1024).read_json().ok());
-    let Some(status) = status.filter(|s| s["gateway"] == "mc") else {
+    let Some(status) = status.filter(|s| s.get("gateway").and_then(Value::as_str) == Some("mc"))
+    else {
         return Check::pass(
             "gateway",
             format!(
@@ -115,8 +116,11 @@ fn gateway(config: &Config) -> Check {
             ),
         );
     };
-    let upstream = status["upstream"].as_str().unwrap_or("?");
-    let served = status["served"].as_u64().unwrap_or(0);
+    let upstream = status
+        .get("upstream")
+        .and_then(Value::as_str)
+        .unwrap_or("?");
+    let served = status.get("served").and_then(Value::as_u64).unwrap_or(0);
     let what =
         format!("gateway up on {listen}, forwarding to {upstream}, {served} requests served");
     if upstream.trim_end_matches('/') == config.gateway.anthropic_upstream.trim_end_matches('/') {

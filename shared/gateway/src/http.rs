@@ -88,7 +88,7 @@ pub(crate) fn read_head(stream: &mut impl Read, max: usize) -> Result<Head, Head
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return Err(HeadError::Io),
         };
-        buffer.extend_from_slice(&piece[..n]);
+        buffer.extend_from_slice(piece.get(..n).unwrap_or_default());
         let mut headers = [httparse::EMPTY_HEADER; 128];
         let mut request = httparse::Request::new(&mut headers);
         match request.parse(&buffer) {
@@ -101,7 +101,7 @@ pub(crate) fn read_head(stream: &mut impl Read, max: usize) -> Result<Head, Head
                         .iter()
                         .map(|h| (h.name.to_string(), h.value.to_vec()))
                         .collect(),
-                    rest: buffer[length..].to_vec(),
+                    rest: buffer.get(length..).unwrap_or_default().to_vec(),
                 };
                 if request.version != Some(1) {
                     return Err(HeadError::Bad("only HTTP/1.1 is served".into()));

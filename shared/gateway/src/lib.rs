@@ -13,6 +13,15 @@
 //! from a bounded queue, one request per connection (`connection: close`), so
 //! a burst queues or gets a quick 503 and never grows the thread count.
 
+// No printing here (and `shared/clippy.toml` refuses the environment,
+// stdin/stdout and ureq's environment-reading defaults).
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
+// Nothing reachable from outside input may panic.
+#![cfg_attr(
+    not(test),
+    deny(clippy::expect_used, clippy::indexing_slicing, clippy::string_slice)
+)]
+
 mod config;
 mod http;
 mod server;

@@ -314,13 +314,13 @@ fn read_body(
     length: usize,
 ) -> std::result::Result<Vec<u8>, usize> {
     let mut body = Vec::with_capacity(length);
-    body.extend_from_slice(&head.rest[..head.rest.len().min(length)]);
+    body.extend_from_slice(head.rest.get(..length).unwrap_or(&head.rest));
     let mut piece = vec![0u8; 64 * 1024];
     while body.len() < length {
         let want = (length - body.len()).min(piece.len());
-        match stream.read(&mut piece[..want]) {
+        match stream.read(piece.get_mut(..want).unwrap_or_default()) {
             Ok(0) => return Err(body.len()),
-            Ok(n) => body.extend_from_slice(&piece[..n]),
+            Ok(n) => body.extend_from_slice(piece.get(..n).unwrap_or_default()),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return Err(body.len()),
         }
@@ -467,13 +467,13 @@ fn forward(mut stream: TcpStream, shared: &Shared, head: &Head, url: &str, origi
                 // (no final chunk), and nothing is learned from it.
                 Err(_) => return,
             };
-            let bytes = &piece[..n];
+            let bytes = piece.get(..n).unwrap_or_default();
             if streaming {
                 scanner.feed(bytes);
             }
             if kept.len() < keep_limit {
                 let room = keep_limit - kept.len();
-                kept.extend_from_slice(&bytes[..n.min(room)]);
+                kept.extend_from_slice(bytes.get(..room).unwrap_or(bytes));
                 kept_all &= n <= room;
             } else if keep_limit > 0 {
                 kept_all = false;

@@ -27,16 +27,17 @@ impl UsageScanner {
                 Some(end) => {
                     if !self.skipping {
                         if self.line.is_empty() {
-                            self.line_done(&bytes[..end]);
+                            self.line_done(bytes.get(..end).unwrap_or_default());
                         } else {
-                            self.line.extend_from_slice(&bytes[..end]);
+                            self.line
+                                .extend_from_slice(bytes.get(..end).unwrap_or_default());
                             let line = std::mem::take(&mut self.line);
                             self.line_done(&line);
                         }
                     }
                     self.line.clear();
                     self.skipping = false;
-                    bytes = &bytes[end + 1..];
+                    bytes = bytes.get(end + 1..).unwrap_or_default();
                 }
                 None => {
                     if !self.skipping {
@@ -66,10 +67,13 @@ impl UsageScanner {
         let Ok(event) = serde_json::from_slice::<Value>(data) else {
             return;
         };
-        match event["type"].as_str() {
-            Some("message_start") => self.merge(&event["message"]["usage"]),
-            Some("message_delta") => self.merge(&event["usage"]),
-            _ => {}
+        let usage = match event.get("type").and_then(Value::as_str) {
+            Some("message_start") => event.get("message").and_then(|m| m.get("usage")),
+            Some("message_delta") => event.get("usage"),
+            _ => None,
+        };
+        if let Some(usage) = usage {
+            self.merge(usage);
         }
     }
 
@@ -78,7 +82,7 @@ impl UsageScanner {
             return;
         }
         let mut current = self.usage.unwrap_or_default();
-        let field = |name: &str| usage[name].as_u64();
+        let field = |name: &str| usage.get(name).and_then(Value::as_u64);
         if let Some(n) = field("input_tokens") {
             current.input = n;
         }
@@ -98,7 +102,7 @@ impl UsageScanner {
     pub fn from_message(body: &[u8]) -> Option<Usage> {
         let message: Value = serde_json::from_slice(body).ok()?;
         let mut scanner = UsageScanner::default();
-        scanner.merge(&message["usage"]);
+        scanner.merge(message.get("usage")?);
         scanner.usage
     }
 
