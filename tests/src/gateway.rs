@@ -85,6 +85,11 @@ impl GatewayProcess {
         &self.url
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }

@@ -93,7 +93,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            workers: 64,
+            workers: 32,
             queue: 1024,
             // Anthropic's own limit for a Messages request is 32 MB; a larger
             // body would be refused upstream anyway.

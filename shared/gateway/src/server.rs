@@ -379,18 +379,19 @@ fn forward(mut stream: TcpStream, shared: &Shared, head: &Head, url: &str, origi
         body: &original,
         now_ms: (shared.config.clock)(),
     };
-    let body = if sees_pass {
+    let rewritten = if sees_pass {
         match catch_unwind(AssertUnwindSafe(|| shared.pass.request(&call))) {
-            Ok(Ok(Forward::Body(body))) => body,
-            Ok(Ok(Forward::Untouched)) => original.clone(),
+            Ok(Ok(Forward::Body(body))) => Some(body),
+            Ok(Ok(Forward::Untouched)) => None,
             Ok(Err(_)) | Err(_) => {
                 counters.pass_failed.fetch_add(1, Ordering::Relaxed);
-                original.clone()
+                None
             }
         }
     } else {
-        original.clone()
+        None
     };
+    let body = rewritten.as_deref().unwrap_or(&original);
     counters.served.fetch_add(1, Ordering::Relaxed);
     let response = match upstream::send(&shared.agent, &head.method, url, &upstream_headers, body) {
         Ok(response) => response,

@@ -58,7 +58,7 @@ pub(crate) fn send(
     method: &str,
     url: &str,
     headers: &[(String, Vec<u8>)],
-    body: Vec<u8>,
+    body: &[u8],
 ) -> std::result::Result<http::Response<ureq::Body>, Failed> {
     let mut builder = http::Request::builder().method(method).uri(url);
     for (name, value) in headers {
