@@ -379,6 +379,21 @@ fn launch(
     (out, pid)
 }
 
+/// mc's config for the launcher: the gateway on `port`, forwarding to the
+/// fake provider.
+fn launch_config(cc: &ClaudeCode, port: u16) -> std::path::PathBuf {
+    let root = cc.provider.base_url().trim_end_matches("/v1").to_string();
+    let config = cc.file("launch.jsonc");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{"gateway": {{"anthropic_upstream": "{root}", "listen": "127.0.0.1:{port}"}}}}"#
+        ),
+    )
+    .unwrap();
+    config
+}
+
 fn end(pid: Option<u32>) {
     if let Some(pid) = pid {
         let _ = Command::new("kill").arg(pid.to_string()).status();
@@ -395,14 +410,7 @@ fn the_launcher_starts_a_gateway_and_claude_code_goes_through_it() {
     };
     let root = cc.provider.base_url().trim_end_matches("/v1").to_string();
     let port = free_port();
-    let config = cc.file("launch.jsonc");
-    std::fs::write(
-        &config,
-        format!(
-            r#"{{"gateway": {{"anthropic_upstream": "{root}", "listen": "127.0.0.1:{port}"}}}}"#
-        ),
-    )
-    .unwrap();
+    let config = launch_config(&cc, port);
     let (out, pid) = launch(&cc, &config, "Say hello.");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stderr}");
@@ -430,18 +438,10 @@ fn without_a_gateway_the_launcher_lets_claude_code_talk_to_the_provider() {
     ) else {
         return;
     };
-    let root = cc.provider.base_url().trim_end_matches("/v1").to_string();
     // Something that is not mc's gateway holds the port.
     let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = squatter.local_addr().unwrap().port();
-    let config = cc.file("launch.jsonc");
-    std::fs::write(
-        &config,
-        format!(
-            r#"{{"gateway": {{"anthropic_upstream": "{root}", "listen": "127.0.0.1:{port}"}}}}"#
-        ),
-    )
-    .unwrap();
+    let config = launch_config(&cc, port);
     let (out, pid) = launch(&cc, &config, "Say hello.");
     end(pid);
     let stderr = String::from_utf8_lossy(&out.stderr);
