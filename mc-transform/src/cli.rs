@@ -105,6 +105,43 @@ enum Command {
         #[arg(long, value_name = "N", default_value_t = mc_transform_core::incremental::DEFAULT_SESSIONS)]
         sessions: usize,
     },
+    /// Serve as Claude Code's provider: a local HTTP server that forwards
+    /// every request to one upstream and streams the answer back
+    ///
+    /// Point Claude Code at it with ANTHROPIC_BASE_URL=http://ADDRESS. Every
+    /// request goes to gateway.anthropic_upstream (mc's user config; default
+    /// https://api.anthropic.com) with its headers as received — the API key or
+    /// the subscription login included, never stored or printed — and the
+    /// answer streams back as it comes, status and errors unchanged. Messages
+    /// calls (POST /v1/messages) go through mc's pass first; any failure in it
+    /// sends the original bytes. It listens on loopback only, refuses targets
+    /// that name another host, bodies over 32 MiB (413) and, when every
+    /// worker is busy, answers 503. Runs until killed; a taken port exits 1.
+    Gateway {
+        /// Address to listen on, loopback only [default: gateway.listen, 127.0.0.1:4141]
+        #[arg(long, value_name = "ADDRESS")]
+        listen: Option<String>,
+    },
+    /// Run Claude Code through the gateway, or straight to the provider when
+    /// no gateway can be had
+    ///
+    /// Finds mc's gateway at gateway.listen, starts one in the background when
+    /// none answers, and runs `claude ARGS…` (MC_CLAUDE_BIN, else claude on
+    /// PATH) with ANTHROPIC_BASE_URL at it. While Claude Code runs, a gateway
+    /// that stopped is started again (Claude Code retries a refused connection
+    /// for minutes, so a call in flight is delayed, not lost). When no gateway
+    /// can be started, or ANTHROPIC_BASE_URL names another provider than
+    /// gateway.anthropic_upstream, Claude Code runs unchanged, with a warning.
+    /// Exits with Claude Code's exit code.
+    Claude {
+        /// Claude Code's own arguments
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
 }
 
 pub fn main() -> ExitCode {
@@ -126,6 +163,15 @@ pub fn main() -> ExitCode {
         Some(Command::Recount) => read_json().and_then(|value| recount(&mut ctx, value)),
         Some(Command::System) => read_json().and_then(|value| system(&mut ctx, value)),
         Some(Command::Overflow) => read_json().and_then(|value| overflow(&mut ctx, value)),
+        Some(Command::Claude { args: claude }) => {
+            return match crate::launch::run(&args.global, claude) {
+                Ok(code) => code,
+                Err(failure) => mc_cli::finish::<()>(NAME, Err(failure)),
+            };
+        }
+        Some(Command::Gateway { listen }) => {
+            return mc_cli::finish(NAME, crate::gateway::run(&args.global, listen.as_deref()));
+        }
         Some(Command::Serve {
             max_request_bytes,
             sessions,

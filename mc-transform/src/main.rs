@@ -2,6 +2,8 @@
 
 mod cli;
 mod commands;
+mod gateway;
+mod launch;
 mod serve;
 
 use std::process::ExitCode;

@@ -53,6 +53,9 @@ pub struct ClaudeCode {
     pub project: PathBuf,
     /// The database every mc process here uses.
     pub db: PathBuf,
+    /// Where Claude Code sends its model calls instead of the fake provider
+    /// (a gateway in front of it).
+    base_url: std::sync::Mutex<Option<String>>,
 }
 
 impl ClaudeCode {
@@ -74,6 +77,7 @@ impl ClaudeCode {
             provider,
             project,
             db,
+            base_url: std::sync::Mutex::new(None),
         };
         claude.git(&["init", "-q"]);
         claude.git(&[
@@ -227,24 +231,50 @@ impl ClaudeCode {
         self.prompt_with(None, text, &[], false)
     }
 
-    fn prompt_with(
+    /// Send Claude Code's model calls to `url` (`http://127.0.0.1:PORT`, a
+    /// gateway) instead of straight to the fake provider.
+    pub fn use_base_url(&self, url: &str) {
+        *self.base_url.lock().unwrap() = Some(url.to_string());
+    }
+
+    /// Run one prompt in print mode and return whatever came of it, success
+    /// or not (within two minutes). `env` entries with an empty value are
+    /// removed from Claude Code's environment.
+    pub fn run(&self, text: &str, env: &[(&str, &str)]) -> Output {
+        let mut command = self.claude_command(None, text, env, true);
+        crate::pipe_within(&mut command, b"", Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("running claude: {e}"))
+            .expect("claude -p was still running after 120 s")
+    }
+
+    fn claude_command(
         &self,
         session: Option<&str>,
         text: &str,
         env: &[(&str, &str)],
         test_mcp: bool,
-    ) -> Value {
-        let root = self.provider.base_url().trim_end_matches("/v1").to_string();
+    ) -> Command {
+        let root = self
+            .base_url
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or_else(|| self.provider.base_url().trim_end_matches("/v1").to_string());
         let mut command = self.sealed(&self.bin);
         if let Some(session) = session {
             command.args(["--resume", session]);
         }
-        for (name, value) in env {
-            command.env(name, value);
-        }
         command
             .env("ANTHROPIC_BASE_URL", root)
-            .env("ANTHROPIC_API_KEY", "test-key")
+            .env("ANTHROPIC_API_KEY", "test-key");
+        for (name, value) in env {
+            if value.is_empty() {
+                command.env_remove(name);
+            } else {
+                command.env(name, value);
+            }
+        }
+        command
             .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
             .env("DISABLE_TELEMETRY", "1")
             .env("DISABLE_AUTOUPDATER", "1")
@@ -259,6 +289,17 @@ impl ClaudeCode {
                 "mcp__mc__*,Bash(mc-pin:*)",
             ]);
         }
+        command
+    }
+
+    fn prompt_with(
+        &self,
+        session: Option<&str>,
+        text: &str,
+        env: &[(&str, &str)],
+        test_mcp: bool,
+    ) -> Value {
+        let mut command = self.claude_command(session, text, env, test_mcp);
         let out = crate::pipe_within(&mut command, b"", Duration::from_secs(120))
             .unwrap_or_else(|e| panic!("running claude: {e}"))
             .expect("claude -p was still running after 120 s");

@@ -67,9 +67,19 @@ pub struct Recorded {
     pub body: Value,
     /// The raw request bytes, as OpenCode sent them.
     pub raw: Vec<u8>,
+    /// The request's headers, names lower-case, in the order received.
+    pub headers: Vec<(String, String)>,
 }
 
 impl Recorded {
+    /// The first value of a header, by its lower-case name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
     /// A request of the main agent (a Messages call that offers tools), as
     /// opposed to the harness's title or summary calls and token counts.
     pub fn is_agent(&self) -> bool {
@@ -176,6 +186,8 @@ struct State {
     /// Report usage from the request itself (bytes / 4, the part shared with
     /// the previous agent request as cache reads) instead of `usage`.
     auto_usage: bool,
+    /// Refuse what the real API refuses ([`refusal`]) with its 400.
+    strict: bool,
     requests: Vec<Recorded>,
     calls: u64,
     /// Requests for this model are the historian's: answered (not streamed)
@@ -212,11 +224,22 @@ impl FakeProvider {
                     let mut raw = Vec::new();
                     let _ = request.as_reader().read_to_end(&mut raw);
                     let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+                    let headers = request
+                        .headers()
+                        .iter()
+                        .map(|h| {
+                            (
+                                h.field.as_str().as_str().to_ascii_lowercase(),
+                                h.value.as_str().to_string(),
+                            )
+                        })
+                        .collect();
                     let recorded = Recorded {
                         method: request.method().as_str().to_string(),
                         path: request.url().to_string(),
                         body,
                         raw,
+                        headers,
                     };
                     let json_header =
                         || Header::from_bytes("Content-Type", "application/json").unwrap();
@@ -294,6 +317,13 @@ impl FakeProvider {
         self.state.lock().unwrap().auto_usage = true;
     }
 
+    /// Refuse, as the real API does with a 400, a request whose `tool_use`
+    /// has no `tool_result` right after it, with more than four
+    /// `cache_control` blocks, or with a 1-hour one after a 5-minute one.
+    pub fn strict(&self) {
+        self.state.lock().unwrap().strict = true;
+    }
+
     /// Play the historian for requests naming `model`: a non-streamed Messages
     /// answer folding the whole chunk (`<messages first=… last=…>`) into one
     /// compartment. Its usage, as for the historian's prompts through
@@ -344,6 +374,12 @@ fn respond(state: &Mutex<State>, recorded: Recorded) -> Result<(Reply, Usage, u6
     let mut state = state.lock().unwrap();
     state.calls += 1;
     let id = state.calls;
+    if state.strict
+        && let Some(refused) = refusal(&recorded.body)
+    {
+        state.requests.push(recorded);
+        return Err((400, refused));
+    }
     let agent = recorded.is_agent();
     let historian = recorded.is_historian();
     if agent && state.auto_usage {
@@ -415,6 +451,86 @@ fn respond(state: &Mutex<State>, recorded: Recorded) -> Result<(Reply, Usage, u6
         return Err((status, body));
     }
     Ok((reply, usage, id))
+}
+
+/// The real API's 400 body for a Messages request it refuses (the wording
+/// it answers with), or `None` for one it takes.
+pub fn refusal(body: &Value) -> Option<Value> {
+    let error = |message: String| {
+        Some(
+            json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}}),
+        )
+    };
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let blocks = |message: &Value| message["content"].as_array().cloned().unwrap_or_default();
+    for (i, message) in messages.iter().enumerate() {
+        if message["role"] != "assistant" {
+            continue;
+        }
+        let uses: Vec<String> = blocks(message)
+            .iter()
+            .filter(|b| b["type"] == "tool_use")
+            .filter_map(|b| b["id"].as_str().map(str::to_string))
+            .collect();
+        let answered: Vec<String> = messages
+            .get(i + 1)
+            .map(|next| {
+                blocks(next)
+                    .iter()
+                    .filter(|b| b["type"] == "tool_result")
+                    .filter_map(|b| b["tool_use_id"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let missing: Vec<&str> = uses
+            .iter()
+            .filter(|id| !answered.contains(id))
+            .map(String::as_str)
+            .collect();
+        // The last message may be an open call only when nothing follows it.
+        if !missing.is_empty() && i + 1 < messages.len() {
+            return error(format!(
+                "messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {}. \
+                 Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+                missing.join(", ")
+            ));
+        }
+    }
+    // Breakpoints, in the order the API reads them: tools, system, messages.
+    let mut breakpoints: Vec<(String, bool)> = Vec::new();
+    let mut note = |path: String, block: &Value| {
+        if let Some(control) = block.get("cache_control") {
+            breakpoints.push((format!("{path}.cache_control.ttl"), control["ttl"] == "1h"));
+        }
+    };
+    for (i, tool) in body["tools"].as_array().into_iter().flatten().enumerate() {
+        note(format!("tools.{i}"), tool);
+    }
+    for (i, block) in body["system"].as_array().into_iter().flatten().enumerate() {
+        note(format!("system.{i}"), block);
+    }
+    for (i, message) in messages.iter().enumerate() {
+        for (j, block) in blocks(message).iter().enumerate() {
+            note(format!("messages.{i}.content.{j}"), block);
+        }
+    }
+    if breakpoints.len() > 4 {
+        return error(format!(
+            "A maximum of 4 blocks with cache_control may be provided. Found {}.",
+            breakpoints.len()
+        ));
+    }
+    let mut seen_short = false;
+    for (path, long) in &breakpoints {
+        if *long && seen_short {
+            return error(format!(
+                "{path}: a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block. \
+                 Note that blocks are processed in the following order: tools, system, messages."
+            ));
+        }
+        seen_short |= !long;
+    }
+    None
 }
 
 /// One Messages API response, not streamed.
@@ -532,4 +648,65 @@ fn fold_text(body: &Value) -> String {
          <p4>Reads</p4>\n</compartment>\n<facts>\n</facts>\n<unprocessed_from>{}</unprocessed_from>\n</history>",
         last + 1
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn captured(name: &str) -> Value {
+        let path = format!(
+            "{}/testdata/claude-code/{name}.body.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    fn message(refused: Option<Value>) -> String {
+        refused
+            .map(|r| r["error"]["message"].as_str().unwrap().to_string())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn the_real_claude_code_s_requests_are_taken() {
+        for name in [
+            "main-turn-1-tools",
+            "main-turn-1-tool-result",
+            "follow-up-resumed",
+            "subagent-first",
+            "oauth-main-turn",
+            "title-side-request",
+        ] {
+            assert_eq!(refusal(&captured(name)), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_tool_use_without_its_result_is_refused_as_the_api_does() {
+        let mut body = captured("main-turn-1-tool-result");
+        let id = body["messages"][2]["content"][0]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        body["messages"][3]["content"][0]["type"] = json!("text");
+        body["messages"][3]["content"][0]["text"] = json!("no result");
+        let text = message(refusal(&body));
+        assert!(text.starts_with(&format!("messages.2: `tool_use` ids were found without `tool_result` blocks immediately after: {id}.")), "{text}");
+    }
+
+    #[test]
+    fn breakpoints_over_four_or_out_of_ttl_order_are_refused() {
+        let mut body = captured("main-turn-1-tools");
+        body["tools"][0]["cache_control"] = json!({"type": "ephemeral"});
+        body["tools"][1]["cache_control"] = json!({"type": "ephemeral"});
+        assert_eq!(
+            message(refusal(&body)),
+            "A maximum of 4 blocks with cache_control may be provided. Found 5."
+        );
+        let mut body = captured("main-turn-1-tools");
+        body["system"][2]["cache_control"] = json!({"type": "ephemeral", "ttl": "1h"});
+        let text = message(refusal(&body));
+        assert!(text.starts_with("system.2.cache_control.ttl: a ttl='1h' cache_control block must not come after a ttl='5m'"), "{text}");
+    }
 }

@@ -21,6 +21,7 @@ pub mod fake_responses;
 #[cfg(test)]
 mod forgotten;
 pub mod fresh;
+pub mod gateway;
 pub mod generate;
 pub mod harness;
 pub mod mcp_client;

@@ -1226,7 +1226,7 @@ fn the_wizard_on_a_real_terminal_asks_shows_the_diff_and_writes() {
         "{plain}"
     );
     assert!(
-        plain.ends_with("Summary: PASS 18 / WARN 0 / FAIL 1\n"),
+        plain.ends_with("Summary: PASS 19 / WARN 0 / FAIL 1\n"),
         "{plain}"
     );
     assert_eq!(out.status.code(), Some(1));

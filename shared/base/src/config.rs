@@ -119,6 +119,7 @@ pub struct Config {
     pub transcript: TranscriptConfig,
     pub dream: DreamConfig,
     pub embeddings: EmbeddingsConfig,
+    pub gateway: GatewayConfig,
     /// `providers`: model providers by name. User-only.
     pub providers: BTreeMap<String, ProviderConfig>,
 }
@@ -253,6 +254,18 @@ pub struct EmbeddingsConfig {
     pub retries: u32,
 }
 
+/// `gateway.*`: `mc-transform gateway`, the local server a harness (Claude
+/// Code) uses as its provider's base URL. User-only: a project file may set
+/// none of it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GatewayConfig {
+    /// The provider every request is forwarded to (default
+    /// `https://api.anthropic.com`).
+    pub anthropic_upstream: String,
+    /// Where the gateway listens: a loopback address (default `127.0.0.1:4141`).
+    pub listen: String,
+}
+
 /// `dream.schedule.*`: a cron expression per task (5 fields, or `@daily`
 /// and friends), `None` when the task is off.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -343,6 +356,10 @@ impl Default for Config {
                 query_timeout_ms: 0,
                 retries: 0,
             },
+            gateway: GatewayConfig {
+                anthropic_upstream: String::new(),
+                listen: String::new(),
+            },
             providers: BTreeMap::new(),
         };
         for key in KEYS {
@@ -379,6 +396,12 @@ impl Default for HistorianConfig {
 impl Default for EmbeddingsConfig {
     fn default() -> EmbeddingsConfig {
         Config::default().embeddings
+    }
+}
+
+impl Default for GatewayConfig {
+    fn default() -> GatewayConfig {
+        Config::default().gateway
     }
 }
 

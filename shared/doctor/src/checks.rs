@@ -83,8 +83,58 @@ pub fn run(env: &Env, options: &Options) -> Vec<Check> {
         checks.extend(harness_checks(env, integration, version.as_deref()));
     }
     checks.push(cron(&loaded.config, options));
+    checks.push(gateway(&loaded.config));
     checks.extend(recent_failures(env, options));
     checks
+}
+
+/// Whether mc's gateway answers at `gateway.listen`, and where it forwards.
+/// Not running is no failure: `mc-transform claude` starts it on demand.
+fn gateway(config: &Config) -> Check {
+    let listen = &config.gateway.listen;
+    let url = format!("http://{listen}{}", mc_gateway::STATUS_PATH);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_millis(1500)))
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .proxy(None)
+        .build()
+        .into();
+    let status: Option<Value> = agent
+        .get(&url)
+        .call()
+        .ok()
+        .filter(|r| r.status() == 200)
+        .and_then(|mut r| r.body_mut().with_config().limit(64 * 1024).read_json().ok());
+    let Some(status) = status.filter(|s| s.get("gateway").and_then(Value::as_str) == Some("mc"))
+    else {
+        return Check::pass(
+            "gateway",
+            format!(
+                "no gateway on {listen} (`mc-transform claude` starts one; Claude Code \
+                 started otherwise talks to its provider directly)"
+            ),
+        );
+    };
+    let upstream = status
+        .get("upstream")
+        .and_then(Value::as_str)
+        .unwrap_or("?");
+    let served = status.get("served").and_then(Value::as_u64).unwrap_or(0);
+    let what =
+        format!("gateway up on {listen}, forwarding to {upstream}, {served} requests served");
+    if upstream.trim_end_matches('/') == config.gateway.anthropic_upstream.trim_end_matches('/') {
+        Check::pass("gateway", what)
+    } else {
+        Check::warn(
+            "gateway",
+            format!(
+                "{what}; gateway.anthropic_upstream is {}",
+                config.gateway.anthropic_upstream
+            ),
+            "restart the gateway so it reads the config again",
+        )
+    }
 }
 
 /// Run `program args` for at most `limit`; its output when it finished.

@@ -48,6 +48,10 @@ pub(super) enum Kind {
     ModelList,
     /// A cron expression (`config::parse_cron`), or `"off"` (or `null`) for none.
     Cron,
+    /// An `http://` or `https://` base URL without credentials, query or fragment.
+    Url,
+    /// A loopback socket address (`127.0.0.1:PORT`, `[::1]:PORT`).
+    Loopback,
 }
 
 /// A validated leaf value.
@@ -61,12 +65,33 @@ pub(super) enum Val {
     ModelList(Vec<String>),
     /// A cron expression (borrowed in the table's defaults), `None` when off.
     Cron(Option<Cow<'static, str>>),
+    /// A [`Kind::Url`] or [`Kind::Loopback`] value.
+    Text(Cow<'static, str>),
 }
 
 /// What a `provider/model` name may look like: a provider name (letters,
 /// digits, `_`, `.`, `-`), a slash, then the provider's model id (anything but
 /// whitespace; it may contain more slashes).
 pub(crate) const MODEL_PATTERN: &str = r"^[A-Za-z0-9_.-]+/\S+$";
+
+/// What a [`Kind::Url`] may look like.
+pub(crate) const URL_PATTERN: &str = r"^https?://[^/@?#\s]+(/[^?#\s]*)?$";
+
+/// Whether `url` is an `http(s)://host[:port][/path]` without credentials,
+/// query or fragment.
+pub(crate) fn is_base_url(url: &str) -> bool {
+    let Some(rest) = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+    else {
+        return false;
+    };
+    let host = rest.split('/').next().unwrap_or_default();
+    !host.is_empty()
+        && !host.contains('@')
+        && !rest.contains(['?', '#'])
+        && !url.chars().any(|c| c.is_whitespace() || c.is_control())
+}
 
 /// Whether `name` is a well-formed `provider/model` name.
 pub(crate) fn is_model_name(name: &str) -> bool {
@@ -127,6 +152,13 @@ impl Val {
         }
     }
 
+    fn text(self) -> Option<String> {
+        match self {
+            Val::Text(t) => Some(t.into_owned()),
+            _ => None,
+        }
+    }
+
     fn cron(self) -> Option<Option<String>> {
         match self {
             Val::Cron(c) => Some(c.map(Cow::into_owned)),
@@ -154,6 +186,7 @@ impl Val {
             Val::Model(m) => m.clone().map_or(Value::Null, Value::from),
             Val::ModelList(l) => Value::from(l.clone()),
             Val::Cron(c) => Value::from(c.as_deref().unwrap_or("off")),
+            Val::Text(t) => Value::from(t.as_ref()),
         }
     }
 }
@@ -166,7 +199,9 @@ impl fmt::Display for Val {
             Val::Int(n) => write!(f, "{n}"),
             Val::Bool(b) => write!(f, "{b}"),
             Val::Ttl(t) => write!(f, "\"{t}\""),
-            Val::Model(_) | Val::ModelList(_) | Val::Cron(_) => write!(f, "{}", self.to_json()),
+            Val::Model(_) | Val::ModelList(_) | Val::Cron(_) | Val::Text(_) => {
+                write!(f, "{}", self.to_json())
+            }
         }
     }
 }
@@ -267,6 +302,24 @@ impl Kind {
                     "is not a cron expression (a string such as \"0 3 * * *\", or \"off\")".into(),
                 ),
             },
+            Kind::Url => match value.as_str() {
+                Some(s) if is_base_url(s) => Ok(Val::Text(Cow::Owned(s.to_string()))),
+                _ => Err(
+                    "is not an http:// or https:// base URL without credentials, query or \
+                          fragment (such as \"https://api.anthropic.com\")"
+                        .into(),
+                ),
+            },
+            Kind::Loopback => match value.as_str().map(str::parse::<std::net::SocketAddr>) {
+                Some(Ok(addr)) if addr.ip().is_loopback() => {
+                    Ok(Val::Text(Cow::Owned(addr.to_string())))
+                }
+                _ => Err(
+                    "is not a loopback address with a port (such as \"127.0.0.1:4141\"): \
+                          the gateway never listens beyond this machine"
+                        .into(),
+                ),
+            },
         }
     }
 
@@ -334,6 +387,12 @@ pub(super) const SECTIONS: &[Section] = &[
         path: "transcript",
         description: "Reading a harness's transcript file: mc-pin --transcript and the \
                       restore hook's transcript_path, mc-historian --transcript. User-only.",
+    },
+    Section {
+        path: "gateway",
+        description: "The gateway (mc-transform gateway): the local server Claude Code uses as \
+                      its provider's base URL, which forwards each request to one upstream. \
+                      User-only: a project file may set none of it.",
     },
     Section {
         path: "embeddings",
@@ -1069,6 +1128,34 @@ pub(super) const KEYS: &[KeyDef] = &[
         set: |c, v| {
             if let Some(n) = v.int_u32() {
                 c.embeddings.retries = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "gateway.anthropic_upstream",
+        kind: Kind::Url,
+        default: Val::Text(Cow::Borrowed("https://api.anthropic.com")),
+        trust: Trust::UserOnly,
+        description: "The provider every request through the gateway goes to (its base URL; \
+                      the request's path is appended). The gateway forwards nowhere else.",
+        get: |c| Val::Text(Cow::Owned(c.gateway.anthropic_upstream.clone())),
+        set: |c, v| {
+            if let Some(t) = v.text() {
+                c.gateway.anthropic_upstream = t;
+            }
+        },
+    },
+    KeyDef {
+        path: "gateway.listen",
+        kind: Kind::Loopback,
+        default: Val::Text(Cow::Borrowed("127.0.0.1:4141")),
+        trust: Trust::UserOnly,
+        description: "Where the gateway listens: a loopback address and port (ANTHROPIC_BASE_URL \
+                      is http:// and this address).",
+        get: |c| Val::Text(Cow::Owned(c.gateway.listen.clone())),
+        set: |c, v| {
+            if let Some(t) = v.text() {
+                c.gateway.listen = t;
             }
         },
     },

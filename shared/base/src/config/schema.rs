@@ -119,6 +119,15 @@ fn leaf(key: &keys::KeyDef) -> Value {
                 json!(["*/15 * * * *", "0 3 * * *", "30 4 * * SUN", "@daily", "off"]),
             );
         }
+        Kind::Url => {
+            schema.insert("type".into(), "string".into());
+            schema.insert("pattern".into(), keys::URL_PATTERN.into());
+            schema.insert("examples".into(), json!(["https://api.anthropic.com"]));
+        }
+        Kind::Loopback => {
+            schema.insert("type".into(), "string".into());
+            schema.insert("examples".into(), json!(["127.0.0.1:4141", "[::1]:4141"]));
+        }
         Kind::Ttl => {
             schema.insert(
                 "anyOf".into(),

@@ -42,6 +42,8 @@ fn other_value(kind: Kind, default: &Val) -> Val {
             None => Some("*/5 * * * *".into()),
             Some(_) => None,
         }),
+        (Kind::Url, Val::Text(_)) => Val::Text("http://127.0.0.1:8080/anthropic".into()),
+        (Kind::Loopback, Val::Text(_)) => Val::Text("[::1]:5151".into()),
         _ => panic!("default {default:?} does not match kind {kind:?}"),
     }
 }
@@ -1241,4 +1243,40 @@ fn project_config_follows_no_link_out_of_the_repository() {
     // The user's own file may be a link (dotfile managers make them).
     let loaded = load(&[Layer::new(Tier::User, file.join(".mc/config.jsonc"))]);
     assert_eq!(loaded.config.transform.protected_tags, 42);
+}
+
+#[test]
+fn the_gateway_keys_are_checked_and_user_only() {
+    let c = Config::default();
+    assert_eq!(c.gateway.anthropic_upstream, "https://api.anthropic.com");
+    assert_eq!(c.gateway.listen, "127.0.0.1:4141");
+    let loaded = user(
+        r#"{"gateway": {"anthropic_upstream": "http://127.0.0.1:9/x", "listen": "127.0.0.1:7000"}}"#,
+    );
+    assert_eq!(
+        loaded.config.gateway.anthropic_upstream,
+        "http://127.0.0.1:9/x"
+    );
+    assert_eq!(loaded.config.gateway.listen, "127.0.0.1:7000");
+    for bad in [
+        r#"{"gateway": {"listen": "0.0.0.0:4141"}}"#,
+        r#"{"gateway": {"listen": "127.0.0.1"}}"#,
+        r#"{"gateway": {"anthropic_upstream": "https://user:pw@evil.example"}}"#,
+        r#"{"gateway": {"anthropic_upstream": "file:///etc/passwd"}}"#,
+    ] {
+        let loaded = user(bad);
+        assert_eq!(loaded.config.gateway, GatewayConfig::default(), "{bad}");
+        assert!(!loaded.warnings.is_empty(), "{bad}");
+    }
+    // A cloned repository cannot point the gateway elsewhere.
+    let loaded = project(
+        r#"{"gateway": {"anthropic_upstream": "https://evil.example", "listen": "127.0.0.1:1"}}"#,
+    );
+    assert_eq!(loaded.config.gateway, GatewayConfig::default());
+    let warnings = loaded.warnings.join("\n");
+    assert!(
+        warnings.contains("gateway.anthropic_upstream"),
+        "{warnings}"
+    );
+    assert!(warnings.contains("gateway.listen"), "{warnings}");
 }

@@ -1,0 +1,132 @@
+//! `mc-transform claude [ARGS…]`: Claude Code through the gateway when it
+//! can be, straight to the provider when it cannot. Finds mc's gateway at
+//! `gateway.listen` (its status path), starts one when none answers, runs
+//! `claude` with `ANTHROPIC_BASE_URL` at it, and while Claude Code runs
+//! starts the gateway again should it die: Claude Code retries a refused
+//! connection for about three minutes, so a call in flight is only delayed.
+//! A gateway that cannot be had at the start means a direct session, with a
+//! warning — never a session that cannot reach its provider.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow};
+
+use mc_cli::{Failure, GlobalArgs};
+
+use crate::commands::NAME;
+
+/// Whether mc's gateway answers at `addr` (not merely something listening).
+fn is_up(addr: SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(300)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let request = format!(
+        "GET {} HTTP/1.1\r\nHost: {addr}\r\n\r\n",
+        mc_gateway::STATUS_PATH
+    );
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let _ = stream.take(64 * 1024).read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    text.starts_with("HTTP/1.1 200") && text.contains(r#""gateway":"mc""#)
+}
+
+/// Start a gateway on `addr` in the background; `Some(pid)` once it answers.
+fn start_gateway(addr: SocketAddr) -> Option<u32> {
+    let exe = std::env::current_exe().ok()?;
+    let child = Command::new(exe)
+        .args(["gateway", "--listen", &addr.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        if is_up(addr) {
+            return Some(child.id());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+pub fn run(global: &GlobalArgs, args: &[String]) -> Result<ExitCode, Failure> {
+    let (config, _warnings) = mc_cli::load_config(NAME, global.config.as_deref(), None);
+    let addr: SocketAddr = config
+        .gateway
+        .listen
+        .parse()
+        .map_err(|_| Failure::input(anyhow!("gateway.listen is not an address")))?;
+    let claude = std::env::var_os("MC_CLAUDE_BIN").unwrap_or_else(|| "claude".into());
+    let gateway_url = format!("http://{addr}");
+    let upstream = config.gateway.anthropic_upstream.trim_end_matches('/');
+    let own = std::env::var("ANTHROPIC_BASE_URL").ok();
+    let own = own.as_deref().map(|u| u.trim_end_matches('/'));
+    let mut route = true;
+    if let Some(own) = own
+        && own != upstream
+        && own != gateway_url
+    {
+        eprintln!(
+            "{NAME}: warning: ANTHROPIC_BASE_URL is {own} but gateway.anthropic_upstream is \
+             {upstream}: Claude Code talks to {own} directly; set gateway.anthropic_upstream \
+             to it (mc-doctor setup does) to go through mc"
+        );
+        route = false;
+    }
+    if route && !is_up(addr) {
+        match start_gateway(addr) {
+            Some(pid) => eprintln!("{NAME}: started the gateway on {gateway_url} (pid {pid})"),
+            None => {
+                eprintln!(
+                    "{NAME}: warning: no gateway answers on {gateway_url} and none could be \
+                     started there (is the port taken? `mc-transform gateway` says why): \
+                     Claude Code talks to the provider directly"
+                );
+                route = false;
+            }
+        }
+    }
+    let mut command = Command::new(&claude);
+    command.args(args);
+    if route {
+        command.env("ANTHROPIC_BASE_URL", &gateway_url);
+    }
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("cannot run {}", claude.to_string_lossy()))
+        .map_err(|e| {
+            Failure::runtime(e).with_hints([
+                "set MC_CLAUDE_BIN to Claude Code's binary, or put claude on PATH".to_string(),
+            ])
+        })?;
+    let mut checked = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().map_err(|e| Failure::runtime(e.into()))? {
+            let code = status.code().unwrap_or(1);
+            return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
+        }
+        if route && checked.elapsed() >= Duration::from_secs(1) {
+            checked = Instant::now();
+            if !is_up(addr) {
+                match start_gateway(addr) {
+                    Some(pid) => eprintln!(
+                        "{NAME}: the gateway on {gateway_url} had stopped; started it again (pid {pid})"
+                    ),
+                    None => eprintln!(
+                        "{NAME}: warning: the gateway on {gateway_url} stopped and cannot be \
+                         started again; Claude Code's calls fail until it is back"
+                    ),
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

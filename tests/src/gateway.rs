@@ -1,0 +1,113 @@
+//! `mc-transform gateway` as a process for end-to-end tests: started on a
+//! free loopback port in front of an upstream, its stderr kept (to grep for
+//! credentials), killed on drop.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use crate::bin_path;
+
+pub struct GatewayProcess {
+    child: Child,
+    /// `http://127.0.0.1:PORT`
+    url: String,
+    port: u16,
+    stderr: Arc<Mutex<Vec<u8>>>,
+}
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("an address").port()
+}
+
+/// A user config (`MC_CONFIG`) in `dir` whose gateway forwards to `upstream`.
+pub fn write_config(dir: &Path, upstream: &str) -> std::path::PathBuf {
+    let path = dir.join("gateway-config.jsonc");
+    std::fs::write(
+        &path,
+        format!(r#"{{"gateway": {{"anthropic_upstream": "{upstream}"}}}}"#),
+    )
+    .expect("writing the gateway's config");
+    path
+}
+
+impl GatewayProcess {
+    /// Start the gateway on `port` with mc's config at `config`; returns
+    /// once it listens. Panics with its stderr when it does not start.
+    pub fn start(config: &Path, home: &Path, port: u16) -> GatewayProcess {
+        let mut command = Command::new(bin_path("mc-transform"));
+        crate::env::seal_at_home(&mut command, home)
+            .env("MC_CONFIG", config)
+            .args(["gateway", "--listen", &format!("127.0.0.1:{port}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("starting mc-transform gateway");
+        let mut reader = BufReader::new(child.stderr.take().expect("its stderr"));
+        let mut first = String::new();
+        let _ = reader.read_line(&mut first);
+        assert!(
+            first.contains("gateway on http://"),
+            "the gateway did not start: {first}{}",
+            {
+                let _ = child.kill();
+                let mut rest = String::new();
+                let _ = reader.read_to_string(&mut rest);
+                rest
+            }
+        );
+        let stderr = Arc::new(Mutex::new(first.into_bytes()));
+        {
+            let stderr = stderr.clone();
+            std::thread::spawn(move || {
+                let mut piece = [0u8; 4096];
+                while let Ok(n) = reader.read(&mut piece) {
+                    if n == 0 {
+                        break;
+                    }
+                    stderr.lock().unwrap().extend_from_slice(&piece[..n]);
+                }
+            });
+        }
+        GatewayProcess {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            port,
+            stderr,
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// What it printed on stderr so far.
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+
+    /// Kill it (SIGKILL) and wait until it is gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,503 @@
+//! The real Claude Code (pinned in `tests/e2e`) through `mc-transform
+//! gateway` (the pass that changes nothing, for now) in front of the fake
+//! Anthropic provider: what the provider receives is what Claude Code sent,
+//! headers and credentials included; what the provider answers is what
+//! Claude Code gets; a killed gateway that comes back is picked up by Claude
+//! Code's own retries; the gateway prints no credential. The provider is
+//! strict: it refuses, with the real API's 400, what the real API refuses.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mc_tests::claude::{ClaudeCode, Options};
+use mc_tests::fake_provider::Reply;
+use mc_tests::gateway::{GatewayProcess, free_port, write_config};
+use serde_json::{Value, json};
+
+const API_KEY: &str = "sk-ant-api03-e2e-gateway-key";
+const LOGIN: &str = "sk-ant-oat01-e2e-gateway-login";
+
+/// A TCP tap on 127.0.0.1 in front of `target`: copies both ways and keeps
+/// every byte the client sent, to compare with what arrived upstream.
+struct Tap {
+    url: String,
+    sent: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Tap {
+    fn start(target: String) -> Tap {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let keep = sent.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(&target) else {
+                    continue;
+                };
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let keep = keep.clone();
+                std::thread::spawn(move || {
+                    let mut piece = [0u8; 16 * 1024];
+                    while let Ok(n) = c_in.read(&mut piece) {
+                        if n == 0 {
+                            break;
+                        }
+                        keep.lock().unwrap().extend_from_slice(&piece[..n]);
+                        if s_out.write_all(&piece[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = s_out.shutdown(Shutdown::Write);
+                });
+                let (mut s_in, mut c_out) = (server, client);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s_in, &mut c_out);
+                    let _ = c_out.shutdown(Shutdown::Write);
+                });
+            }
+        });
+        Tap { url, sent }
+    }
+
+    /// The bodies of the POSTs the client sent, in order.
+    fn bodies(&self) -> Vec<Vec<u8>> {
+        let bytes = self.sent.lock().unwrap().clone();
+        let mut bodies = Vec::new();
+        let mut rest = &bytes[..];
+        while let Some(end) = find(rest, b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&rest[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            let body = &rest[end + 4..(end + 4 + length).min(rest.len())];
+            if head.starts_with("post ") {
+                bodies.push(body.to_vec());
+            }
+            rest = &rest[(end + 4 + length).min(rest.len())..];
+        }
+        bodies
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn start(test: &str) -> Option<(ClaudeCode, GatewayProcess)> {
+    let cc = ClaudeCode::start(test, Options::default())?;
+    cc.provider.strict();
+    let root = cc.provider.base_url().trim_end_matches("/v1").to_string();
+    let config = write_config(&cc.file(""), &root);
+    let gateway = GatewayProcess::start(&config, &cc.home(), free_port());
+    cc.use_base_url(gateway.url());
+    Some((cc, gateway))
+}
+
+fn json_of(out: &std::process::Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "no JSON result ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// No credential in anything the gateway printed.
+fn assert_no_secret(gateway: &GatewayProcess) {
+    let stderr = gateway.stderr();
+    for secret in [API_KEY, LOGIN] {
+        assert!(
+            !stderr.contains(secret),
+            "the gateway printed a credential: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn the_provider_gets_claude_code_s_bytes_and_headers_unchanged() {
+    let Some((cc, gateway)) = start("the_provider_gets_claude_code_s_bytes_and_headers_unchanged")
+    else {
+        return;
+    };
+    let tap = Tap::start(gateway.url().trim_start_matches("http://").to_string());
+    cc.use_base_url(&tap.url);
+    let out = cc.run("Say hello.", &[("ANTHROPIC_API_KEY", API_KEY)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result = json_of(&out);
+    assert_eq!(result["result"], "ok", "{result}");
+    let session = result["session_id"].as_str().unwrap();
+    let sent = tap.bodies();
+    let received: Vec<_> = cc
+        .provider
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .collect();
+    assert!(!received.is_empty());
+    assert_eq!(
+        sent.len(),
+        received.len(),
+        "one upstream request per request"
+    );
+    for (sent, got) in sent.iter().zip(&received) {
+        assert!(
+            sent == &got.raw,
+            "a body changed on its way through the gateway"
+        );
+        assert_eq!(got.header("x-api-key"), Some(API_KEY));
+        assert_eq!(got.header("anthropic-version"), Some("2023-06-01"));
+        let betas = got.header("anthropic-beta").unwrap_or_default();
+        assert!(betas.contains("claude-code-20250219"), "{betas}");
+        assert_eq!(got.header("x-claude-code-session-id"), Some(session));
+        assert_eq!(got.header("accept-encoding"), Some("identity"));
+    }
+    assert_no_secret(&gateway);
+}
+
+#[test]
+fn a_subscription_login_is_forwarded_as_received() {
+    let Some((cc, gateway)) = start("a_subscription_login_is_forwarded_as_received") else {
+        return;
+    };
+    let out = cc.run(
+        "Say hello.",
+        &[
+            ("ANTHROPIC_API_KEY", ""),
+            ("CLAUDE_CODE_OAUTH_TOKEN", LOGIN),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let agent = cc.provider.agent_requests();
+    let request = agent.last().expect("a main-conversation request");
+    assert_eq!(
+        request.header("authorization"),
+        Some(format!("Bearer {LOGIN}").as_str())
+    );
+    assert_eq!(request.header("x-api-key"), None);
+    let betas = request.header("anthropic-beta").unwrap_or_default();
+    assert!(betas.contains("oauth-2025-04-20"), "{betas}");
+    assert_no_secret(&gateway);
+}
+
+#[test]
+fn an_upstream_error_reaches_claude_code_unchanged() {
+    let Some((cc, gateway)) = start("an_upstream_error_reaches_claude_code_unchanged") else {
+        return;
+    };
+    let wording = "mc-e2e: this exact wording came from the provider";
+    cc.provider.push(
+        Reply::Error {
+            status: 400,
+            body: json!({"type": "error", "error": {"type": "invalid_request_error", "message": wording}}),
+        },
+        None,
+    );
+    let out = cc.run("Say hello.", &[("ANTHROPIC_API_KEY", API_KEY)]);
+    let result = json_of(&out);
+    assert_eq!(result["is_error"], true, "{result}");
+    assert!(
+        result["result"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(wording),
+        "{result}"
+    );
+    assert_no_secret(&gateway);
+}
+
+#[test]
+fn a_killed_gateway_that_comes_back_is_picked_up_by_claude_code_s_retries() {
+    let Some((cc, mut gateway)) =
+        start("a_killed_gateway_that_comes_back_is_picked_up_by_claude_code_s_retries")
+    else {
+        return;
+    };
+    let port = gateway.port();
+    gateway.kill();
+    let config = cc.file("gateway-config.jsonc");
+    let home = cc.home();
+    let cc = Arc::new(cc);
+    let run = {
+        let cc = cc.clone();
+        std::thread::spawn(move || cc.run("Say hello.", &[("ANTHROPIC_API_KEY", API_KEY)]))
+    };
+    // Claude Code meets a closed port and retries; the gateway comes back.
+    std::thread::sleep(Duration::from_secs(3));
+    let back = GatewayProcess::start(&config, &home, port);
+    let out = run.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(json_of(&out)["result"], "ok");
+    assert!(!cc.provider.agent_requests().is_empty());
+    assert_no_secret(&back);
+}
+
+#[test]
+fn two_sessions_at_once_stay_apart() {
+    let Some((cc, gateway)) = start("two_sessions_at_once_stay_apart") else {
+        return;
+    };
+    let cc = Arc::new(cc);
+    let runs: Vec<_> = ["First session.", "Second session."]
+        .into_iter()
+        .map(|text| {
+            let cc = cc.clone();
+            std::thread::spawn(move || cc.run(text, &[("ANTHROPIC_API_KEY", API_KEY)]))
+        })
+        .collect();
+    let sessions: Vec<String> = runs
+        .into_iter()
+        .map(|run| {
+            let out = run.join().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            json_of(&out)["session_id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_ne!(sessions[0], sessions[1]);
+    for (session, prompt) in sessions.iter().zip(["First session.", "Second session."]) {
+        let theirs: Vec<_> = cc
+            .provider
+            .agent_requests()
+            .into_iter()
+            .filter(|r| r.header("x-claude-code-session-id") == Some(session.as_str()))
+            .collect();
+        assert!(!theirs.is_empty(), "no request of {session}");
+        for request in theirs {
+            let text = String::from_utf8_lossy(&request.raw);
+            assert!(
+                text.contains(prompt),
+                "{session} carries another session's prompt"
+            );
+        }
+    }
+    assert_no_secret(&gateway);
+}
+
+#[test]
+fn the_gateway_refuses_a_taken_port_and_a_non_loopback_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "http://127.0.0.1:9");
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let gateway = |listen: &str| {
+        let mut command = Command::new(mc_tests::bin_path("mc-transform"));
+        mc_tests::env::seal_at_home(&mut command, dir.path())
+            .env("MC_CONFIG", &config)
+            .args(["gateway", "--listen", listen]);
+        mc_tests::pipe_within(&mut command, b"", Duration::from_secs(20))
+            .unwrap()
+            .expect("the gateway exits at once")
+    };
+    let out = gateway(&format!("127.0.0.1:{port}"));
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("listening on 127.0.0.1:{port}")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint:") && stderr.contains("--listen"),
+        "{stderr}"
+    );
+    let out = gateway("0.0.0.0:0");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("loopback only"));
+    // A project config cannot move the gateway: refused with a warning.
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join(".mc")).unwrap();
+    std::fs::write(
+        project.join(".mc/config.jsonc"),
+        r#"{"gateway": {"anthropic_upstream": "https://evil.example"}}"#,
+    )
+    .unwrap();
+    let mut command = Command::new(mc_tests::bin_path("mc-transform"));
+    mc_tests::env::seal_at_home(&mut command, dir.path())
+        .current_dir(&project)
+        .args(["gateway", "--listen", "0.0.0.0:1"]);
+    let out = mc_tests::pipe_within(&mut command, b"", Duration::from_secs(20))
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning") && stderr.contains("gateway.anthropic_upstream"),
+        "{stderr}"
+    );
+}
+
+/// `mc-transform claude -p TEXT` in Claude Code's sealed environment, with
+/// the gateway's config at `config`; its output, and the pid of a gateway it
+/// started (which the caller ends).
+fn launch(
+    cc: &ClaudeCode,
+    config: &std::path::Path,
+    text: &str,
+) -> (std::process::Output, Option<u32>) {
+    let root = cc.provider.base_url().trim_end_matches("/v1").to_string();
+    let mut command = cc.command(mc_tests::bin_path("mc-transform"));
+    command
+        .env("MC_CONFIG", config)
+        .env("MC_CLAUDE_BIN", mc_tests::claude::claude_bin().unwrap())
+        .env("ANTHROPIC_BASE_URL", &root)
+        .env("ANTHROPIC_API_KEY", API_KEY)
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .args(["claude", "-p", text, "--output-format", "json"]);
+    let out = mc_tests::pipe_within(&mut command, b"", Duration::from_secs(120))
+        .unwrap()
+        .expect("mc-transform claude finishes");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let pid = stderr
+        .split("(pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|pid| pid.parse().ok());
+    (out, pid)
+}
+
+/// mc's config for the launcher: the gateway on `port`, forwarding to the
+/// fake provider.
+fn launch_config(cc: &ClaudeCode, port: u16) -> std::path::PathBuf {
+    let root = cc.provider.base_url().trim_end_matches("/v1").to_string();
+    let config = cc.file("launch.jsonc");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{"gateway": {{"anthropic_upstream": "{root}", "listen": "127.0.0.1:{port}"}}}}"#
+        ),
+    )
+    .unwrap();
+    config
+}
+
+fn end(pid: Option<u32>) {
+    if let Some(pid) = pid {
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    }
+}
+
+#[test]
+fn the_launcher_starts_a_gateway_and_claude_code_goes_through_it() {
+    let Some(cc) = ClaudeCode::start(
+        "the_launcher_starts_a_gateway_and_claude_code_goes_through_it",
+        Options::default(),
+    ) else {
+        return;
+    };
+    let root = cc.provider.base_url().trim_end_matches("/v1").to_string();
+    let port = free_port();
+    let config = launch_config(&cc, port);
+    let (out, pid) = launch(&cc, &config, "Say hello.");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    assert!(pid.is_some(), "no gateway was started: {stderr}");
+    assert_eq!(json_of(&out)["result"], "ok");
+    // It went through the gateway: the gateway counts it.
+    let mut status = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    status
+        .write_all(b"GET /_mc/gateway HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    let _ = status.read_to_string(&mut answer);
+    end(pid);
+    let body: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["upstream"], root.as_str());
+    assert!(body["served"].as_u64().unwrap() >= 2, "{body}");
+    assert!(!stderr.contains(API_KEY));
+}
+
+#[test]
+fn without_a_gateway_the_launcher_lets_claude_code_talk_to_the_provider() {
+    let Some(cc) = ClaudeCode::start(
+        "without_a_gateway_the_launcher_lets_claude_code_talk_to_the_provider",
+        Options::default(),
+    ) else {
+        return;
+    };
+    // Something that is not mc's gateway holds the port.
+    let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = squatter.local_addr().unwrap().port();
+    let config = launch_config(&cc, port);
+    let (out, pid) = launch(&cc, &config, "Say hello.");
+    end(pid);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(json_of(&out)["result"], "ok");
+    assert!(
+        stderr.contains("talks to the provider directly"),
+        "{stderr}"
+    );
+    assert!(!cc.provider.agent_requests().is_empty());
+    drop(squatter);
+}
+
+#[test]
+fn the_doctor_says_whether_the_gateway_is_up_and_where_it_forwards() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = dir.path().join("config.jsonc");
+    std::fs::write(
+        &config,
+        format!(r#"{{"gateway": {{"anthropic_upstream": "http://127.0.0.1:9", "listen": "127.0.0.1:{port}"}}}}"#),
+    )
+    .unwrap();
+    let doctor = || {
+        let mut command = Command::new(mc_tests::bin_path("mc-doctor"));
+        mc_tests::env::seal_at_home(&mut command, dir.path())
+            .env("MC_CONFIG", &config)
+            .env("MC_DB", dir.path().join("ctx.db"))
+            .arg("--json");
+        let out = mc_tests::pipe_within(&mut command, b"", Duration::from_secs(60))
+            .unwrap()
+            .expect("mc-doctor finishes");
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "gateway")
+            .cloned()
+            .unwrap_or_else(|| panic!("no gateway check: {doc:#}"))
+    };
+    let mut gateway = GatewayProcess::start(&config, dir.path(), port);
+    let up = doctor();
+    assert_eq!(up["status"], "pass", "{up}");
+    let what = up["what"].as_str().unwrap();
+    assert!(
+        what.contains(&format!(
+            "gateway up on 127.0.0.1:{port}, forwarding to http://127.0.0.1:9"
+        )),
+        "{what}"
+    );
+    gateway.kill();
+    let down = doctor();
+    assert_eq!(down["status"], "pass", "{down}");
+    assert!(
+        down["what"].as_str().unwrap().starts_with("no gateway on"),
+        "{down}"
+    );
+}
