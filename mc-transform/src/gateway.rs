@@ -10,15 +10,34 @@ use anyhow::anyhow;
 
 use mc_base::config::Config;
 use mc_base::domain::gateway::{Identity, Pass};
-use mc_cli::{Failure, GlobalArgs};
+use mc_base::store::StoreOptions;
+use mc_cli::{Failure, GlobalArgs, Wait};
+use mc_transform_core::gateway::TransformPass;
 use mc_gateway::{Gateway, Limits, Upstream};
 
 use crate::commands::NAME;
 
-/// The pass the gateway runs on each Messages call. For now the one that
-/// changes nothing: the server is proved on its own first.
-fn pass_for(_config: &Config) -> Arc<dyn Pass> {
-    Arc::new(Identity)
+/// The pass the gateway runs on each Messages call: mc's transform over the
+/// store `--db` (else `MC_DB`, else the default) names. A store that cannot
+/// be opened leaves the gateway forwarding every request untouched, with a
+/// warning: Claude Code keeps working without mc rather than not at all.
+fn pass_for(global: &GlobalArgs, config: &Config) -> Arc<dyn Pass> {
+    let opened = mc_cli::db_path(global.db.as_deref()).and_then(|path| {
+        let options = StoreOptions {
+            busy_timeout: Wait::Hook.timeout(config),
+        };
+        Ok(TransformPass::open(&path, &options, config.transform.clone())?)
+    });
+    match opened {
+        Ok(pass) => Arc::new(pass),
+        Err(e) => {
+            eprintln!(
+                "{NAME}: warning: mc's store cannot be opened ({e:#}); \
+                 the gateway forwards every request untouched until it is restarted"
+            );
+            Arc::new(Identity)
+        }
+    }
 }
 
 fn now_ms() -> i64 {
@@ -46,7 +65,7 @@ pub fn run(global: &GlobalArgs, listen: Option<&str>) -> Result<(), Failure> {
             proxy: None,
             clock: Arc::new(now_ms),
         },
-        pass_for(&config),
+        pass_for(global, &config),
     )?;
     eprintln!(
         "{NAME}: gateway on http://{} forwarding to {} (set ANTHROPIC_BASE_URL=http://{})",
