@@ -32,5 +32,6 @@ pub mod store;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod tokens;
+pub mod xml;
 
 pub use error::{Error, Result};
