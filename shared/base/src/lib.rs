@@ -27,6 +27,7 @@ pub mod json;
 #[cfg(test)]
 mod layering;
 pub mod paths;
+pub mod process;
 pub mod repo_fs;
 pub mod store;
 #[cfg(any(test, feature = "testkit"))]
