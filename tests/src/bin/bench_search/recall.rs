@@ -227,7 +227,7 @@ pub fn run(work: &Path, turns: usize, embed_url: Option<&str>) -> Result<()> {
     };
     let message_ids = |hits: &[query::Hit]| -> Vec<i64> {
         hits.iter()
-            .filter(|h| h.source == "message")
+            .filter(|h| h.source == query::Source::Message)
             .map(|h| h.id)
             .collect()
     };
