@@ -14,7 +14,7 @@ use serde_json::json;
 use mc_base::config::DreamConfig;
 use mc_base::store::Store;
 use mc_history::store;
-use mc_llm::{Completion, ErrorKind, Event, LlmError, Model, ModelRef, Prompt};
+use mc_llm::{CallFailure, Completion, Event, LlmError, Model, ModelRef, Prompt};
 use mc_search_core::memory;
 
 use super::*;
@@ -399,7 +399,7 @@ fn a_bad_manifest_applies_nothing_fails_and_backs_off() {
     let model = Scripted::new().reply(|_| {
         Err(LlmError::new(
             ModelRef::parse("fake/dreamer").as_ref(),
-            ErrorKind::Status(500),
+            CallFailure::Status(500),
             "HTTP 500: overloaded",
         ))
     });

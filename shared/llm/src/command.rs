@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Completion, ErrorKind, LlmError, Prompt, Target, excerpt};
+use super::{CallFailure, Completion, LlmError, Prompt, Target, excerpt};
 use mc_base::{process, tokens};
 
 /// Set on every program the historian runs. mc's harness hooks and adapters
@@ -60,7 +60,7 @@ pub(super) fn call(
     let Some((program, args)) = argv.split_first() else {
         return Err(LlmError::new(
             Some(model),
-            ErrorKind::Config,
+            CallFailure::Config,
             format!("providers.{}.command is empty", model.provider),
         ));
     };
@@ -75,9 +75,9 @@ pub(super) fn call(
         Ok(output) => output,
         Err(e) => {
             let kind = if e.kind() == std::io::ErrorKind::NotFound {
-                ErrorKind::Unavailable
+                CallFailure::Unavailable
             } else {
-                ErrorKind::Command
+                CallFailure::Command
             };
             return Err(
                 LlmError::new(Some(model), kind, format!("cannot run {program:?}: {e}")).with_hint(
@@ -97,7 +97,7 @@ pub(super) fn call(
     else {
         return Err(LlmError::new(
             Some(model),
-            ErrorKind::Timeout,
+            CallFailure::Timeout,
             format!(
                 "{program:?} did not finish within {} ms; killed it",
                 timeout.as_millis()
@@ -112,7 +112,7 @@ pub(super) fn call(
             .map_or_else(|| "a signal".to_string(), |c| format!("status {c}"));
         return Err(LlmError::new(
             Some(model),
-            ErrorKind::Command,
+            CallFailure::Command,
             format!(
                 "{program:?} exited with {code}{}",
                 if stderr.trim().is_empty() {
