@@ -404,6 +404,23 @@ struct Scope<'a> {
     per_source: i64,
 }
 
+impl Scope<'_> {
+    /// `?1`…`?7` of the note and compartment queries: the expression, the
+    /// project, harness and session filters, the time range, the limit.
+    fn params(&self) -> [&dyn rusqlite::ToSql; 7] {
+        let filter = &self.filter;
+        [
+            &self.expression,
+            &filter.project,
+            &filter.harness,
+            &filter.session_id,
+            &filter.since,
+            &filter.until,
+            &self.per_source,
+        ]
+    }
+}
+
 /// The project's live memories that match, best first, less the ones the
 /// asking session's head already shows.
 fn memory_hits(conn: &Connection, scope: &Scope<'_>) -> Result<Vec<Hit>> {
@@ -469,7 +486,6 @@ fn memory_hits(conn: &Connection, scope: &Scope<'_>) -> Result<Vec<Hit>> {
 
 /// The notes of the project's sessions that match, best first.
 fn note_hits(conn: &Connection, scope: &Scope<'_>) -> Result<Vec<Hit>> {
-    let filter = &scope.filter;
     let mut stmt = conn.prepare_cached(
         "SELECT n.id, s.session_id, n.content FROM notes_fts f
            CROSS JOIN notes n ON n.id = f.rowid CROSS JOIN sessions s ON s.id = n.session
@@ -478,24 +494,13 @@ fn note_hits(conn: &Connection, scope: &Scope<'_>) -> Result<Vec<Hit>> {
            AND n.created_ms >= ?5 AND n.created_ms < ?6
          ORDER BY bm25(notes_fts), n.id LIMIT ?7",
     )?;
-    let rows = stmt.query_map(
-        params![
-            scope.expression,
-            filter.project,
-            filter.harness,
-            filter.session_id,
-            filter.since,
-            filter.until,
-            scope.per_source
-        ],
-        |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-            ))
-        },
-    )?;
+    let rows = stmt.query_map(scope.params(), |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+        ))
+    })?;
     let mut hits = Vec::new();
     for (rank, row) in rows.enumerate() {
         let (id, session_id, content) = row?;
@@ -518,7 +523,6 @@ fn note_hits(conn: &Connection, scope: &Scope<'_>) -> Result<Vec<Hit>> {
 
 /// The compartments of the project's sessions that match, best first.
 fn compartment_hits(conn: &Connection, scope: &Scope<'_>) -> Result<Vec<Hit>> {
-    let filter = &scope.filter;
     // Title counts double: it names the whole piece of work.
     let mut stmt = conn.prepare_cached(
         "SELECT f.sequence, s.session_id, f.title, c.p2, c.start_ordinal, c.end_ordinal, f.session
@@ -530,28 +534,17 @@ fn compartment_hits(conn: &Connection, scope: &Scope<'_>) -> Result<Vec<Hit>> {
            AND coalesce(c.end_ms, c.created_ms) >= ?5 AND coalesce(c.start_ms, c.created_ms) < ?6
          ORDER BY bm25(compartments_fts, 2.0, 1.0), f.session, f.sequence LIMIT ?7",
     )?;
-    let rows = stmt.query_map(
-        params![
-            scope.expression,
-            filter.project,
-            filter.harness,
-            filter.session_id,
-            filter.since,
-            filter.until,
-            scope.per_source
-        ],
-        |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, i64>(4)?,
-                r.get::<_, i64>(5)?,
-                r.get::<_, i64>(6)?,
-            ))
-        },
-    )?;
+    let rows = stmt.query_map(scope.params(), |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, String>(3)?,
+            r.get::<_, i64>(4)?,
+            r.get::<_, i64>(5)?,
+            r.get::<_, i64>(6)?,
+        ))
+    })?;
     let mut hits = Vec::new();
     for (rank, row) in rows.enumerate() {
         let (sequence, session_id, title, body, start, end, session) = row?;
