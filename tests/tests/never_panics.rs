@@ -1021,7 +1021,7 @@ fn historian_answer_parse_and_validate_over_text() {
             chunk_view(),
         ),
         |(text, view)| {
-            let _ = mc_history::historian::parse::unescape(&text);
+            let _ = mc_base::xml::unescape(&text);
             if let Ok(answer) = parse(&text) {
                 let _ = validate(answer, &view);
             }

@@ -100,8 +100,9 @@ impl Model for Oracle {
         t.1 += output;
         Ok(Completion {
             text,
-            model: ModelRef::parse("bench/oracle")
-                .ok_or_else(|| LlmError::new(None, mc_llm::ErrorKind::Config, "bad model name"))?,
+            model: ModelRef::parse("bench/oracle").ok_or_else(|| {
+                LlmError::new(None, mc_llm::CallFailure::Config, "bad model name")
+            })?,
             tokens_in: input,
             tokens_out: output,
             truncated: false,

@@ -122,6 +122,10 @@ fn err<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "a benchmark's scenario, read top to bottom; the 150-line rule is for mc's own code"
+)]
 fn run(args: &Args, work: &Path) -> Result<()> {
     recall::run(work, args.qa_turns, args.embed.as_deref())?;
     if args.recall_only {

@@ -443,8 +443,10 @@ pub fn from_str_layers(layers: &[(Tier, &str, &str)]) -> Loaded {
     merger.finish()
 }
 
-/// The strict JSONC dialect: JSON plus comments and trailing commas.
-fn jsonc_options() -> jsonc_parser::ParseOptions {
+/// The strict JSONC dialect: JSON plus comments and trailing commas. Every
+/// JSONC mc reads or edits (its config, the harnesses' files the doctor
+/// wires) is parsed with these options.
+pub fn jsonc_options() -> jsonc_parser::ParseOptions {
     jsonc_parser::ParseOptions {
         allow_comments: true,
         allow_trailing_commas: true,

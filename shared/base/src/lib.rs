@@ -28,10 +28,12 @@ pub mod json;
 mod layering;
 pub mod lines;
 pub mod paths;
+pub mod process;
 pub mod repo_fs;
 pub mod store;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod tokens;
+pub mod xml;
 
 pub use error::{Error, Result};

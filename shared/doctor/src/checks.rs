@@ -3,8 +3,8 @@
 //! failures the database recorded recently.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
@@ -137,26 +137,12 @@ fn gateway(config: &Config) -> Check {
     }
 }
 
-/// Run `program args` for at most `limit`; its output when it finished.
+/// `command`'s output when it finished within `limit` (its pipes drained
+/// as it runs); `None` when it could not start or was killed at the deadline.
 pub fn run_limited(command: &mut Command, limit: Duration) -> Option<std::process::Output> {
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .ok()?;
-    let deadline = Instant::now() + limit;
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => return child.wait_with_output().ok(),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-        }
-    }
+    mc_base::process::run_with_deadline(command, None, limit)
+        .ok()
+        .flatten()
 }
 
 /// The version in the `package.json` of npm package `name` that `program`

@@ -6,27 +6,13 @@
 use jsonc_parser::cst::{CstInputValue, CstObject, CstRootNode};
 use serde_json::Value;
 
+use mc_base::config::jsonc_options;
 use mc_base::error::{Error, Result};
-
-fn options() -> jsonc_parser::ParseOptions {
-    jsonc_parser::ParseOptions {
-        allow_comments: true,
-        allow_trailing_commas: true,
-        allow_loose_object_property_names: false,
-        allow_missing_commas: false,
-        allow_single_quoted_strings: false,
-        allow_hexadecimal_numbers: false,
-        allow_unary_plus_numbers: false,
-        allow_bare_decimal_point_numbers: false,
-        allow_non_finite_numbers: false,
-        allow_extended_string_escapes: false,
-    }
-}
 
 /// `text` (JSONC) as a value; an empty or comments-only text is `{}`.
 pub fn json_value(text: &str, what: &str) -> Result<Value> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    match jsonc_parser::parse_to_serde_value(text, &options()) {
+    match jsonc_parser::parse_to_serde_value(text, &jsonc_options()) {
         Ok(Value::Null) if text.trim().is_empty() || is_comments_only(text) => {
             Ok(Value::Object(Default::default()))
         }
@@ -40,7 +26,10 @@ pub fn json_value(text: &str, what: &str) -> Result<Value> {
 }
 
 fn is_comments_only(text: &str) -> bool {
-    matches!(jsonc_parser::parse_to_value(text, &options()), Ok(None))
+    matches!(
+        jsonc_parser::parse_to_value(text, &jsonc_options()),
+        Ok(None)
+    )
 }
 
 /// The value at `keys` of a JSON value, if every step exists.
@@ -50,7 +39,7 @@ pub fn get<'a>(value: &'a Value, keys: &[String]) -> Option<&'a Value> {
 
 fn root(text: &str, what: &str) -> Result<CstRootNode> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    CstRootNode::parse(text, &options()).map_err(|e| {
+    CstRootNode::parse(text, &jsonc_options()).map_err(|e| {
         Error::Input(format!("{what} is not valid JSONC: {e}")).with_hint(format!(
             "fix {what} by hand (the error says where), then run again"
         ))

@@ -195,145 +195,10 @@ pub fn integrations(env: &Env) -> Vec<Integration> {
 pub fn integration(env: &Env, id: HarnessId) -> Integration {
     let program = env.which(id.program());
     let (folder, pieces) = match id {
-        HarnessId::OpenCode => {
-            let dir = opencode_dir(env);
-            let config = opencode_config(env);
-            (
-                dir.clone(),
-                vec![
-                    Piece {
-                        id: "plugin",
-                        label: "mc's plugin".into(),
-                        path: dir.join("plugin").join("mc.js"),
-                        action: Action::File(Ok(OPENCODE_PLUGIN)),
-                    },
-                    Piece {
-                        id: "compaction",
-                        label: "auto-compaction off".into(),
-                        path: config,
-                        action: Action::JsonSet {
-                            keys: keys("compaction.auto"),
-                            value: json!(false),
-                        },
-                    },
-                ],
-            )
-        }
-        HarnessId::ClaudeCode => {
-            let dir = claude_dir(env);
-            let settings = dir.join("settings.json");
-            (
-                dir,
-                vec![
-                    Piece {
-                        id: "hook.SessionStart",
-                        label: "the SessionStart hook (mc-pin restore)".into(),
-                        path: settings.clone(),
-                        action: Action::JsonItem {
-                            keys: keys("hooks.SessionStart"),
-                            item: hook_group("mc-pin restore --harness claude-code"),
-                        },
-                    },
-                    Piece {
-                        id: "hook.Stop",
-                        label: "the Stop hook (mc-historian hook)".into(),
-                        path: settings.clone(),
-                        action: Action::JsonItem {
-                            keys: keys("hooks.Stop"),
-                            item: hook_group("mc-historian hook --harness claude-code"),
-                        },
-                    },
-                    Piece {
-                        id: "allow.mcp",
-                        label: "permission for mc's MCP tools".into(),
-                        path: settings.clone(),
-                        action: Action::JsonItem {
-                            keys: keys("permissions.allow"),
-                            item: json!("mcp__mc"),
-                        },
-                    },
-                    Piece {
-                        id: "allow.pin",
-                        label: "permission for mc-pin in the shell".into(),
-                        path: settings,
-                        action: Action::JsonItem {
-                            keys: keys("permissions.allow"),
-                            item: json!("Bash(mc-pin:*)"),
-                        },
-                    },
-                    Piece {
-                        id: "mcp",
-                        label: "the MCP server mc (mc-search mcp)".into(),
-                        path: claude_state(env),
-                        action: Action::JsonSet {
-                            keys: keys("mcpServers.mc"),
-                            value: json!({"type": "stdio", "command": "mc-search",
-                                "args": ["mcp", "--harness", "claude-code"], "env": {}}),
-                        },
-                    },
-                ],
-            )
-        }
-        HarnessId::Codex => {
-            let dir = codex_dir(env);
-            let config = dir.join("config.toml");
-            let hooks = dir.join("hooks.json");
-            (
-                dir,
-                vec![
-                    Piece {
-                        id: "features.hooks",
-                        label: "hooks enabled ([features] hooks = true)".into(),
-                        path: config.clone(),
-                        action: Action::TomlSet {
-                            keys: keys("features.hooks"),
-                            value: json!(true),
-                        },
-                    },
-                    Piece {
-                        id: "mcp",
-                        label: "the MCP server mc (mc-search mcp)".into(),
-                        path: config,
-                        action: Action::TomlSet {
-                            keys: keys("mcp_servers.mc"),
-                            value: json!({"command": "mc-search",
-                                "args": ["mcp", "--harness", "codex"],
-                                "default_tools_approval_mode": "approve"}),
-                        },
-                    },
-                    Piece {
-                        id: "hook.SessionStart",
-                        label: "the SessionStart hook (mc-pin restore)".into(),
-                        path: hooks.clone(),
-                        action: Action::JsonItem {
-                            keys: keys("hooks.SessionStart"),
-                            item: hook_group("mc-pin restore --harness codex"),
-                        },
-                    },
-                    Piece {
-                        id: "hook.Stop",
-                        label: "the Stop hook (mc-historian hook)".into(),
-                        path: hooks,
-                        action: Action::JsonItem {
-                            keys: keys("hooks.Stop"),
-                            item: hook_group("mc-historian hook --harness codex"),
-                        },
-                    },
-                ],
-            )
-        }
-        HarnessId::Pi => {
-            let dir = pi_dir(env);
-            (
-                dir.clone(),
-                vec![Piece {
-                    id: "extension",
-                    label: "mc's Pi extension".into(),
-                    path: dir.join("extensions").join("mc.ts"),
-                    action: Action::File(PI_EXTENSION),
-                }],
-            )
-        }
+        HarnessId::OpenCode => opencode_pieces(env),
+        HarnessId::ClaudeCode => claude_code_pieces(env),
+        HarnessId::Codex => codex_pieces(env),
+        HarnessId::Pi => pi_pieces(env),
     };
     let detected = match (&program, folder.is_dir()) {
         (Some(path), _) => Some(format!("{} on PATH", env.tilde(path))),
@@ -349,6 +214,153 @@ pub fn integration(env: &Env, id: HarnessId) -> Integration {
         program,
         pieces,
     }
+}
+
+/// OpenCode's folder and the pieces mc installs there.
+fn opencode_pieces(env: &Env) -> (PathBuf, Vec<Piece>) {
+    let dir = opencode_dir(env);
+    let config = opencode_config(env);
+    (
+        dir.clone(),
+        vec![
+            Piece {
+                id: "plugin",
+                label: "mc's plugin".into(),
+                path: dir.join("plugin").join("mc.js"),
+                action: Action::File(Ok(OPENCODE_PLUGIN)),
+            },
+            Piece {
+                id: "compaction",
+                label: "auto-compaction off".into(),
+                path: config,
+                action: Action::JsonSet {
+                    keys: keys("compaction.auto"),
+                    value: json!(false),
+                },
+            },
+        ],
+    )
+}
+
+/// Claude Code's folder and the pieces mc installs there.
+fn claude_code_pieces(env: &Env) -> (PathBuf, Vec<Piece>) {
+    let dir = claude_dir(env);
+    let settings = dir.join("settings.json");
+    (
+        dir,
+        vec![
+            Piece {
+                id: "hook.SessionStart",
+                label: "the SessionStart hook (mc-pin restore)".into(),
+                path: settings.clone(),
+                action: Action::JsonItem {
+                    keys: keys("hooks.SessionStart"),
+                    item: hook_group("mc-pin restore --harness claude-code"),
+                },
+            },
+            Piece {
+                id: "hook.Stop",
+                label: "the Stop hook (mc-historian hook)".into(),
+                path: settings.clone(),
+                action: Action::JsonItem {
+                    keys: keys("hooks.Stop"),
+                    item: hook_group("mc-historian hook --harness claude-code"),
+                },
+            },
+            Piece {
+                id: "allow.mcp",
+                label: "permission for mc's MCP tools".into(),
+                path: settings.clone(),
+                action: Action::JsonItem {
+                    keys: keys("permissions.allow"),
+                    item: json!("mcp__mc"),
+                },
+            },
+            Piece {
+                id: "allow.pin",
+                label: "permission for mc-pin in the shell".into(),
+                path: settings,
+                action: Action::JsonItem {
+                    keys: keys("permissions.allow"),
+                    item: json!("Bash(mc-pin:*)"),
+                },
+            },
+            Piece {
+                id: "mcp",
+                label: "the MCP server mc (mc-search mcp)".into(),
+                path: claude_state(env),
+                action: Action::JsonSet {
+                    keys: keys("mcpServers.mc"),
+                    value: json!({"type": "stdio", "command": "mc-search",
+                        "args": ["mcp", "--harness", "claude-code"], "env": {}}),
+                },
+            },
+        ],
+    )
+}
+
+/// Codex's folder and the pieces mc installs there.
+fn codex_pieces(env: &Env) -> (PathBuf, Vec<Piece>) {
+    let dir = codex_dir(env);
+    let config = dir.join("config.toml");
+    let hooks = dir.join("hooks.json");
+    (
+        dir,
+        vec![
+            Piece {
+                id: "features.hooks",
+                label: "hooks enabled ([features] hooks = true)".into(),
+                path: config.clone(),
+                action: Action::TomlSet {
+                    keys: keys("features.hooks"),
+                    value: json!(true),
+                },
+            },
+            Piece {
+                id: "mcp",
+                label: "the MCP server mc (mc-search mcp)".into(),
+                path: config,
+                action: Action::TomlSet {
+                    keys: keys("mcp_servers.mc"),
+                    value: json!({"command": "mc-search",
+                        "args": ["mcp", "--harness", "codex"],
+                        "default_tools_approval_mode": "approve"}),
+                },
+            },
+            Piece {
+                id: "hook.SessionStart",
+                label: "the SessionStart hook (mc-pin restore)".into(),
+                path: hooks.clone(),
+                action: Action::JsonItem {
+                    keys: keys("hooks.SessionStart"),
+                    item: hook_group("mc-pin restore --harness codex"),
+                },
+            },
+            Piece {
+                id: "hook.Stop",
+                label: "the Stop hook (mc-historian hook)".into(),
+                path: hooks,
+                action: Action::JsonItem {
+                    keys: keys("hooks.Stop"),
+                    item: hook_group("mc-historian hook --harness codex"),
+                },
+            },
+        ],
+    )
+}
+
+/// Pi's folder and the pieces mc installs there.
+fn pi_pieces(env: &Env) -> (PathBuf, Vec<Piece>) {
+    let dir = pi_dir(env);
+    (
+        dir.clone(),
+        vec![Piece {
+            id: "extension",
+            label: "mc's Pi extension".into(),
+            path: dir.join("extensions").join("mc.ts"),
+            action: Action::File(PI_EXTENSION),
+        }],
+    )
 }
 
 /// Where a piece stands.

@@ -20,7 +20,7 @@ use serde_json::json;
 use mc_history::store;
 
 use super::manifest::{self, escape};
-use super::{Done, LiveMemory, Run, TaskFailure, live_memories};
+use super::{Done, FailureClass, LiveMemory, Outcome, Run, TaskFailure, live_memories};
 
 /// One verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,10 +127,11 @@ pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {
     }
     let sent = run.fill(&candidates, line, |_| ANSWER_TOKENS, prompt);
     if sent.is_empty() {
-        return Err(
-            TaskFailure::new("budget", "not one memory fits dream.task_token_budget")
-                .hint("raise dream.task_token_budget in the user config"),
-        );
+        return Err(TaskFailure::new(
+            FailureClass::Budget,
+            "not one memory fits dream.task_token_budget",
+        )
+        .hint("raise dream.task_token_budget in the user config"));
     }
     let ids: Vec<i64> = sent.iter().map(|m| m.id).collect();
     let keys: BTreeMap<i64, String> = sent
@@ -148,7 +149,7 @@ pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {
     })?;
     let general = verdicts.iter().filter(|v| v.scope == "general").count();
     Ok(Done {
-        result: "ok",
+        result: Outcome::Ok,
         detail: json!({
             "memories": memories.len(),
             "candidates": candidates.len(),

@@ -27,7 +27,7 @@ use mc_search_core::memory;
 
 use super::manifest::{self, escape};
 use super::similar::{self, Item};
-use super::{Done, Run, TaskFailure, live_memories, secrets};
+use super::{Done, FailureClass, Outcome, Run, TaskFailure, live_memories, secrets};
 
 /// One merge the model asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,7 +193,7 @@ pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {
     if sent.is_empty() {
         let first = all_groups.first().map(|g| rows(g)).unwrap_or_default();
         return Err(TaskFailure::new(
-            "budget",
+            FailureClass::Budget,
             format!(
                 "one group needs about {} tokens, more than dream.task_token_budget allows",
                 run.cost(&prompt(&[first]))
@@ -235,7 +235,7 @@ pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {
     // built) rejects the whole manifest: the transaction rolled back.
     let recorded = applied?;
     Ok(Done {
-        result: if merges.is_empty() { "nothing" } else { "ok" },
+        result: Outcome::of_change(!merges.is_empty()),
         detail: json!({
             "memories": memories.len(),
             "groups": all_groups.len(),

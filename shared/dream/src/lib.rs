@@ -205,24 +205,62 @@ impl Tokens {
     }
 }
 
+/// The kind of a task's failure (`error_class` in reports and `status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    /// The model call failed.
+    Model,
+    /// The manifest was malformed, truncated or named unknown ids: nothing applied.
+    AnswerRejected,
+    LeaseLost,
+    /// The task's budget fits nothing.
+    Budget,
+    Git,
+    Files,
+    Store,
+    /// The embeddings provider failed: what was embedded before is kept.
+    Embeddings,
+    /// What the task needs is not configured.
+    Config,
+}
+
+impl FailureClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureClass::Model => "model",
+            FailureClass::AnswerRejected => "answer_rejected",
+            FailureClass::LeaseLost => "lease_lost",
+            FailureClass::Budget => "budget",
+            FailureClass::Git => "git",
+            FailureClass::Files => "files",
+            FailureClass::Store => "store",
+            FailureClass::Embeddings => "embeddings",
+            FailureClass::Config => "config",
+        }
+    }
+}
+
+/// A class is its name: `failure.class == "model"`.
+impl PartialEq<&str> for FailureClass {
+    fn eq(&self, name: &&str) -> bool {
+        self.as_str() == *name
+    }
+}
+
 /// Why a task failed: the cause, a class, and what to do.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskFailure {
     #[serde(rename = "error")]
     pub message: String,
-    /// `model` (the model call failed), `answer_rejected` (the manifest was
-    /// malformed, truncated or named unknown ids: nothing applied),
-    /// `lease_lost`, `budget` (the task's budget fits nothing), `git`,
-    /// `files`, `store`, `embeddings` (the provider failed: what was
-    /// embedded before is kept).
     #[serde(rename = "error_class")]
-    pub class: &'static str,
+    pub class: FailureClass,
     #[serde(rename = "error_hints", skip_serializing_if = "Vec::is_empty")]
     pub hints: Vec<String>,
 }
 
 impl TaskFailure {
-    fn new(class: &'static str, message: impl Into<String>) -> TaskFailure {
+    fn new(class: FailureClass, message: impl Into<String>) -> TaskFailure {
         TaskFailure {
             message: message.into(),
             class,
@@ -237,7 +275,7 @@ impl TaskFailure {
 
     fn rejected(problem: impl Into<String>) -> TaskFailure {
         TaskFailure::new(
-            "answer_rejected",
+            FailureClass::AnswerRejected,
             format!("the model's manifest was rejected, nothing applied: {}", problem.into()),
         )
         .hint("the task is tried again after its back-off; a model that keeps failing may be too small for the task")
@@ -255,7 +293,7 @@ impl From<Error> for TaskFailure {
         TaskFailure {
             hints: error.hints(),
             message: error.to_string(),
-            class: "store",
+            class: FailureClass::Store,
         }
     }
 }
@@ -263,8 +301,8 @@ impl From<Error> for TaskFailure {
 /// What a finished task did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Done {
-    /// `ok` (it changed something) or `nothing`.
-    pub result: &'static str,
+    /// `Ok` (it changed something) or `Nothing`.
+    pub result: Outcome,
     pub detail: Value,
     /// HEAD as the task saw it (the next run's commit gate).
     pub head: Option<String>,
@@ -273,7 +311,7 @@ pub struct Done {
 impl Done {
     fn nothing(detail: Value) -> Done {
         Done {
-            result: "nothing",
+            result: Outcome::Nothing,
             detail,
             head: None,
         }
@@ -358,11 +396,14 @@ impl Run<'_, '_> {
     /// whole, or why there is none.
     pub fn ask(&mut self, user: &str) -> std::result::Result<String, TaskFailure> {
         let Some(model) = self.settings.model else {
-            return Err(TaskFailure::new("model", "no dream.model configured"));
+            return Err(TaskFailure::new(
+                FailureClass::Model,
+                "no dream.model configured",
+            ));
         };
         if !self.fits(user) {
             return Err(TaskFailure::new(
-                "budget",
+                FailureClass::Budget,
                 format!(
                     "the prompt needs about {} tokens; the task may spend {} more",
                     self.cost(user),
@@ -404,7 +445,7 @@ impl Run<'_, '_> {
                 .collect();
             TaskFailure {
                 message: e.to_string(),
-                class: "model",
+                class: FailureClass::Model,
                 hints,
             }
         })?;
@@ -415,7 +456,7 @@ impl Run<'_, '_> {
         self.model_name = Some(completion.model.to_string());
         if completion.truncated {
             return Err(TaskFailure::new(
-                "answer_rejected",
+                FailureClass::AnswerRejected,
                 "the model's answer was cut at dream.max_output_tokens: nothing applied",
             )
             .hint("raise dream.max_output_tokens, or lower dream.task_token_budget so each run sends less"));
@@ -460,7 +501,7 @@ impl Run<'_, '_> {
 
 fn lease_lost() -> TaskFailure {
     TaskFailure::new(
-        "lease_lost",
+        FailureClass::LeaseLost,
         "another mc-dream took the project's lease (this run outlived it): nothing applied",
     )
     .hint("raise dream.timeout_ms only if model calls really take that long")
@@ -478,13 +519,63 @@ pub enum Mode {
     Now,
 }
 
+/// How one (project, task) ended, as reports and `dream_runs.status` name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// The task changed something.
+    Ok,
+    /// The task ran and found nothing to change.
+    Nothing,
+    /// A gate stopped it (no model, no folder, nothing new).
+    Skipped,
+    /// The tick's token budget is spent.
+    Deferred,
+    /// Another process holds the lease, or just ran it.
+    Busy,
+    Failed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Nothing => "nothing",
+            Outcome::Skipped => "skipped",
+            Outcome::Deferred => "deferred",
+            Outcome::Busy => "busy",
+            Outcome::Failed => "failed",
+        }
+    }
+
+    /// A finished task's result: `ok` when it changed something.
+    pub(crate) fn of_change(changed: bool) -> Outcome {
+        if changed {
+            Outcome::Ok
+        } else {
+            Outcome::Nothing
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An outcome is its name: `report.outcome == "ok"`.
+impl PartialEq<&str> for Outcome {
+    fn eq(&self, name: &&str) -> bool {
+        self.as_str() == *name
+    }
+}
+
 /// What happened to one (project, task) in a tick or a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskReport {
     pub task: &'static str,
-    /// `ok`, `nothing`, `skipped` (a gate), `deferred` (the tick's budget),
-    /// `busy` (another process holds the lease, or just did it), `failed`.
-    pub outcome: &'static str,
+    pub outcome: Outcome,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     #[serde(skip_serializing_if = "Value::is_null")]
@@ -508,7 +599,7 @@ fn is_zero(t: &Tokens) -> bool {
 }
 
 impl TaskReport {
-    fn new(task: Task, outcome: &'static str, reason: Option<String>) -> TaskReport {
+    fn new(task: Task, outcome: Outcome, reason: Option<String>) -> TaskReport {
         TaskReport {
             task: task.name(),
             outcome,
@@ -604,7 +695,7 @@ pub fn run_now(
     let known = register(store, dir, (settings.now)())?;
     let mut place = Place::new(&known);
     let report = attempt(store, settings, &mut place, task, Mode::Now, None)?
-        .unwrap_or_else(|| TaskReport::new(task, "skipped", Some("not run".into())));
+        .unwrap_or_else(|| TaskReport::new(task, Outcome::Skipped, Some("not run".into())));
     Ok(ProjectReport {
         project: known.project.clone(),
         dir: known.dir.as_ref().map(|d| d.display().to_string()),
@@ -729,6 +820,7 @@ fn latest_run(conn: &Connection, project: &str, task: Task) -> Result<i64> {
 }
 
 /// One (project, task): `None` when it is not due (tick) — nothing to report.
+/// Four steps: the gates, the lease, the run, the record.
 fn attempt(
     store: &mut Store,
     settings: &Settings<'_>,
@@ -738,18 +830,75 @@ fn attempt(
     tick_left: Option<&mut u64>,
 ) -> Result<Option<TaskReport>> {
     let now = (settings.now)();
+    let cleared = match gate(
+        store,
+        settings,
+        place,
+        task,
+        mode,
+        tick_left.as_deref(),
+        now,
+    )? {
+        Gate::Closed(report) => return Ok(report),
+        Gate::Open(cleared) => cleared,
+    };
+    let run_id = match lease(store, settings, &place.known.project, task, &cleared, now)? {
+        Leased::Run(id) => id,
+        Leased::Busy(report) => return Ok(Some(*report)),
+    };
+    (settings.progress)(&format!("{}: {}", place.known.project, task.name()));
+    let ran = run(store, settings, place, task, &cleared);
+    if let Some(left) = tick_left {
+        *left = left.saturating_sub(ran.spent.total());
+    }
+    record(store, settings, place, task, &cleared, run_id, ran).map(Some)
+}
+
+/// What the gates let through: the task's state as read before the lease
+/// (re-checked under it), the folder and the token budget.
+struct Cleared {
+    seen_state: TaskState,
+    seen_run: i64,
+    root: Option<PathBuf>,
+    budget: u64,
+}
+
+enum Gate {
+    /// Not due (`None`), or stopped by a gate with the report saying why.
+    Closed(Option<TaskReport>),
+    Open(Cleared),
+}
+
+/// The gates, cheapest first: due, a model, embeddings, the folder, the
+/// activity since the last run (a tick only: a skip is recorded), the
+/// tick's budget.
+fn gate(
+    store: &mut Store,
+    settings: &Settings<'_>,
+    place: &mut Place<'_>,
+    task: Task,
+    mode: Mode,
+    tick_left: Option<&u64>,
+    now: i64,
+) -> Result<Gate> {
     let project = place.known.project.clone();
     let (seen_state, seen_run) = match mode {
         Mode::Tick => match due(store.conn(), settings, &project, task, now)? {
             Some(due) => due,
-            None => return Ok(None),
+            None => return Ok(Gate::Closed(None)),
         },
         Mode::Now => (
             state::task_state(store.conn(), &project, task.name())?,
             latest_run(store.conn(), &project, task)?,
         ),
     };
-    let skip = |reason: String| Ok(Some(TaskReport::new(task, "skipped", Some(reason))));
+    let skip = |reason: String| {
+        Ok(Gate::Closed(Some(TaskReport::new(
+            task,
+            Outcome::Skipped,
+            Some(reason),
+        ))))
+    };
     if task.uses_model() && settings.model.is_none() {
         return skip(
             settings
@@ -814,70 +963,119 @@ fn attempt(
     // The tick's budget.
     let mut budget = settings.dream.task_token_budget;
     if task.uses_model()
-        && let Some(left) = tick_left.as_deref()
+        && let Some(&left) = tick_left
     {
         let least = u64::from(settings.dream.max_output_tokens) + 1_000;
-        if *left < least {
-            return Ok(Some(TaskReport::new(
+        if left < least {
+            return Ok(Gate::Closed(Some(TaskReport::new(
                 task,
-                "deferred",
+                Outcome::Deferred,
                 Some(format!(
                     "the tick's token budget has {left} tokens left (dream.tick_token_budget)"
                 )),
-            )));
+            ))));
         }
-        budget = budget.min(*left);
+        budget = budget.min(left);
     }
-    // The lease, and the re-check: another tick may have just done this.
-    let holder = settings.holder.clone();
+    Ok(Gate::Open(Cleared {
+        seen_state,
+        seen_run,
+        root,
+        budget,
+    }))
+}
+
+enum Leased {
+    /// This process holds the lease; the id of the run it started.
+    Run(i64),
+    /// Another holds it, or just ran the task.
+    Busy(Box<TaskReport>),
+}
+
+/// What the lease's transaction found.
+enum Taken {
+    Run(i64),
+    Held(Lease),
+    /// The task's state moved since the gates read it: another tick just ran it.
+    JustRan,
+}
+
+/// The task domain's lease, and the re-check under it (another tick may
+/// have just done this), in one transaction that also starts the run.
+fn lease(
+    store: &mut Store,
+    settings: &Settings<'_>,
+    project: &str,
+    task: Task,
+    cleared: &Cleared,
+    now: i64,
+) -> Result<Leased> {
+    let holder = &settings.holder;
     let taken = store.write(|tx| {
         if let Err(held) = lease::acquire(
             tx,
-            &project,
+            project,
             task.domain(),
             task.name(),
-            &holder,
+            holder,
             &settings.host,
             now,
             settings.lease_ms,
         )? {
-            return Ok(Err(Some(held)));
+            return Ok(Taken::Held(held));
         }
-        let state_now = state::task_state(tx, &project, task.name())?;
-        if state_now != seen_state || latest_run(tx, &project, task)? != seen_run {
-            lease::release(tx, &project, task.domain(), &holder)?;
-            return Ok(Err(None));
+        let state_now = state::task_state(tx, project, task.name())?;
+        if state_now != cleared.seen_state || latest_run(tx, project, task)? != cleared.seen_run {
+            lease::release(tx, project, task.domain(), holder)?;
+            return Ok(Taken::JustRan);
         }
-        Ok(Ok(state::start_run(tx, &project, task.name(), now)?))
+        Ok(Taken::Run(state::start_run(tx, project, task.name(), now)?))
     })?;
-    let run_id = match taken {
-        Ok(id) => id,
-        Err(held) => {
-            let mut report = TaskReport::new(
-                task,
-                "busy",
-                Some(match &held {
-                    Some(l) => format!(
-                        "{} holds the project's {} lease ({})",
-                        l.holder,
-                        task.domain(),
-                        l.task
-                    ),
-                    None => "another mc-dream just ran it".into(),
-                }),
-            );
-            report.lease = held;
-            return Ok(Some(report));
-        }
+    let held = match taken {
+        Taken::Run(id) => return Ok(Leased::Run(id)),
+        Taken::Held(held) => Some(held),
+        Taken::JustRan => None,
     };
-    (settings.progress)(&format!("{}: {}", project, task.name()));
-    let mut run = Run {
-        store: &mut *store,
-        settings,
-        project: project.clone(),
-        root,
+    let mut report = TaskReport::new(
         task,
-        budget,
+        Outcome::Busy,
+        Some(match &held {
+            Some(l) => format!(
+                "{} holds the project's {} lease ({})",
+                l.holder,
+                task.domain(),
+                l.task
+            ),
+            None => "another mc-dream just ran it".into(),
+        }),
+    );
+    report.lease = held;
+    Ok(Leased::Busy(Box::new(report)))
+}
+
+/// What running the task gave.
+struct Ran {
+    outcome: std::result::Result<Done, TaskFailure>,
+    spent: Tokens,
+    model: Option<String>,
+    warnings: Vec<String>,
+}
+
+/// Run the task itself, under the lease.
+fn run(
+    store: &mut Store,
+    settings: &Settings<'_>,
+    place: &Place<'_>,
+    task: Task,
+    cleared: &Cleared,
+) -> Ran {
+    let mut run = Run {
+        store,
+        settings,
+        project: place.known.project.clone(),
+        root: cleared.root.clone(),
+        task,
+        budget: cleared.budget,
         spent: Tokens::default(),
         model_name: None,
         warnings: Vec::new(),
@@ -891,15 +1089,34 @@ fn attempt(
         Task::Sync => team::sync(&mut run),
         Task::Embed => embed(&mut run),
     };
-    let (spent, model, warnings) = (
-        run.spent,
-        run.model_name.take(),
-        std::mem::take(&mut run.warnings),
-    );
-    if let Some(left) = tick_left {
-        *left = left.saturating_sub(spent.total());
+    Ran {
+        outcome,
+        spent: run.spent,
+        model: run.model_name.take(),
+        warnings: std::mem::take(&mut run.warnings),
     }
+}
+
+/// The report, and the attempt, the run and the lease's release in one
+/// transaction: a success records HEAD (the next run's commit gate), a
+/// failure its back-off.
+fn record(
+    store: &mut Store,
+    settings: &Settings<'_>,
+    place: &mut Place<'_>,
+    task: Task,
+    cleared: &Cleared,
+    run_id: i64,
+    ran: Ran,
+) -> Result<TaskReport> {
+    let project = place.known.project.clone();
     let finished = (settings.now)();
+    let Ran {
+        outcome,
+        spent,
+        model,
+        warnings,
+    } = ran;
     let mut report = match &outcome {
         Ok(done) => {
             let mut r = TaskReport::new(task, done.result, None);
@@ -907,7 +1124,7 @@ fn attempt(
             r
         }
         Err(failure) => {
-            let mut r = TaskReport::new(task, "failed", None);
+            let mut r = TaskReport::new(task, Outcome::Failed, None);
             r.failure = Some(failure.clone());
             r
         }
@@ -915,7 +1132,7 @@ fn attempt(
     report.tokens = spent;
     report.model = model.clone();
     report.warnings = warnings;
-    let failures = seen_state.failures.saturating_add(1);
+    let failures = cleared.seen_state.failures.saturating_add(1);
     let retry_after = finished.saturating_add(schedule::backoff_ms(failures));
     if outcome.is_err() {
         report.retry_after_ms = Some(retry_after);
@@ -934,7 +1151,7 @@ fn attempt(
                     task.name(),
                     finished,
                     &Ended::Succeeded {
-                        result: done.result,
+                        result: done.result.as_str(),
                         detail: &done.detail,
                         head: head.as_deref(),
                     },
@@ -952,22 +1169,25 @@ fn attempt(
                         retry_after_ms: retry_after,
                     },
                 )?;
-                ("failed", serde_json::to_string(failure).unwrap_or_default())
+                (
+                    Outcome::Failed,
+                    serde_json::to_string(failure).unwrap_or_default(),
+                )
             }
         };
         state::finish_run(
             tx,
             run_id,
-            status,
+            status.as_str(),
             model.as_deref(),
             spent.input,
             spent.output,
             &detail,
             finished,
         )?;
-        lease::release(tx, &project, task.domain(), &holder)
+        lease::release(tx, &project, task.domain(), &settings.holder)
     })?;
-    Ok(Some(report))
+    Ok(report)
 }
 
 /// git-index: read HEAD's new commits into `git_commits`.
@@ -978,7 +1198,10 @@ fn git_index(
     let now = run.now();
     let project = run.project.clone();
     let Some(root) = run.root.clone() else {
-        return Err(TaskFailure::new("files", "no folder for this project"));
+        return Err(TaskFailure::new(
+            FailureClass::Files,
+            "no folder for this project",
+        ));
     };
     let Some(head) = gitlog::head(&root) else {
         run.apply(|tx| state::set_git_state(tx, &project, "none", now))?;
@@ -993,17 +1216,17 @@ fn git_index(
     let last_head = state::task_state(run.store.conn(), &project, Task::GitIndex.name())?.head;
     if last_head.as_deref() == Some(head.as_str()) {
         return Ok(Done {
-            result: "nothing",
+            result: Outcome::Nothing,
             detail: json!({"head": head, "note": "HEAD has not moved"}),
             head: Some(head),
         });
     }
     let commits = gitlog::new_commits(run.store.conn(), &project, &root, now)
-        .map_err(|e| TaskFailure::new("git", e.to_string()))?;
+        .map_err(|e| TaskFailure::new(FailureClass::Git, e.to_string()))?;
     let indexed = run.apply(|tx| gitlog::store_commits(tx, &project, &commits, now))?;
     let changed = indexed.added + indexed.updated + indexed.pruned > 0;
     Ok(Done {
-        result: if changed { "ok" } else { "nothing" },
+        result: Outcome::of_change(changed),
         detail: json!({"head": head, "indexed": indexed}),
         head: Some(head),
     })
@@ -1013,19 +1236,22 @@ fn git_index(
 /// configured model (all projects share the vectors: a text is embedded once).
 fn embed(run: &mut Run<'_, '_>) -> std::result::Result<Done, TaskFailure> {
     let Ok(embedder) = run.settings.embeddings else {
-        return Err(TaskFailure::new("config", "no embeddings provider"));
+        return Err(TaskFailure::new(
+            FailureClass::Config,
+            "no embeddings provider",
+        ));
     };
     let progress = run.settings.progress;
     let mut shown = |done: u64, total: u64| progress(&format!("embed: {done}/{total}"));
     let report =
         mc_search_core::embed::backfill(run.store, embedder.provider, &mut shown, embedder.sleep)
             .map_err(|e| {
-            TaskFailure::new("embeddings", e.to_string())
+            TaskFailure::new(FailureClass::Embeddings, e.to_string())
                 .hint("the vectors stored so far are kept; the next run goes on from there")
         })?;
     let changed = report.embedded + report.pruned > 0;
     Ok(Done {
-        result: if changed { "ok" } else { "nothing" },
+        result: Outcome::of_change(changed),
         detail: serde_json::to_value(&report).unwrap_or_default(),
         head: None,
     })

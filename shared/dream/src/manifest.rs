@@ -6,8 +6,11 @@
 //! code fence around it is ignored. Inside it only the task's child
 //! elements and comments may appear. A child is `<name a="1" b="x"/>` or
 //! `<name …>text</name>`; its text runs to its own closing tag, so it may
-//! hold `<`, `&` and code; the five XML entities are decoded. What each
+//! hold `<`, `&` and code; entities are decoded (`mc_base::xml`). What each
 //! task accepts (which attributes, which ids) is checked by the task.
+
+pub use mc_base::xml::escape;
+use mc_base::xml::{Cursor, unescape};
 
 /// One child element of the manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +84,7 @@ pub fn parse(answer: &str, root: &str, children: &[&str]) -> Result<Vec<Element>
     {
         return Err(format!("the answer has more than one <{root}> element"));
     }
-    let mut cursor = Cursor { text: body, pos: 0 };
+    let mut cursor = Cursor::new(body);
     let mut out = Vec::new();
     loop {
         cursor.skip_space_and_comments()?;
@@ -99,143 +102,24 @@ pub fn parse(answer: &str, root: &str, children: &[&str]) -> Result<Vec<Element>
                     .join(", ")
             ));
         };
-        out.push(cursor.element(name)?);
+        out.push(element(&mut cursor, name)?);
     }
 }
 
-struct Cursor<'a> {
-    text: &'a str,
-    pos: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn rest(&self) -> &'a str {
-        self.text.get(self.pos..).unwrap_or_default()
-    }
-
-    fn at_end(&self) -> bool {
-        self.pos >= self.text.len()
-    }
-
-    fn advance_to(&mut self, rest: &str) {
-        self.pos = self.text.len() - rest.len();
-    }
-
-    fn skip_space(&mut self) {
-        let rest = self.rest();
-        self.advance_to(rest.trim_start());
-    }
-
-    fn skip_space_and_comments(&mut self) -> Result<(), String> {
-        loop {
-            self.skip_space();
-            match self.rest().strip_prefix("<!--") {
-                Some(comment) => {
-                    let end = comment.find("-->").ok_or("a comment is never closed")?;
-                    let after = comment.get(end + 3..).unwrap_or_default();
-                    self.advance_to(after);
-                }
-                None => return Ok(()),
-            }
-        }
-    }
-
-    fn starts_tag(&self, name: &str) -> bool {
-        self.rest()
-            .strip_prefix('<')
-            .and_then(|r| r.strip_prefix(name))
-            .and_then(|r| r.chars().next())
-            .is_some_and(|c| c.is_whitespace() || c == '>' || c == '/')
-    }
-
-    fn describe_here(&self) -> String {
-        let cut: String = self.rest().chars().take(40).collect();
-        let cut = cut.lines().next().unwrap_or_default().to_string();
-        if cut.starts_with('<') {
-            format!("element {cut:?}")
-        } else {
-            format!("text {cut:?}")
-        }
-    }
-
-    fn element(&mut self, name: &str) -> Result<Element, String> {
-        let after_name = self
-            .rest()
-            .get(1 + name.len()..)
-            .ok_or_else(|| format!("<{name}> is cut short"))?;
-        self.advance_to(after_name);
-        let mut attributes: Vec<(String, String)> = Vec::new();
-        loop {
-            self.skip_space();
-            let rest = self.rest();
-            if let Some(after) = rest.strip_prefix("/>") {
-                self.advance_to(after);
-                return Ok(Element {
-                    name: name.to_string(),
-                    attributes,
-                    text: None,
-                });
-            }
-            if let Some(after) = rest.strip_prefix('>') {
-                let close = format!("</{name}>");
-                let end = after
-                    .find(&close)
-                    .ok_or_else(|| format!("<{name}> is never closed"))?;
-                let text = decode(after.get(..end).unwrap_or_default());
-                self.advance_to(after.get(end + close.len()..).unwrap_or_default());
-                return Ok(Element {
-                    name: name.to_string(),
-                    attributes,
-                    text: Some(text),
-                });
-            }
-            let key_len = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
-                .unwrap_or(rest.len());
-            let key = match rest.get(..key_len) {
-                Some(key) if !key.is_empty() => key.to_string(),
-                _ => return Err(format!("<{name}> has a malformed attribute list")),
-            };
-            let after_key = rest.get(key_len..).unwrap_or_default().trim_start();
-            let Some(after_eq) = after_key.strip_prefix('=') else {
-                return Err(format!("<{name}> attribute {key} has no value"));
-            };
-            let after_eq = after_eq.trim_start();
-            let quote = after_eq
-                .chars()
-                .next()
-                .filter(|c| *c == '"' || *c == '\'')
-                .ok_or_else(|| format!("<{name}> attribute {key} is not quoted"))?;
-            let inner = after_eq.get(1..).unwrap_or_default();
-            let value_end = inner
-                .find(quote)
-                .ok_or_else(|| format!("<{name}> attribute {key} is never closed"))?;
-            if attributes.iter().any(|(k, _)| *k == key) {
-                return Err(format!("<{name}> has attribute {key} twice"));
-            }
-            attributes.push((key, decode(inner.get(..value_end).unwrap_or_default())));
-            self.advance_to(inner.get(value_end + 1..).unwrap_or_default());
-        }
-    }
-}
-
-/// The five XML entities, decoded (`&amp;` last, so `&amp;lt;` stays `&lt;`).
-fn decode(text: &str) -> String {
-    if !text.contains('&') {
-        return text.to_string();
-    }
-    text.replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&apos;", "'")
-        .replace("&amp;", "&")
-}
-
-/// `text` with `&`, `<` and `>` escaped, for the prompts' XML.
-pub fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+/// The child element `name` that `cursor` is at: its attributes and, unless
+/// it closed itself, its text (entities decoded, not trimmed).
+fn element(cursor: &mut Cursor, name: &str) -> Result<Element, String> {
+    let (attributes, self_closing) = cursor.open_tag(name)?;
+    let text = if self_closing {
+        None
+    } else {
+        Some(unescape(cursor.text_until_close(name)?))
+    };
+    Ok(Element {
+        name: name.to_string(),
+        attributes,
+        text,
+    })
 }
 
 /// A list of ids: `12,40` or `12 40`. Every element must be an integer.
@@ -330,6 +214,6 @@ mod tests {
         assert!(ids("3,x").is_err());
         assert!(ids(" ").is_err());
         assert_eq!(escape("a<b&c>"), "a&lt;b&amp;c&gt;");
-        assert_eq!(decode("&amp;lt;"), "&lt;");
+        assert_eq!(unescape("&amp;lt;"), "&lt;");
     }
 }

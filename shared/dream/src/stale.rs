@@ -29,7 +29,7 @@ use mc_search_core::memory;
 
 use super::classify::single_id;
 use super::manifest::{self, escape};
-use super::{Done, LiveMemory, Run, TaskFailure, live_memories, usage};
+use super::{Done, FailureClass, LiveMemory, Outcome, Run, TaskFailure, live_memories, usage};
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 /// Memories this important are never stale candidates.
@@ -149,10 +149,11 @@ pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {
             |chosen| prompt(chosen, stale_days),
         );
         if sent.is_empty() {
-            return Err(
-                TaskFailure::new("budget", "not one memory fits dream.task_token_budget")
-                    .hint("raise dream.task_token_budget in the user config"),
-            );
+            return Err(TaskFailure::new(
+                FailureClass::Budget,
+                "not one memory fits dream.task_token_budget",
+            )
+            .hint("raise dream.task_token_budget in the user config"));
         }
         sent_count = sent.len();
         let ids: Vec<i64> = sent.iter().map(|m| m.id).collect();
@@ -176,7 +177,7 @@ pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {
     })?;
     let changed = !expired.is_empty() || !archived.is_empty();
     Ok(Done {
-        result: if changed { "ok" } else { "nothing" },
+        result: Outcome::of_change(changed),
         detail: json!({
             "memories": memories.len(),
             "expired": expired,

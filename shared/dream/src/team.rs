@@ -52,7 +52,7 @@ use mc_history::store::{self, CATEGORIES};
 use mc_search_core::memory;
 
 use super::secrets::secret_reason;
-use super::{Done, LiveMemory, Run, TaskFailure, live_memories};
+use super::{Done, FailureClass, LiveMemory, Outcome, Run, TaskFailure, live_memories};
 
 /// The folder, relative to the repository's top.
 pub const FOLDER: &str = ".mc/memory";
@@ -704,7 +704,7 @@ pub fn import(store: &mut Store, project: &str, root: &Path, now_ms: i64) -> Res
 /// A problem with the files, as a task failure (the next sync reads them
 /// again).
 fn files_failure(error: Error) -> TaskFailure {
-    let mut failure = TaskFailure::new("files", error.to_string());
+    let mut failure = TaskFailure::new(FailureClass::Files, error.to_string());
     for hint in error.hints() {
         failure = failure.hint(hint);
     }
@@ -716,7 +716,10 @@ fn files_failure(error: Error) -> TaskFailure {
 pub fn sync(run: &mut Run<'_, '_>) -> std::result::Result<Done, TaskFailure> {
     let project = run.project.clone();
     let Some(root) = run.root.clone() else {
-        return Err(TaskFailure::new("files", "no folder for this project"));
+        return Err(TaskFailure::new(
+            FailureClass::Files,
+            "no folder for this project",
+        ));
     };
     let opened = open_folder(&root, false).map_err(files_failure)?;
     if opened.is_none() {
@@ -734,7 +737,7 @@ pub fn sync(run: &mut Run<'_, '_>) -> std::result::Result<Done, TaskFailure> {
     let changed = imported.created + imported.updated + imported.moved + imported.archived > 0
         || plan.files.iter().any(|(f, _)| f.changed);
     Ok(Done {
-        result: if changed { "ok" } else { "nothing" },
+        result: Outcome::of_change(changed),
         detail: json!({"imported": imported, "exported": plan.report}),
         head: None,
     })

@@ -14,7 +14,7 @@ use serde_json::json;
 use mc_base::config::DreamConfig;
 use mc_base::store::Store;
 use mc_history::store;
-use mc_llm::{Completion, ErrorKind, Event, LlmError, Model, ModelRef, Prompt};
+use mc_llm::{CallFailure, Completion, Event, LlmError, Model, ModelRef, Prompt};
 use mc_search_core::memory;
 
 use super::*;
@@ -207,7 +207,7 @@ fn outcomes(report: &TickReport) -> Vec<(&'static str, &'static str)> {
     report
         .projects
         .iter()
-        .flat_map(|p| p.tasks.iter().map(|t| (t.task, t.outcome)))
+        .flat_map(|p| p.tasks.iter().map(|t| (t.task, t.outcome.as_str())))
         .collect()
 }
 
@@ -275,7 +275,7 @@ fn consolidate_asks_no_model_when_nothing_is_close_or_was_judged_distinct() {
     w.write("NAMING", "Money is integer cents.");
     let model = Scripted::new();
     let report = w.run(&model, Task::Consolidate, NOW);
-    assert_eq!((report.outcome, model.asked()), ("nothing", 0));
+    assert_eq!((report.outcome.as_str(), model.asked()), ("nothing", 0));
 
     // A close pair the model declines to merge is not asked about again…
     let x = w.write(
@@ -288,7 +288,7 @@ fn consolidate_asks_no_model_when_nothing_is_close_or_was_judged_distinct() {
     );
     let model = Scripted::new().text("<consolidate></consolidate>");
     let report = w.run(&model, Task::Consolidate, NOW + MIN);
-    assert_eq!((report.outcome, model.asked()), ("nothing", 1));
+    assert_eq!((report.outcome.as_str(), model.asked()), ("nothing", 1));
     assert_eq!(report.detail["judged_distinct"], 1);
     let model = Scripted::new();
     assert_eq!(
@@ -399,7 +399,7 @@ fn a_bad_manifest_applies_nothing_fails_and_backs_off() {
     let model = Scripted::new().reply(|_| {
         Err(LlmError::new(
             ModelRef::parse("fake/dreamer").as_ref(),
-            ErrorKind::Status(500),
+            CallFailure::Status(500),
             "HTTP 500: overloaded",
         ))
     });

@@ -44,7 +44,7 @@ use mc_search_core::memory;
 
 use super::classify::single_id;
 use super::manifest::{self, escape};
-use super::{Done, LiveMemory, Run, TaskFailure, live_memories, secrets};
+use super::{Done, FailureClass, LiveMemory, Outcome, Run, TaskFailure, live_memories, secrets};
 
 /// The most files shown for one memory.
 const MAX_FILES: usize = 3;
@@ -426,7 +426,10 @@ pub fn parse(answer: &str, sent: &[i64]) -> Result<BTreeMap<i64, Verdict>, Strin
 pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {
     let project = run.project.clone();
     let Some(root) = run.root.clone() else {
-        return Err(TaskFailure::new("files", "no folder for this project"));
+        return Err(TaskFailure::new(
+            FailureClass::Files,
+            "no folder for this project",
+        ));
     };
     let memories = live_memories(run.store.conn(), &project)?;
     let wanted: BTreeSet<String> = memories.iter().flat_map(|m| symbols(&m.content)).collect();
@@ -448,7 +451,7 @@ pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {
     let head = super::gitlog::head(&root);
     if checks.is_empty() {
         return Ok(Done {
-            result: "nothing",
+            result: Outcome::Nothing,
             detail: json!({"memories": memories.len(), "pointing_at_code": pointing, "changed": 0}),
             head,
         });
@@ -463,7 +466,7 @@ pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {
     );
     if sent.is_empty() {
         return Err(TaskFailure::new(
-            "budget",
+            FailureClass::Budget,
             "not one memory with its files fits dream.task_token_budget",
         )
         .hint("raise dream.task_token_budget in the user config"));
@@ -514,7 +517,7 @@ pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {
     })?;
     let changed = !updated.is_empty() || !archived.is_empty();
     Ok(Done {
-        result: if changed { "ok" } else { "nothing" },
+        result: Outcome::of_change(changed),
         detail: json!({
             "memories": memories.len(),
             "pointing_at_code": pointing,

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::http::{self, Http, Request};
-use super::{Completion, ErrorKind, LlmError, Prompt, Target};
+use super::{CallFailure, Completion, LlmError, Prompt, Target};
 use mc_base::tokens;
 
 pub(super) const API_VERSION: &str = "2023-06-01";
@@ -46,7 +46,7 @@ fn parse(target: &Target, prompt: &Prompt, value: &Value) -> Result<Completion, 
     let Some(content) = value.get("content").and_then(Value::as_array) else {
         return Err(LlmError::new(
             Some(model),
-            ErrorKind::Protocol,
+            CallFailure::Protocol,
             format!(
                 "the answer has no \"content\" array: {}",
                 super::excerpt(&value.to_string(), 500)

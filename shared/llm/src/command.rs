@@ -9,14 +9,13 @@
 //! fires its hooks, `pi -p` loads its extensions) carries it to mc's hooks
 //! there, which then stay out of the way.
 
-use std::io::{Read, Write};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Completion, ErrorKind, LlmError, Prompt, Target, excerpt};
-use mc_base::tokens;
+use super::{CallFailure, Completion, LlmError, Prompt, Target, excerpt};
+use mc_base::{process, tokens};
 
 /// Set on every program the historian runs. mc's harness hooks and adapters
 /// inside that program do nothing when they see it: the historian's own call
@@ -61,70 +60,44 @@ pub(super) fn call(
     let Some((program, args)) = argv.split_first() else {
         return Err(LlmError::new(
             Some(model),
-            ErrorKind::Config,
+            CallFailure::Config,
             format!("providers.{}.command is empty", model.provider),
         ));
     };
-    let mut child = Command::new(program)
-        .args(args)
-        .env(HISTORIAN_CHILD_ENV, "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
+    let run = process::run_with_deadline(
+        Command::new(program)
+            .args(args)
+            .env(HISTORIAN_CHILD_ENV, "1"),
+        Some(stdin_text(prompt).into_bytes()),
+        timeout,
+    );
+    let output = match run {
+        Ok(output) => output,
+        Err(e) => {
             let kind = if e.kind() == std::io::ErrorKind::NotFound {
-                ErrorKind::Unavailable
+                CallFailure::Unavailable
             } else {
-                ErrorKind::Command
+                CallFailure::Command
             };
-            LlmError::new(Some(model), kind, format!("cannot run {program:?}: {e}")).with_hint(
-                format!(
-                    "check providers.{}.command in the user config",
-                    model.provider
+            return Err(
+                LlmError::new(Some(model), kind, format!("cannot run {program:?}: {e}")).with_hint(
+                    format!(
+                        "check providers.{}.command in the user config",
+                        model.provider
+                    ),
                 ),
-            )
-        })?;
-    let input = stdin_text(prompt);
-    // All three were asked for as pipes, so spawn hands them over.
-    let (Some(mut stdin), Some(mut stdout), Some(stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
-        let _ = child.kill();
-        let _ = child.wait();
-        return Err(LlmError::new(
-            Some(model),
-            ErrorKind::Command,
-            format!("cannot talk to {program:?}: its standard streams were not piped"),
-        ));
+            );
+        }
     };
-    // Feed and drain from threads so a program that writes before reading
-    // everything cannot deadlock against us. They are detached: a killed
-    // program's own children may hold the pipes open a while longer.
-    std::thread::spawn(move || {
-        let _ = stdin.write_all(input.as_bytes());
-    });
-    let out = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = stdout.read_to_end(&mut bytes);
-        bytes
-    });
-    let err = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = stderr.take(64 * 1024).read_to_end(&mut bytes);
-        bytes
-    });
-    let status = wait_with_timeout(&mut child, timeout).map_err(|e| {
-        LlmError::new(
-            Some(model),
-            ErrorKind::Command,
-            format!("waiting for {program:?}: {e}"),
-        )
-    })?;
-    let Some(status) = status else {
+    let Some(Output {
+        status,
+        stdout,
+        stderr,
+    }) = output
+    else {
         return Err(LlmError::new(
             Some(model),
-            ErrorKind::Timeout,
+            CallFailure::Timeout,
             format!(
                 "{program:?} did not finish within {} ms; killed it",
                 timeout.as_millis()
@@ -132,8 +105,6 @@ pub(super) fn call(
         )
         .with_hint("raise historian.timeout_ms in the user config"));
     };
-    let stdout = out.join().unwrap_or_default();
-    let stderr = err.join().unwrap_or_default();
     if !status.success() {
         let stderr = String::from_utf8_lossy(&stderr);
         let code = status
@@ -141,7 +112,7 @@ pub(super) fn call(
             .map_or_else(|| "a signal".to_string(), |c| format!("status {c}"));
         return Err(LlmError::new(
             Some(model),
-            ErrorKind::Command,
+            CallFailure::Command,
             format!(
                 "{program:?} exited with {code}{}",
                 if stderr.trim().is_empty() {
@@ -166,26 +137,4 @@ pub(super) fn call(
         model: model.clone(),
         truncated: false,
     })
-}
-
-/// `Ok(None)` when the program ran out of time (it has been killed).
-fn wait_with_timeout(
-    child: &mut Child,
-    timeout: Duration,
-) -> std::io::Result<Option<std::process::ExitStatus>> {
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(2);
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(Some(status));
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Ok(None);
-        }
-        std::thread::sleep(pause.min(deadline - now));
-        pause = (pause * 2).min(Duration::from_millis(50));
-    }
 }

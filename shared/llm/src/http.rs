@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::{ErrorKind, LlmError, ModelRef, Options, ProxyEnv, excerpt, redact};
+use super::{CallFailure, LlmError, ModelRef, Options, ProxyEnv, excerpt, redact};
 
 /// Bytes of an error body shown in an error message.
 const ERROR_BODY_CHARS: usize = 1_000;
@@ -80,13 +80,13 @@ impl Http {
         let body = serde_json::to_vec(&request.body).map_err(|e| {
             LlmError::new(
                 Some(model),
-                ErrorKind::Protocol,
+                CallFailure::Protocol,
                 format!("cannot encode the request: {e}"),
             )
         })?;
         let agent = self
             .agent_for(&request.url)
-            .map_err(|e| LlmError::new(Some(model), ErrorKind::Config, e))?;
+            .map_err(|e| LlmError::new(Some(model), CallFailure::Config, e))?;
         let mut builder = agent.post(&request.url);
         for (name, value) in &request.headers {
             builder = builder.header(*name, value);
@@ -108,7 +108,7 @@ impl Http {
     ) -> Result<Answer, LlmError> {
         let agent = self
             .agent_for(url)
-            .map_err(|e| LlmError::new(Some(model), ErrorKind::Config, e))?;
+            .map_err(|e| LlmError::new(Some(model), CallFailure::Config, e))?;
         let response = match method {
             Method::Get => agent
                 .get(url)
@@ -126,7 +126,7 @@ impl Http {
                 let bytes = serde_json::to_vec(body.unwrap_or(&Value::Null)).map_err(|e| {
                     LlmError::new(
                         Some(model),
-                        ErrorKind::Protocol,
+                        CallFailure::Protocol,
                         format!("cannot encode the request: {e}"),
                     )
                 })?;
@@ -206,7 +206,7 @@ fn transport_error(
     match error {
         ureq::Error::Timeout(what) => LlmError::new(
             Some(model),
-            ErrorKind::Timeout,
+            CallFailure::Timeout,
             format!(
                 "no answer from {url} within {} ms (timeout: {what})",
                 match what {
@@ -218,24 +218,24 @@ fn transport_error(
         .with_hint(timeout_hint),
         ureq::Error::BadUri(e) => LlmError::new(
             Some(model),
-            ErrorKind::Config,
+            CallFailure::Config,
             format!("bad URL {url}: {e}"),
         ),
         ureq::Error::BodyExceedsLimit(n) => LlmError::new(
             Some(model),
-            ErrorKind::Protocol,
+            CallFailure::Protocol,
             format!("the answer from {url} is larger than {n} bytes"),
         ),
         // An I/O error can wrap a timeout on some platforms.
         ureq::Error::Io(e) if e.kind() == std::io::ErrorKind::TimedOut => LlmError::new(
             Some(model),
-            ErrorKind::Timeout,
+            CallFailure::Timeout,
             format!("no answer from {url} within the timeout: {e}"),
         )
         .with_hint(timeout_hint),
         other => LlmError::new(
             Some(model),
-            ErrorKind::Transport,
+            CallFailure::Transport,
             format!("cannot reach {url}: {other}"),
         )
         .with_hint(format!(
@@ -267,7 +267,7 @@ pub(super) fn status_error(model: &ModelRef, answer: &Answer) -> LlmError {
     LlmError {
         retry_after: answer.retry_after,
         hints,
-        ..LlmError::new(Some(model), ErrorKind::Status(answer.status), message)
+        ..LlmError::new(Some(model), CallFailure::Status(answer.status), message)
     }
 }
 
@@ -304,7 +304,7 @@ pub(super) fn parse_json(model: &ModelRef, answer: &Answer) -> Result<Value, Llm
     serde_json::from_str(&answer.body).map_err(|e| {
         LlmError::new(
             Some(model),
-            ErrorKind::Protocol,
+            CallFailure::Protocol,
             format!(
                 "the answer is not JSON ({e}): {}",
                 excerpt(&answer.body, ERROR_BODY_CHARS)

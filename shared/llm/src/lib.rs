@@ -102,7 +102,7 @@ pub struct Completion {
 
 /// How a call failed, which decides what happens next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
+pub enum CallFailure {
     /// The chain or a provider is misconfigured (unknown provider, bad name).
     Config,
     /// This model cannot be called here: its API key variable is unset, its
@@ -128,7 +128,7 @@ pub enum ErrorKind {
 pub struct LlmError {
     /// The model the failure belongs to (`None` for chain-level problems).
     pub model: Option<ModelRef>,
-    pub kind: ErrorKind,
+    pub kind: CallFailure,
     pub message: String,
     /// What the provider asked us to wait before retrying (Retry-After).
     pub retry_after: Option<Duration>,
@@ -137,7 +137,7 @@ pub struct LlmError {
 }
 
 impl LlmError {
-    pub fn new(model: Option<&ModelRef>, kind: ErrorKind, message: impl Into<String>) -> Self {
+    pub fn new(model: Option<&ModelRef>, kind: CallFailure, message: impl Into<String>) -> Self {
         LlmError {
             model: model.cloned(),
             kind,
@@ -158,7 +158,7 @@ impl LlmError {
     /// answer.
     pub fn error_kind(&self) -> mc_base::error::ErrorKind {
         match self.kind {
-            ErrorKind::Config => mc_base::error::ErrorKind::Config,
+            CallFailure::Config => mc_base::error::ErrorKind::Config,
             _ => mc_base::error::ErrorKind::Unavailable,
         }
     }
@@ -166,8 +166,8 @@ impl LlmError {
     /// Worth retrying on the same model after a pause.
     pub fn is_retryable(&self) -> bool {
         match self.kind {
-            ErrorKind::Status(code) => code == 408 || code == 429 || code >= 500,
-            ErrorKind::Transport | ErrorKind::Command => true,
+            CallFailure::Status(code) => code == 408 || code == 429 || code >= 500,
+            CallFailure::Transport | CallFailure::Command => true,
             _ => false,
         }
     }
@@ -177,7 +177,7 @@ impl LlmError {
         self.is_retryable()
             || matches!(
                 self.kind,
-                ErrorKind::Timeout | ErrorKind::Unavailable | ErrorKind::Harness
+                CallFailure::Timeout | CallFailure::Unavailable | CallFailure::Harness
             )
     }
 }
@@ -356,10 +356,11 @@ impl Client {
     ) -> Result<Client, LlmError> {
         if chain.is_empty() {
             return Err(
-                LlmError::new(None, ErrorKind::Config, "no historian model configured").with_hint(
-                    "set historian.model to \"provider/model\" in the user config \
+                LlmError::new(None, CallFailure::Config, "no historian model configured")
+                    .with_hint(
+                        "set historian.model to \"provider/model\" in the user config \
                  ($XDG_CONFIG_HOME/mc/config.jsonc), with that provider under \"providers\"",
-                ),
+                    ),
             );
         }
         let mut targets = Vec::with_capacity(chain.len());
@@ -367,7 +368,7 @@ impl Client {
             let model = ModelRef::parse(name).ok_or_else(|| {
                 LlmError::new(
                     None,
-                    ErrorKind::Config,
+                    CallFailure::Config,
                     format!("model {name:?} is not of the form \"provider/model\""),
                 )
             })?;
@@ -375,7 +376,7 @@ impl Client {
                 let known: Vec<&str> = providers.keys().map(String::as_str).collect();
                 LlmError::new(
                     Some(&model),
-                    ErrorKind::Config,
+                    CallFailure::Config,
                     format!(
                         "no provider {:?} in the user config's \"providers\" (known: {})",
                         model.provider,
@@ -480,7 +481,7 @@ impl Client {
         {
             return Err(LlmError::new(
                 Some(model),
-                ErrorKind::Unavailable,
+                CallFailure::Unavailable,
                 format!(
                     "environment variable {var} is not set (providers.{}.api_key_env names it)",
                     model.provider
@@ -541,7 +542,7 @@ impl Model for Client {
         let Some(last) = failures.pop() else {
             return Err(LlmError::new(
                 None,
-                ErrorKind::Config,
+                CallFailure::Config,
                 "no historian model to call",
             ));
         };
@@ -667,19 +668,19 @@ mod tests {
     fn retry_and_fallback_classes() {
         let e = |kind| LlmError::new(None, kind, "x");
         for code in [408, 429, 500, 502, 503, 529] {
-            assert!(e(ErrorKind::Status(code)).is_retryable(), "{code}");
-            assert!(e(ErrorKind::Status(code)).falls_back(), "{code}");
+            assert!(e(CallFailure::Status(code)).is_retryable(), "{code}");
+            assert!(e(CallFailure::Status(code)).falls_back(), "{code}");
         }
         for code in [400, 401, 403, 404, 422] {
-            assert!(!e(ErrorKind::Status(code)).is_retryable(), "{code}");
-            assert!(!e(ErrorKind::Status(code)).falls_back(), "{code}");
+            assert!(!e(CallFailure::Status(code)).is_retryable(), "{code}");
+            assert!(!e(CallFailure::Status(code)).falls_back(), "{code}");
         }
-        assert!(e(ErrorKind::Transport).is_retryable());
-        assert!(!e(ErrorKind::Timeout).is_retryable());
-        assert!(e(ErrorKind::Timeout).falls_back());
-        assert!(e(ErrorKind::Unavailable).falls_back());
-        assert!(!e(ErrorKind::Protocol).falls_back());
-        assert!(!e(ErrorKind::Config).falls_back());
+        assert!(e(CallFailure::Transport).is_retryable());
+        assert!(!e(CallFailure::Timeout).is_retryable());
+        assert!(e(CallFailure::Timeout).falls_back());
+        assert!(e(CallFailure::Unavailable).falls_back());
+        assert!(!e(CallFailure::Protocol).falls_back());
+        assert!(!e(CallFailure::Config).falls_back());
     }
 
     #[test]
@@ -711,7 +712,7 @@ mod tests {
         let err = Client::new(&providers, &["cloud/x".into()], &BTreeMap::new(), options)
             .err()
             .unwrap();
-        assert_eq!(err.kind, ErrorKind::Config);
+        assert_eq!(err.kind, CallFailure::Config);
         assert!(
             err.to_string().contains(
                 "no provider \"cloud\" in the user config's \"providers\" (known: local)"

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::http::{self, Http, Request};
-use super::{Completion, ErrorKind, LlmError, Prompt, Target};
+use super::{CallFailure, Completion, LlmError, Prompt, Target};
 use mc_base::tokens;
 
 /// The request. `max_tokens` is the field every compatible server knows;
@@ -68,7 +68,7 @@ fn parse(target: &Target, prompt: &Prompt, value: &Value) -> Result<Completion, 
             .unwrap_or(502) as u16;
         return Err(LlmError::new(
             Some(model),
-            ErrorKind::Status(code),
+            CallFailure::Status(code),
             format!(
                 "error in a 200 answer: {}",
                 super::excerpt(&error.to_string(), 1_000)
@@ -82,7 +82,7 @@ fn parse(target: &Target, prompt: &Prompt, value: &Value) -> Result<Completion, 
     else {
         return Err(LlmError::new(
             Some(model),
-            ErrorKind::Protocol,
+            CallFailure::Protocol,
             format!(
                 "the answer has no \"choices\": {}",
                 super::excerpt(&value.to_string(), 500)

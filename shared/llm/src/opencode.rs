@@ -30,7 +30,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use super::http::{Http, Method};
-use super::{Completion, ErrorKind, Event, HarnessSession, LlmError, ModelRef, Options, Prompt};
+use super::{CallFailure, Completion, Event, HarnessSession, LlmError, ModelRef, Options, Prompt};
 use super::{Target, excerpt};
 
 /// The agent the prompt runs as: hidden, no tools, a short prompt of its own.
@@ -143,7 +143,7 @@ fn server_hint(base: &str) -> String {
 /// A transport failure names the server to check instead of a provider's base_url.
 fn with_server_hint(error: LlmError, base: &str) -> LlmError {
     match error.kind {
-        ErrorKind::Transport | ErrorKind::Timeout => LlmError {
+        CallFailure::Transport | CallFailure::Timeout => LlmError {
             hints: vec![server_hint(base)],
             ..error
         },
@@ -155,7 +155,7 @@ fn with_server_hint(error: LlmError, base: &str) -> LlmError {
 fn server_status(model: &ModelRef, what: &str, status: u16, body: &str) -> LlmError {
     let mut error = LlmError::new(
         Some(model),
-        ErrorKind::Status(status),
+        CallFailure::Status(status),
         format!(
             "OpenCode answered {status} to {what}: {}",
             excerpt(&one_line(body), 600)
@@ -187,7 +187,7 @@ pub(super) fn call(
     let Some(base) = base_url(target, harness) else {
         return Err(LlmError::new(
             Some(model),
-            ErrorKind::Unavailable,
+            CallFailure::Unavailable,
             "no OpenCode server to call (the provider has no base_url, and the run was given \
              no server)",
         )
@@ -225,7 +225,7 @@ pub(super) fn call(
         .ok_or_else(|| {
             LlmError::new(
                 Some(model),
-                ErrorKind::Protocol,
+                CallFailure::Protocol,
                 format!(
                     "OpenCode's answer to creating a session has no id: {}",
                     excerpt(&one_line(&created.body), 600)
@@ -244,7 +244,7 @@ pub(super) fn call(
         options.timeout,
     );
     if let Err(error) = &answer
-        && error.kind == ErrorKind::Timeout
+        && error.kind == CallFailure::Timeout
     {
         // The model may still be working: stop it before deleting its session.
         let _ = http.send(
@@ -292,7 +292,7 @@ pub(super) fn call(
     let value: Value = serde_json::from_str(&answer.body).map_err(|e| {
         LlmError::new(
             Some(model),
-            ErrorKind::Protocol,
+            CallFailure::Protocol,
             format!(
                 "OpenCode's answer to the prompt is not JSON ({e}): {}",
                 excerpt(&one_line(&answer.body), 600)
@@ -357,7 +357,7 @@ pub fn parse(model: &ModelRef, value: &Value) -> Result<Completion, LlmError> {
     ) else {
         return Err(LlmError::new(
             Some(model),
-            ErrorKind::Protocol,
+            CallFailure::Protocol,
             format!(
                 "OpenCode's answer to the prompt is not a message ({{info, parts}}): {}",
                 excerpt(&value.to_string(), 600)
@@ -426,7 +426,7 @@ fn answer_error(model: &ModelRef, info: &Value, error: &Value) -> LlmError {
     );
     match (name, status) {
         ("APIError", Some(code)) => {
-            let error = LlmError::new(Some(model), ErrorKind::Status(code), text);
+            let error = LlmError::new(Some(model), CallFailure::Status(code), text);
             match code {
                 401 | 403 => error.with_hint(format!(
                     "check OpenCode's login for {provider} (opencode auth login)"
@@ -434,18 +434,17 @@ fn answer_error(model: &ModelRef, info: &Value, error: &Value) -> LlmError {
                 _ => error,
             }
         }
-        ("ProviderAuthError", _) => {
-            LlmError::new(Some(model), ErrorKind::Harness, text).with_hint(format!(
+        ("ProviderAuthError", _) => LlmError::new(Some(model), CallFailure::Harness, text)
+            .with_hint(format!(
                 "log in to {provider} in OpenCode (opencode auth login), or set \
                  historian.model in mc's user config"
-            ))
-        }
-        ("ContextOverflowError", _) => LlmError::new(Some(model), ErrorKind::Harness, text)
+            )),
+        ("ContextOverflowError", _) => LlmError::new(Some(model), CallFailure::Harness, text)
             .with_hint(
                 "lower historian.chunk_tokens in mc's user config, or set a historian.model \
                  with a larger window",
             ),
-        _ => LlmError::new(Some(model), ErrorKind::Harness, text),
+        _ => LlmError::new(Some(model), CallFailure::Harness, text),
     }
 }
 
@@ -570,7 +569,7 @@ pub fn opencode_models(
         serde_json::from_str(&answer.body).map_err(|_| {
             LlmError::new(
                 Some(&model),
-                ErrorKind::Protocol,
+                CallFailure::Protocol,
                 format!(
                     "OpenCode's answer to GET {target} is not JSON: {}",
                     excerpt(&one_line(&answer.body), 300)
@@ -632,13 +631,13 @@ mod tests {
         };
         let e =
             with(json!({"name": "APIError", "data": {"message": "overloaded", "statusCode": 529}}));
-        assert_eq!(e.kind, ErrorKind::Status(529));
+        assert_eq!(e.kind, CallFailure::Status(529));
         assert!(e.is_retryable());
         assert!(e.message.contains("overloaded"), "{e}");
         let e = with(
             json!({"name": "ProviderAuthError", "data": {"providerID": "mock", "message": "no key"}}),
         );
-        assert_eq!(e.kind, ErrorKind::Harness);
+        assert_eq!(e.kind, CallFailure::Harness);
         assert!(e.hints[0].contains("opencode auth login"), "{:?}", e.hints);
         let e = with(json!({"name": "UnknownError", "data": {"message": "boom"}}));
         assert_eq!(
@@ -646,7 +645,7 @@ mod tests {
             "opencode/mock/m: OpenCode's call to the model failed (UnknownError): boom"
         );
         let e = parse(&m, &json!({"id": "x"})).unwrap_err();
-        assert_eq!(e.kind, ErrorKind::Protocol);
+        assert_eq!(e.kind, CallFailure::Protocol);
     }
 
     #[test]

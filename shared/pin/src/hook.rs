@@ -712,23 +712,15 @@ fn output(text: &str) -> Value {
     json!({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": text}})
 }
 
-/// The answer to a compaction nobody answered yet: pins, then mc's record.
-#[allow(clippy::too_many_arguments)]
-fn after_compaction(
-    store: &mut Store,
-    harness: Harness,
-    input: &HookInput,
-    options: &HookOptions<'_>,
-    row: Option<i64>,
+/// The pins a compaction's answer prints: read from the transcript, less
+/// those the compaction kept, fitted to the hook's limit. What was missing,
+/// kept, left out or cut goes into `report`.
+fn pins_text(
     pins: &[Pin],
     transcript: Option<&Transcript>,
     compaction: &Compaction,
-    cwd: Option<&str>,
-    now_ms: i64,
-) -> Result<RestoreReport> {
-    let sid = input.session_id.as_str();
-    let name = harness.as_str();
-    let mut report = RestoreReport::none("nothing_to_send", Some(sid));
+    report: &mut RestoreReport,
+) -> String {
     let (found, missing) = match transcript {
         Some(t) => local::texts_from_transcript(t, pins),
         None => (Vec::new(), pins.iter().map(|p| p.id.clone()).collect()),
@@ -762,6 +754,27 @@ fn after_compaction(
         report.omitted = fitted.omitted;
         text = fitted.text;
     }
+    text
+}
+
+/// The answer to a compaction nobody answered yet: pins, then mc's record.
+#[allow(clippy::too_many_arguments)]
+fn after_compaction(
+    store: &mut Store,
+    harness: Harness,
+    input: &HookInput,
+    options: &HookOptions<'_>,
+    row: Option<i64>,
+    pins: &[Pin],
+    transcript: Option<&Transcript>,
+    compaction: &Compaction,
+    cwd: Option<&str>,
+    now_ms: i64,
+) -> Result<RestoreReport> {
+    let sid = input.session_id.as_str();
+    let name = harness.as_str();
+    let mut report = RestoreReport::none("nothing_to_send", Some(sid));
+    let mut text = pins_text(pins, transcript, compaction, &mut report);
     if options.history && !compaction.kept.holds_history() {
         let room = HOOK_CONTEXT_LIMIT.saturating_sub(utf16_len(&text) + 2);
         let head = history(store.conn(), harness, sid, cwd, options.dates, room, now_ms)?;

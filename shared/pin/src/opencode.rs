@@ -291,31 +291,7 @@ pub fn restore(
         Found::Free { .. } => {}
     }
 
-    let mut found = Vec::new();
-    let mut missing = Vec::new();
-    let mut warnings = Vec::new();
-    for pin in &pins {
-        match api.get_message(sid, &pin.id) {
-            Ok(Some(message)) => {
-                let text = message_text(&message);
-                if text.is_empty() {
-                    missing.push(pin.id.clone());
-                } else {
-                    found.push(PinnedText {
-                        id: pin.id.clone(),
-                        role: pin.role.clone(),
-                        created_at: pin.created_at,
-                        text,
-                    });
-                }
-            }
-            Ok(None) => missing.push(pin.id.clone()),
-            Err(e) => {
-                warnings.push(format!("skipped pinned message {}: {e}", pin.id));
-                missing.push(pin.id.clone());
-            }
-        }
-    }
+    let (mut found, missing, warnings) = fetch_pins(&api, sid, &pins);
     let mut report = RestoreReport::none("nothing_to_send", Some(sid));
     report.compaction = Some(summary_id.clone());
     report.missing = missing;
@@ -325,26 +301,7 @@ pub fn restore(
     }
     text::sort(&mut found);
 
-    let mut body = json!({
-        "parts": [{"type": "text", "text": text::restoration(&found), "synthetic": true}],
-        // noReply: by default the restoration is stored without starting a model
-        // turn of its own. OpenCode runs its own continuation after an automatic
-        // compaction, and a turn already running reads new messages at its next
-        // step, so the pins are in context for all the work that follows; after a
-        // manual /compact the pins wait for the user's next prompt instead of
-        // making the agent talk unprompted (and paying for that turn). `--reply`
-        // asks for a turn, as OpenChamber does.
-        "noReply": !options.reply,
-    });
-    let (model, agent) = model_and_agent(&recent);
-    if let Some(fields) = body.as_object_mut() {
-        if let Some(model) = model {
-            fields.insert("model".into(), model);
-        }
-        if let Some(agent) = agent {
-            fields.insert("agent".into(), json!(agent));
-        }
-    }
+    let body = restoration_body(&found, &recent, options);
 
     report.reason = None;
     report.restored = found.iter().map(|p| p.id.clone()).collect();
@@ -378,9 +335,98 @@ pub fn restore(
             return Ok(lost);
         }
     };
-    if let Err(e) = api.prompt_async(sid, &body) {
+    send_claimed(
+        store,
+        &api,
+        sid,
+        &claim,
+        &body,
+        now_ms,
+        &mut report.warnings,
+    )?;
+    report.action = "restored";
+    Ok(report)
+}
+
+/// Each pin's text, fetched by id: `(found, missing, warnings)`. A pin
+/// whose message is gone, empty or unreadable is missing (a read error also
+/// says why in a warning).
+fn fetch_pins(
+    api: &OpenCode,
+    sid: &str,
+    pins: &[Pin],
+) -> (Vec<PinnedText>, Vec<String>, Vec<String>) {
+    let mut found = Vec::new();
+    let mut missing = Vec::new();
+    let mut warnings = Vec::new();
+    for pin in pins {
+        match api.get_message(sid, &pin.id) {
+            Ok(Some(message)) => {
+                let text = message_text(&message);
+                if text.is_empty() {
+                    missing.push(pin.id.clone());
+                } else {
+                    found.push(PinnedText {
+                        id: pin.id.clone(),
+                        role: pin.role.clone(),
+                        created_at: pin.created_at,
+                        text,
+                    });
+                }
+            }
+            Ok(None) => missing.push(pin.id.clone()),
+            Err(e) => {
+                warnings.push(format!("skipped pinned message {}: {e}", pin.id));
+                missing.push(pin.id.clone());
+            }
+        }
+    }
+    (found, missing, warnings)
+}
+
+/// The one `prompt_async` body that restores `found`: a synthetic text part,
+/// in the model and agent of the session's latest turn.
+fn restoration_body(found: &[PinnedText], recent: &[Value], options: RestoreOptions) -> Value {
+    let mut body = json!({
+        "parts": [{"type": "text", "text": text::restoration(found), "synthetic": true}],
+        // noReply: by default the restoration is stored without starting a model
+        // turn of its own. OpenCode runs its own continuation after an automatic
+        // compaction, and a turn already running reads new messages at its next
+        // step, so the pins are in context for all the work that follows; after a
+        // manual /compact the pins wait for the user's next prompt instead of
+        // making the agent talk unprompted (and paying for that turn). `--reply`
+        // asks for a turn, as OpenChamber does.
+        "noReply": !options.reply,
+    });
+    let (model, agent) = model_and_agent(recent);
+    if let Some(fields) = body.as_object_mut() {
+        if let Some(model) = model {
+            fields.insert("model".into(), model);
+        }
+        if let Some(agent) = agent {
+            fields.insert("agent".into(), json!(agent));
+        }
+    }
+
+    body
+}
+
+/// Send the restoration under `claim` (won by this restorer), then record
+/// it: the claim marked done, the cursor merged into freshly read metadata.
+/// A failed send gives the claim back, so the next event can restore it.
+fn send_claimed(
+    store: &mut Store,
+    api: &OpenCode,
+    sid: &str,
+    claim: &claim::Claim,
+    body: &Value,
+    now_ms: i64,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
+    let summary_id = claim.compaction.as_str();
+    if let Err(e) = api.prompt_async(sid, body) {
         // Not sent: give the compaction back so the next event can restore it.
-        if let Err(release) = store.write(|tx| claim::release(tx, &claim)) {
+        if let Err(release) = store.write(|tx| claim::release(tx, claim)) {
             return Err(e.context(format!(
                 "the pins were not sent, and the claim on compaction {summary_id} could not be \
                  given back ({release}), so no restorer will retry it for {} minutes",
@@ -390,17 +436,17 @@ pub fn restore(
         return Err(e);
     }
     // Sent: from now on no restorer of mc sends it again.
-    let finished = store.write(|tx| claim::finish(tx, &claim, now_ms));
+    let finished = store.write(|tx| claim::finish(tx, claim, now_ms));
     // The cursor in the metadata is for OpenChamber (and older mc); re-read so
     // concurrent edits of other keys survive.
     let saved = api
         .get_session(sid)
         .map_err(server_error)
-        .and_then(|fresh| metadata::with_cursor(&metadata::of_session(&fresh), &summary_id))
+        .and_then(|fresh| metadata::with_cursor(&metadata::of_session(&fresh), summary_id))
         .and_then(|merged| api.patch_session_metadata(sid, &merged));
     match (finished, saved) {
         (Ok(true), Ok(_)) => {}
-        (Ok(false), Ok(_)) => report.warnings.push(format!(
+        (Ok(false), Ok(_)) => warnings.push(format!(
             "the claim on compaction {summary_id} had expired before the pins were sent; \
              another restorer may have sent them too"
         )),
@@ -417,8 +463,7 @@ pub fn restore(
             ));
         }
     }
-    report.action = "restored";
-    Ok(report)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -14,22 +14,72 @@ use mc_base::error::{Error, Result};
 use super::embed::{self, Item};
 use super::preview;
 
+/// The names of the sources, in their order (the tools' `sources` values).
 pub const SOURCES: [&str; 5] = ["memory", "note", "compartment", "message", "commit"];
 
-/// How much one source's hits weigh against another's (memories first: they
-/// are the project's curated facts).
-fn boost(source: &str) -> f64 {
-    match source {
-        "memory" => 1.3,
-        "compartment" | "message" => 1.15,
-        "commit" => 1.1,
-        _ => 1.0,
+/// Where a hit comes from. The order is the tie-break between equal scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    Memory,
+    Note,
+    Compartment,
+    Message,
+    Commit,
+}
+
+impl Source {
+    pub const ALL: [Source; 5] = [
+        Source::Memory,
+        Source::Note,
+        Source::Compartment,
+        Source::Message,
+        Source::Commit,
+    ];
+
+    /// Its name, as printed and as the `sources` filter spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Memory => "memory",
+            Source::Note => "note",
+            Source::Compartment => "compartment",
+            Source::Message => "message",
+            Source::Commit => "commit",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Source> {
+        Source::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
+    /// How much its hits weigh against another source's (memories first:
+    /// they are the project's curated facts).
+    fn boost(self) -> f64 {
+        match self {
+            Source::Memory => 1.3,
+            Source::Compartment | Source::Message => 1.15,
+            Source::Commit => 1.1,
+            Source::Note => 1.0,
+        }
+    }
+
+    /// The score of its hit at `rank` (0 is its best).
+    fn score(self, rank: usize) -> f64 {
+        let raw = 1.0 / (rank as f64 + 1.0);
+        // Rounded so the printed score is the compared one (no float noise in output).
+        (raw * self.boost() * 1000.0).round() / 1000.0
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Hit {
-    pub source: &'static str,
+    pub source: Source,
     /// `#12` (memory, note) or `<session>/c<sequence>` (compartment).
     pub reference: String,
     pub id: i64,
@@ -291,265 +341,316 @@ pub fn search_with(
 fn candidates(conn: &Connection, request: &Request<'_>, per_source: i64) -> Result<Vec<Hit>> {
     let expression = fts_expression(request.text)
         .ok_or_else(|| Error::input("a query needs at least one word to look for"))?;
+    let mut wanted = Vec::new();
     for s in request.sources {
-        if !SOURCES.contains(&s.as_str()) {
-            return Err(Error::input(format!(
+        wanted.push(Source::parse(s).ok_or_else(|| {
+            Error::input(format!(
                 "unknown source {s:?} (one of {})",
                 SOURCES.join(", ")
-            )));
-        }
+            ))
+        })?);
     }
-    let wants = |s: &str| request.sources.is_empty() || request.sources.iter().any(|x| x == s);
-    let seen = visible(conn, request.asking)?;
     let (harness, session_id) = match request.session {
         Some((h, s)) => (Some(h), Some(s)),
         None => (request.harness, None),
     };
-    let since = request.since_ms.unwrap_or(i64::MIN);
-    let until = request.until_ms.unwrap_or(i64::MAX);
-    let mut hits = Vec::new();
-    // Memories belong to the project, not to a session: a session filter leaves them out.
-    if wants("memory") && session_id.is_none() && harness.is_none() {
-        // FTS5 ranks its own top rows cheaply; candidates are read a page at
-        // a time and filtered, instead of joining every match before sorting.
-        let mut rows: Vec<rusqlite::Result<(i64, String, String)>> = Vec::new();
-        let mut offset = 0;
-        loop {
-            let page: Vec<i64> = conn
-                .prepare_cached(
-                    "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?1
-                     ORDER BY rank, rowid LIMIT ?2 OFFSET ?3",
-                )?
-                .query_map(params![expression, page_size(per_source), offset], |r| {
-                    r.get(0)
-                })?
-                .collect::<rusqlite::Result<_>>()?;
-            let full = page.len() as i64 == page_size(per_source);
-            offset += page_size(per_source);
-            for id in page {
-                let row = conn
-                    .prepare_cached(
-                        "SELECT id, category, content FROM memories WHERE id = ?1 AND project = ?2
-                           AND status IN ('active', 'permanent') AND created_ms >= ?3 AND created_ms < ?4",
-                    )?
-                    .query_row(params![id, request.project, since, until], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                    })
-                    .optional()?;
-                if let Some(row) = row {
-                    rows.push(Ok(row));
-                }
-            }
-            if rows.len() as i64 >= per_source || !full {
-                break;
-            }
-        }
-        rows.truncate(per_source as usize);
-        let mut rank = 0;
-        for row in rows {
-            let (id, category, content) = row?;
-            if seen.memory_ids.contains(&id) {
-                continue;
-            }
-            hits.push(Hit {
-                source: "memory",
-                reference: format!("#{id}"),
-                id,
-                session_id: None,
-                category: Some(category),
-                ordinal: None,
-                tag: None,
-                commit: None,
-                score: score("memory", rank),
-                snippet: preview(&content, 220),
-                item: Item::Memory(id),
-            });
-            rank += 1;
-        }
-    }
-    // Every FTS table is the outer loop (CROSS JOIN fixes the order): with a
-    // plain JOIN the planner may walk the other table and run the MATCH once
-    // per row, which at 1,000 compartments or 2,000 commits cost 150 ms.
-    if wants("note") {
-        let mut stmt = conn.prepare_cached(
-            "SELECT n.id, s.session_id, n.content FROM notes_fts f
-               CROSS JOIN notes n ON n.id = f.rowid CROSS JOIN sessions s ON s.id = n.session
-             WHERE notes_fts MATCH ?1 AND n.project = ?2
-               AND (?3 IS NULL OR s.harness = ?3) AND (?4 IS NULL OR s.session_id = ?4)
-               AND n.created_ms >= ?5 AND n.created_ms < ?6
-             ORDER BY bm25(notes_fts), n.id LIMIT ?7",
-        )?;
-        let rows = stmt.query_map(
-            params![
-                expression,
-                request.project,
-                harness,
-                session_id,
-                since,
-                until,
-                per_source
-            ],
-            |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                ))
-            },
-        )?;
-        for (rank, row) in rows.enumerate() {
-            let (id, session_id, content) = row?;
-            hits.push(Hit {
-                source: "note",
-                reference: format!("#{id}"),
-                id,
-                session_id: Some(session_id),
-                category: None,
-                ordinal: None,
-                tag: None,
-                commit: None,
-                score: score("note", rank),
-                snippet: snippet(&content, request.text, 220),
-                item: Item::Note(id),
-            });
-        }
-    }
-    if wants("compartment") {
-        // Title counts double: it names the whole piece of work.
-        let mut stmt = conn.prepare_cached(
-            "SELECT f.sequence, s.session_id, f.title, c.p2, c.start_ordinal, c.end_ordinal, f.session
-             FROM compartments_fts f
-               CROSS JOIN sessions s ON s.id = f.session
-               CROSS JOIN compartments c ON c.session = f.session AND c.sequence = f.sequence
-             WHERE compartments_fts MATCH ?1 AND s.project_identity = ?2
-               AND (?3 IS NULL OR s.harness = ?3) AND (?4 IS NULL OR s.session_id = ?4)
-               AND coalesce(c.end_ms, c.created_ms) >= ?5 AND coalesce(c.start_ms, c.created_ms) < ?6
-             ORDER BY bm25(compartments_fts, 2.0, 1.0), f.session, f.sequence LIMIT ?7",
-        )?;
-        let rows = stmt.query_map(
-            params![
-                expression,
-                request.project,
-                harness,
-                session_id,
-                since,
-                until,
-                per_source
-            ],
-            |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, i64>(4)?,
-                    r.get::<_, i64>(5)?,
-                    r.get::<_, i64>(6)?,
-                ))
-            },
-        )?;
-        for (rank, row) in rows.enumerate() {
-            let (sequence, session_id, title, body, start, end, session) = row?;
-            hits.push(Hit {
-                source: "compartment",
-                reference: format!("c{sequence} (messages {start}-{end})"),
-                id: sequence,
-                session_id: Some(session_id),
-                category: None,
-                ordinal: None,
-                tag: None,
-                commit: None,
-                score: score("compartment", rank),
-                snippet: preview(&format!("{title}: {body}"), 220),
-                item: Item::Compartment(session, sequence),
-            });
-        }
-    }
-    if wants("message") {
-        let filter = MessageFilter {
+    let scope = Scope {
+        expression,
+        text: request.text,
+        filter: MessageFilter {
             project: request.project,
             harness,
             session_id,
-            since,
-            until,
-        };
-        for (rank, m) in message_hits(conn, &expression, &filter, &seen, per_source as usize)?
-            .into_iter()
-            .enumerate()
-        {
-            let what = match (m.kind.as_str(), &m.tool_name) {
-                ("tool", Some(name)) => format!("tool {name}, "),
-                _ => String::new(),
-            };
-            let tag_text = m.tag.map(|t| format!(" §{t}§")).unwrap_or_default();
-            let content: String = conn
-                .prepare_cached("SELECT content FROM raw_parts WHERE id = ?1")?
-                .query_row(params![m.id], |r| r.get(0))?;
-            hits.push(Hit {
-                source: "message",
-                reference: format!("{what}message {}{tag_text}", m.ordinal),
-                id: m.id,
-                session_id: Some(m.session_id),
-                category: None,
-                ordinal: Some(m.ordinal),
-                tag: m.tag,
-                commit: None,
-                score: score("message", rank),
-                snippet: snippet(&content, request.text, 220),
-                item: Item::Message(m.id),
-            });
+            since: request.since_ms.unwrap_or(i64::MIN),
+            until: request.until_ms.unwrap_or(i64::MAX),
+        },
+        seen: visible(conn, request.asking)?,
+        per_source,
+    };
+    // Memories and commits belong to the project, not to a session: a
+    // session or harness filter leaves them out.
+    let project_wide = session_id.is_none() && harness.is_none();
+    let mut hits = Vec::new();
+    for source in Source::ALL {
+        if !(wanted.is_empty() || wanted.contains(&source)) {
+            continue;
         }
-    }
-    // Commits belong to the project's repository, not to a session.
-    if wants("commit") && session_id.is_none() && harness.is_none() {
-        for (rank, c) in commit_hits(conn, &expression, request.project, since, until, per_source)?
-            .into_iter()
-            .enumerate()
-        {
-            let day = jiff::Timestamp::from_millisecond(c.committed_ms)
-                .map(|t| t.strftime("%Y-%m-%d").to_string())
-                .unwrap_or_default();
-            let mut text = c.subject.clone();
-            if !c.body.is_empty() {
-                text.push_str(" — ");
-                text.push_str(&c.body);
-            }
-            let mut shown = snippet(&text, request.text, 180);
-            if !c.paths.is_empty() {
-                let paths: Vec<&str> = c.paths.lines().take(4).collect();
-                let more = c.paths.lines().count().saturating_sub(paths.len());
-                shown.push_str(&format!(
-                    " [{}{}]",
-                    paths.join(", "),
-                    if more > 0 {
-                        format!(" +{more}")
-                    } else {
-                        String::new()
-                    }
-                ));
-            }
-            hits.push(Hit {
-                source: "commit",
-                reference: format!("commit {} ({day})", c.short_hash),
-                id: c.id,
-                session_id: None,
-                category: None,
-                ordinal: None,
-                tag: None,
-                commit: Some(c.hash),
-                score: score("commit", rank),
-                snippet: shown,
-                item: Item::Commit(c.id),
-            });
+        match source {
+            Source::Memory if project_wide => hits.extend(memory_hits(conn, &scope)?),
+            Source::Note => hits.extend(note_hits(conn, &scope)?),
+            Source::Compartment => hits.extend(compartment_hits(conn, &scope)?),
+            Source::Message => hits.extend(message_source_hits(conn, &scope)?),
+            Source::Commit if project_wide => hits.extend(commit_source_hits(conn, &scope)?),
+            Source::Memory | Source::Commit => {}
         }
     }
     // Highest score first; ties keep source order, then the lower id.
     hits.sort_by(|a, b| {
         b.score
             .total_cmp(&a.score)
-            .then_with(|| source_rank(a.source).cmp(&source_rank(b.source)))
+            .then_with(|| a.source.cmp(&b.source))
             .then_with(|| a.id.cmp(&b.id))
     });
+    Ok(hits)
+}
+
+/// What every source's search shares: the FTS5 expression, the filters and
+/// what the asking session already sees.
+struct Scope<'a> {
+    expression: String,
+    text: &'a str,
+    filter: MessageFilter<'a>,
+    seen: Visible,
+    per_source: i64,
+}
+
+impl Scope<'_> {
+    /// `?1`…`?7` of the note and compartment queries: the expression, the
+    /// project, harness and session filters, the time range, the limit.
+    fn params(&self) -> [&dyn rusqlite::ToSql; 7] {
+        let filter = &self.filter;
+        [
+            &self.expression,
+            &filter.project,
+            &filter.harness,
+            &filter.session_id,
+            &filter.since,
+            &filter.until,
+            &self.per_source,
+        ]
+    }
+}
+
+/// The project's live memories that match, best first, less the ones the
+/// asking session's head already shows.
+fn memory_hits(conn: &Connection, scope: &Scope<'_>) -> Result<Vec<Hit>> {
+    let (per_source, filter) = (scope.per_source, &scope.filter);
+    // FTS5 ranks its own top rows cheaply; candidates are read a page at
+    // a time and filtered, instead of joining every match before sorting.
+    let mut rows: Vec<(i64, String, String)> = Vec::new();
+    let mut offset = 0;
+    loop {
+        let page: Vec<i64> = conn
+            .prepare_cached(
+                "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?1
+                 ORDER BY rank, rowid LIMIT ?2 OFFSET ?3",
+            )?
+            .query_map(
+                params![scope.expression, page_size(per_source), offset],
+                |r| r.get(0),
+            )?
+            .collect::<rusqlite::Result<_>>()?;
+        let full = page.len() as i64 == page_size(per_source);
+        offset += page_size(per_source);
+        for id in page {
+            let row = conn
+                .prepare_cached(
+                    "SELECT id, category, content FROM memories WHERE id = ?1 AND project = ?2
+                       AND status IN ('active', 'permanent') AND created_ms >= ?3 AND created_ms < ?4",
+                )?
+                .query_row(params![id, filter.project, filter.since, filter.until], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .optional()?;
+            rows.extend(row);
+        }
+        if rows.len() as i64 >= per_source || !full {
+            break;
+        }
+    }
+    rows.truncate(per_source as usize);
+    let shown = rows
+        .into_iter()
+        .filter(|(id, ..)| !scope.seen.memory_ids.contains(id));
+    Ok(shown
+        .enumerate()
+        .map(|(rank, (id, category, content))| Hit {
+            source: Source::Memory,
+            reference: format!("#{id}"),
+            id,
+            session_id: None,
+            category: Some(category),
+            ordinal: None,
+            tag: None,
+            commit: None,
+            score: Source::Memory.score(rank),
+            snippet: preview(&content, 220),
+            item: Item::Memory(id),
+        })
+        .collect())
+}
+
+// Every FTS table is the outer loop (CROSS JOIN fixes the order): with a
+// plain JOIN the planner may walk the other table and run the MATCH once
+// per row, which at 1,000 compartments or 2,000 commits cost 150 ms.
+
+/// The notes of the project's sessions that match, best first.
+fn note_hits(conn: &Connection, scope: &Scope<'_>) -> Result<Vec<Hit>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT n.id, s.session_id, n.content FROM notes_fts f
+           CROSS JOIN notes n ON n.id = f.rowid CROSS JOIN sessions s ON s.id = n.session
+         WHERE notes_fts MATCH ?1 AND n.project = ?2
+           AND (?3 IS NULL OR s.harness = ?3) AND (?4 IS NULL OR s.session_id = ?4)
+           AND n.created_ms >= ?5 AND n.created_ms < ?6
+         ORDER BY bm25(notes_fts), n.id LIMIT ?7",
+    )?;
+    let rows = stmt.query_map(scope.params(), |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+        ))
+    })?;
+    let mut hits = Vec::new();
+    for (rank, row) in rows.enumerate() {
+        let (id, session_id, content) = row?;
+        hits.push(Hit {
+            source: Source::Note,
+            reference: format!("#{id}"),
+            id,
+            session_id: Some(session_id),
+            category: None,
+            ordinal: None,
+            tag: None,
+            commit: None,
+            score: Source::Note.score(rank),
+            snippet: snippet(&content, scope.text, 220),
+            item: Item::Note(id),
+        });
+    }
+    Ok(hits)
+}
+
+/// The compartments of the project's sessions that match, best first.
+fn compartment_hits(conn: &Connection, scope: &Scope<'_>) -> Result<Vec<Hit>> {
+    // Title counts double: it names the whole piece of work.
+    let mut stmt = conn.prepare_cached(
+        "SELECT f.sequence, s.session_id, f.title, c.p2, c.start_ordinal, c.end_ordinal, f.session
+         FROM compartments_fts f
+           CROSS JOIN sessions s ON s.id = f.session
+           CROSS JOIN compartments c ON c.session = f.session AND c.sequence = f.sequence
+         WHERE compartments_fts MATCH ?1 AND s.project_identity = ?2
+           AND (?3 IS NULL OR s.harness = ?3) AND (?4 IS NULL OR s.session_id = ?4)
+           AND coalesce(c.end_ms, c.created_ms) >= ?5 AND coalesce(c.start_ms, c.created_ms) < ?6
+         ORDER BY bm25(compartments_fts, 2.0, 1.0), f.session, f.sequence LIMIT ?7",
+    )?;
+    let rows = stmt.query_map(scope.params(), |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, String>(3)?,
+            r.get::<_, i64>(4)?,
+            r.get::<_, i64>(5)?,
+            r.get::<_, i64>(6)?,
+        ))
+    })?;
+    let mut hits = Vec::new();
+    for (rank, row) in rows.enumerate() {
+        let (sequence, session_id, title, body, start, end, session) = row?;
+        hits.push(Hit {
+            source: Source::Compartment,
+            reference: format!("c{sequence} (messages {start}-{end})"),
+            id: sequence,
+            session_id: Some(session_id),
+            category: None,
+            ordinal: None,
+            tag: None,
+            commit: None,
+            score: Source::Compartment.score(rank),
+            snippet: preview(&format!("{title}: {body}"), 220),
+            item: Item::Compartment(session, sequence),
+        });
+    }
+    Ok(hits)
+}
+
+/// The raw messages that match, best first, less what the asking session
+/// still has on the wire.
+fn message_source_hits(conn: &Connection, scope: &Scope<'_>) -> Result<Vec<Hit>> {
+    let found = message_hits(
+        conn,
+        &scope.expression,
+        &scope.filter,
+        &scope.seen,
+        scope.per_source as usize,
+    )?;
+    let mut hits = Vec::new();
+    for (rank, m) in found.into_iter().enumerate() {
+        let what = match (m.kind.as_str(), &m.tool_name) {
+            ("tool", Some(name)) => format!("tool {name}, "),
+            _ => String::new(),
+        };
+        let tag_text = m.tag.map(|t| format!(" §{t}§")).unwrap_or_default();
+        let content: String = conn
+            .prepare_cached("SELECT content FROM raw_parts WHERE id = ?1")?
+            .query_row(params![m.id], |r| r.get(0))?;
+        hits.push(Hit {
+            source: Source::Message,
+            reference: format!("{what}message {}{tag_text}", m.ordinal),
+            id: m.id,
+            session_id: Some(m.session_id),
+            category: None,
+            ordinal: Some(m.ordinal),
+            tag: m.tag,
+            commit: None,
+            score: Source::Message.score(rank),
+            snippet: snippet(&content, scope.text, 220),
+            item: Item::Message(m.id),
+        });
+    }
+    Ok(hits)
+}
+
+/// The project's indexed commits that match, best first.
+fn commit_source_hits(conn: &Connection, scope: &Scope<'_>) -> Result<Vec<Hit>> {
+    let filter = &scope.filter;
+    let found = commit_hits(
+        conn,
+        &scope.expression,
+        filter.project,
+        filter.since,
+        filter.until,
+        scope.per_source,
+    )?;
+    let mut hits = Vec::new();
+    for (rank, c) in found.into_iter().enumerate() {
+        let day = jiff::Timestamp::from_millisecond(c.committed_ms)
+            .map(|t| t.strftime("%Y-%m-%d").to_string())
+            .unwrap_or_default();
+        let mut text = c.subject.clone();
+        if !c.body.is_empty() {
+            text.push_str(" — ");
+            text.push_str(&c.body);
+        }
+        let mut shown = snippet(&text, scope.text, 180);
+        if !c.paths.is_empty() {
+            let paths: Vec<&str> = c.paths.lines().take(4).collect();
+            let more = c.paths.lines().count().saturating_sub(paths.len());
+            shown.push_str(&format!(
+                " [{}{}]",
+                paths.join(", "),
+                if more > 0 {
+                    format!(" +{more}")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        hits.push(Hit {
+            source: Source::Commit,
+            reference: format!("commit {} ({day})", c.short_hash),
+            id: c.id,
+            session_id: None,
+            category: None,
+            ordinal: None,
+            tag: None,
+            commit: Some(c.hash),
+            score: Source::Commit.score(rank),
+            snippet: shown,
+            item: Item::Commit(c.id),
+        });
+    }
     Ok(hits)
 }
 
@@ -765,22 +866,22 @@ fn message_hits(
     Ok(kept.into_iter().take(want).map(|(.., hit)| hit).collect())
 }
 
-fn source_rank(source: &str) -> usize {
-    SOURCES
-        .iter()
-        .position(|s| *s == source)
-        .unwrap_or(SOURCES.len())
-}
-
-fn score(source: &str, rank: usize) -> f64 {
-    let raw = 1.0 / (rank as f64 + 1.0);
-    // Rounded so the printed score is the compared one (no float noise in output).
-    (raw * boost(source) * 1000.0).round() / 1000.0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sources_are_named_as_the_filter_spells_them() {
+        assert_eq!(Source::ALL.map(Source::as_str), SOURCES);
+        for source in Source::ALL {
+            assert_eq!(Source::parse(source.as_str()), Some(source));
+            assert_eq!(
+                serde_json::to_value(source).unwrap(),
+                serde_json::json!(source.as_str())
+            );
+        }
+        assert_eq!(Source::parse("memories"), None);
+    }
 
     #[test]
     fn any_text_becomes_a_valid_expression() {

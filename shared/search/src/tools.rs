@@ -478,7 +478,7 @@ fn search(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> 
     }
     let matched: Vec<i64> = hits
         .iter()
-        .filter(|h| h.source == "memory")
+        .filter(|h| h.source == query::Source::Memory)
         .map(|h| h.id)
         .collect();
     if !matched.is_empty() {
@@ -517,7 +517,7 @@ fn search(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Answer> 
         lines.push(head);
         lines.push(format!("    {}", hit.snippet));
     }
-    if let Some(hit) = hits.iter().find(|h| h.source == "message") {
+    if let Some(hit) = hits.iter().find(|h| h.source == query::Source::Message) {
         let target = match (hit.tag, hit.ordinal) {
             (Some(tag), _) => format!("\"§{tag}§\""),
             (None, Some(o)) => format!("\"{}-{}\"", (o - 2).max(1), o + 2),

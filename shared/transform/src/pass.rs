@@ -391,6 +391,14 @@ fn apply(
         cache,
         markers,
     } = observe(tx, key, messages, now_ms)?;
+    let pass = Pass {
+        tx,
+        key,
+        facts,
+        messages,
+        config,
+        now_ms,
+    };
 
     // 2. Plan: a pure function of what was observed.
     let plan = plan(
@@ -406,58 +414,22 @@ fn apply(
         },
         cache,
     );
-    let busting = plan.schedule.decision == Decision::Execute;
     session.today_line = plan.today_line.clone();
 
     // 3. Mutate: first application of drops and cleanup, busting passes only.
-    let mut first_dropped = Vec::new();
-    let mut visible_change = false;
-    if let Some(mutations) = &plan.mutations {
-        let covered_now = plan.covered_now;
-        let mut mutation = Mutation {
-            tx,
-            session: session.id,
-            messages,
+    let mutated = mutate(
+        &pass,
+        &plan,
+        &mut session,
+        &Seen {
+            subagent,
             bindings: &bindings,
-            tags: &mut tags,
-            config,
-            now_ms,
-            first_dropped: &mut first_dropped,
-            visible_change: &mut visible_change,
-            positions: tag_positions(&bindings),
-            pinned: &pinned_ids,
-            visible: ordinals
-                .iter()
-                .map(|o| o.is_none_or(|o| o > covered_now))
-                .collect(),
-        };
-        mutation.apply_pending()?;
-        if let Some(sample) = mutations.emergency_sample {
-            mutation.emergency_drop(facts.prompt_tokens, facts.ceiling)?;
-            session.last_emergency_sample = Some(sample);
-        }
-        if mutations.heuristics {
-            let watermark = session.reasoning_cleared_through;
-            if let Some(through) = mutation.clear_reasoning(watermark, &mut keep_reasoning)? {
-                session.reasoning_cleared_through = through;
-            }
-            if config.tool_reclaim && !plan.schedule.force_band {
-                mutation.reclaim_old_tools(session.tool_reclaim_watermark)?;
-            }
-            if config.caveman && !subagent {
-                mutation.caveman()?;
-            }
-            session.heuristics_turn_id = facts.turn_id.clone();
-        }
-        session.tool_reclaim_watermark = session.tag_counter;
-        session.deferred_execute_ms = None;
-        session.last_execute_ms = now_ms;
-        if let Some(seen) = &facts.overflow {
-            overflow::clear(tx, session.id, seen)?;
-        }
-    } else if plan.schedule.deferred_mid_turn && session.deferred_execute_ms.is_none() {
-        session.deferred_execute_ms = Some(now_ms);
-    }
+            ordinals: &ordinals,
+            pinned_ids: &pinned_ids,
+        },
+        &mut tags,
+        &mut keep_reasoning,
+    )?;
 
     // Historian due? Measured on the raw tail the head does not cover yet,
     // by the same functions `mc-historian check` uses.
@@ -522,41 +494,19 @@ fn apply(
     // What the provider had cached and this pass changed, byte for byte.
     let bust = if head.m0_changed() {
         Bust::Hard
-    } else if visible_change || head.m1_changed() || plan.render_outdated {
+    } else if mutated.visible_change || head.m1_changed() || plan.render_outdated {
         Bust::Soft
     } else {
         Bust::None
     };
 
     // 4. Save.
-    // After an execute, this idle window's later passes should defer.
-    session.last_response_ms = if busting {
-        plan.last_response_ms.max(now_ms)
-    } else {
-        plan.last_response_ms
-    };
-    if facts.model_key.is_some() {
-        session.last_model_key = facts.model_key.clone();
-    }
-    if session.project_dir.is_none() {
-        session.project_dir = key.project_dir.and_then(Path::to_str).map(str::to_string);
-    }
-    session.render_version = RENDER_VERSION;
-    sessions::save(tx, &session, now_ms)?;
-    record_pass(
-        tx,
-        &PassRecord {
-            session: session.id,
-            // The harness's numbers may exceed i64: stored saturated, never negative.
-            input_tokens: i64::try_from(facts.prompt_tokens).unwrap_or(i64::MAX),
-            usage_percent: facts.usage_percent,
-            context_limit: i64::try_from(facts.window).unwrap_or(i64::MAX),
-            decision: plan.schedule.decision,
-            reason: plan.schedule.reason,
-            bust,
-            materialized: head.materialized.is_some(),
-            now_ms,
-        },
+    save(
+        &pass,
+        &plan.schedule,
+        plan.last_response_ms,
+        &mut session,
+        (bust, head.materialized.is_some()),
     )?;
 
     let nudge2 = state::load_reminders(tx, session.id)?;
@@ -569,7 +519,7 @@ fn apply(
         reasoning_cleared_through: session.reasoning_cleared_through,
         schedule: plan.schedule,
         bust,
-        first_dropped,
+        first_dropped: mutated.first_dropped,
         materialized: head.materialized,
         head: head.now.map(|h| HeadOut {
             m0: h.m0,
@@ -580,6 +530,154 @@ fn apply(
         due,
         nudge2,
     })))
+}
+
+/// What [`apply`] was called with, for its phases.
+struct Pass<'a, 't> {
+    tx: &'a Transaction<'t>,
+    key: &'a SessionKey<'a>,
+    facts: &'a InputFacts,
+    messages: &'a [Message],
+    config: &'a TransformConfig,
+    now_ms: i64,
+}
+
+/// What phase 3 reads of what was observed.
+struct Seen<'a> {
+    subagent: bool,
+    bindings: &'a Bindings,
+    ordinals: &'a [Option<i64>],
+    pinned_ids: &'a HashSet<String>,
+}
+
+/// What phase 3 changed.
+#[derive(Default)]
+struct Mutated {
+    /// Tags dropped for the first time on this pass.
+    first_dropped: Vec<i64>,
+    /// A byte on the wire changed (a drop, a clear, a reclaim, caveman).
+    visible_change: bool,
+}
+
+/// Phase 3: the first application of queued drops, the emergency drop and
+/// the heuristics, on a busting pass only (`plan.mutations`); the session's
+/// watermarks move with them. A deferred pass mid-turn only notes that an
+/// execute is owed.
+fn mutate(
+    pass: &Pass<'_, '_>,
+    plan: &Plan,
+    session: &mut SessionRow,
+    seen: &Seen<'_>,
+    tags: &mut Vec<TagRow>,
+    keep_reasoning: &mut [bool],
+) -> Result<Mutated> {
+    let Pass {
+        tx,
+        facts,
+        messages,
+        config,
+        now_ms,
+        ..
+    } = *pass;
+    let mut mutated = Mutated::default();
+    let Some(mutations) = &plan.mutations else {
+        if plan.schedule.deferred_mid_turn && session.deferred_execute_ms.is_none() {
+            session.deferred_execute_ms = Some(now_ms);
+        }
+        return Ok(mutated);
+    };
+    let covered_now = plan.covered_now;
+    let mut mutation = Mutation {
+        tx,
+        session: session.id,
+        messages,
+        bindings: seen.bindings,
+        tags,
+        config,
+        now_ms,
+        first_dropped: &mut mutated.first_dropped,
+        visible_change: &mut mutated.visible_change,
+        positions: tag_positions(seen.bindings),
+        pinned: seen.pinned_ids,
+        visible: seen
+            .ordinals
+            .iter()
+            .map(|o| o.is_none_or(|o| o > covered_now))
+            .collect(),
+    };
+    mutation.apply_pending()?;
+    if let Some(sample) = mutations.emergency_sample {
+        mutation.emergency_drop(facts.prompt_tokens, facts.ceiling)?;
+        session.last_emergency_sample = Some(sample);
+    }
+    if mutations.heuristics {
+        let watermark = session.reasoning_cleared_through;
+        if let Some(through) = mutation.clear_reasoning(watermark, keep_reasoning)? {
+            session.reasoning_cleared_through = through;
+        }
+        if config.tool_reclaim && !plan.schedule.force_band {
+            mutation.reclaim_old_tools(session.tool_reclaim_watermark)?;
+        }
+        if config.caveman && !seen.subagent {
+            mutation.caveman()?;
+        }
+        session.heuristics_turn_id = facts.turn_id.clone();
+    }
+    session.tool_reclaim_watermark = session.tag_counter;
+    session.deferred_execute_ms = None;
+    session.last_execute_ms = now_ms;
+    if let Some(seen) = &facts.overflow {
+        overflow::clear(tx, session.id, seen)?;
+    }
+    Ok(mutated)
+}
+
+/// Phase 4: the session row and the pass's record. `last_response_ms` is
+/// the provider's newest answer as the plan measured it; `(bust,
+/// materialized)` what the pass did to the cached bytes.
+fn save(
+    pass: &Pass<'_, '_>,
+    schedule: &Schedule,
+    last_response_ms: i64,
+    session: &mut SessionRow,
+    (bust, materialized): (Bust, bool),
+) -> Result<()> {
+    let Pass {
+        tx,
+        key,
+        facts,
+        now_ms,
+        ..
+    } = *pass;
+    // After an execute, this idle window's later passes should defer.
+    session.last_response_ms = if schedule.decision == Decision::Execute {
+        last_response_ms.max(now_ms)
+    } else {
+        last_response_ms
+    };
+    if facts.model_key.is_some() {
+        session.last_model_key = facts.model_key.clone();
+    }
+    if session.project_dir.is_none() {
+        session.project_dir = key.project_dir.and_then(Path::to_str).map(str::to_string);
+    }
+    session.render_version = RENDER_VERSION;
+    sessions::save(tx, session, now_ms)?;
+    record_pass(
+        tx,
+        &PassRecord {
+            session: session.id,
+            // The harness's numbers may exceed i64: stored saturated, never negative.
+            input_tokens: i64::try_from(facts.prompt_tokens).unwrap_or(i64::MAX),
+            usage_percent: facts.usage_percent,
+            context_limit: i64::try_from(facts.window).unwrap_or(i64::MAX),
+            decision: schedule.decision,
+            reason: schedule.reason,
+            bust,
+            materialized,
+            now_ms,
+        },
+    )
 }
 
 /// Phase 1: the session and what is stored about it that the pass reads.

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use mc_base::config::{HistorianConfig, ProviderConfig, ProviderKind};
 use mc_base::store::{Store, StoreOptions};
-use mc_llm::{self as llm, Client, ErrorKind, Model, Options, Prompt, ProxyEnv, Sleeper};
+use mc_llm::{self as llm, CallFailure, Client, Model, Options, Prompt, ProxyEnv, Sleeper};
 use mc_tests::fake_llm::{ANY_MODEL, FakeLlm, Reply, user_text};
 use mc_tests::fake_opencode::FakeOpenCode;
 use mc_tests::relay::Relay;
@@ -1731,7 +1731,7 @@ fn client_error_bodies_are_shown_with_keys_redacted_and_4xx_stops_the_chain() {
     let c = client(&fake, &["a/m", "o/other"], &[("a", KEY)], |_| {});
     let (result, events) = ask(&c);
     let error = result.unwrap_err();
-    assert_eq!(error.kind, ErrorKind::Status(401));
+    assert_eq!(error.kind, CallFailure::Status(401));
     let text = error.to_string();
     assert!(
         text.starts_with("a/m: HTTP 401 Unauthorized: {\"error\":"),
@@ -1794,7 +1794,7 @@ fn client_backoff_doubles_per_retry_and_is_slept_not_timed() {
         o.sleep = sleeper.clone();
     });
     let (result, events) = ask(&c);
-    assert_eq!(result.unwrap_err().kind, ErrorKind::Status(503));
+    assert_eq!(result.unwrap_err().kind, CallFailure::Status(503));
     assert_eq!(fake.models_asked(), ["m"; 4], "one try and three retries");
     let delays = retry_delays(&events);
     assert_eq!(
@@ -1847,7 +1847,7 @@ fn client_unset_keys_and_router_errors_fall_back() {
     fake.script("bad", [Reply::Raw("<html>proxy error</html>".into())]);
     let c = client(&fake, &["o/bad", "o/m"], &[], |_| {});
     let error = ask(&c).0.unwrap_err();
-    assert_eq!(error.kind, ErrorKind::Protocol);
+    assert_eq!(error.kind, CallFailure::Protocol);
     assert!(error.to_string().contains("<html>proxy error</html>"));
 }
 
@@ -1936,7 +1936,7 @@ fn client_command_timeout_kills_the_program() {
     )
     .unwrap();
     let error = ask(&c).0.unwrap_err();
-    assert_eq!(error.kind, ErrorKind::Timeout);
+    assert_eq!(error.kind, CallFailure::Timeout);
     assert!(
         error.to_string().contains("did not finish within 1000 ms"),
         "{error}"
@@ -1968,7 +1968,7 @@ fn client_command_timeout_kills_the_program() {
         options,
     )
     .unwrap();
-    assert_eq!(ask(&c).0.unwrap_err().kind, ErrorKind::Unavailable);
+    assert_eq!(ask(&c).0.unwrap_err().kind, CallFailure::Unavailable);
 }
 
 // ---------------------------------------------------------------------------

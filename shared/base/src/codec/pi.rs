@@ -154,6 +154,41 @@ fn finish_of(stop: Option<&str>) -> Option<&'static str> {
     }
 }
 
+/// An assistant message's content blocks as parts; each tool call is noted
+/// in `open_calls` as belonging to message `i` (its results may fold into it).
+fn assistant_parts(
+    id: &str,
+    content: Option<&Value>,
+    i: usize,
+    open_calls: &mut BTreeMap<String, usize>,
+) -> Vec<Part> {
+    let blocks = content.and_then(Value::as_array);
+    blocks
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(k, block)| {
+            let pid = format!("{id}/{k}");
+            let field = |f: &str| block.get(f).and_then(Value::as_str).unwrap_or_default();
+            match block.get("type").and_then(Value::as_str) {
+                Some("text") => part(json!({"id": pid, "type": "text", "text": field("text")})),
+                Some("thinking") => {
+                    part(json!({"id": pid, "type": "reasoning", "text": field("thinking")}))
+                }
+                Some("toolCall") => {
+                    let call = field("id");
+                    open_calls.insert(call.to_string(), i);
+                    let input = block.get("arguments").cloned().unwrap_or(json!({}));
+                    part(json!({"id": pid, "type": "tool", "callID": call,
+                        "tool": field("name"),
+                        "state": {"status": "pending", "input": input}}))
+                }
+                _ => part(json!({"id": pid, "type": "pi-block"})),
+            }
+        })
+        .collect()
+}
+
 /// Decode Pi's messages for the pass. `session_id` goes into every message's
 /// `info.sessionID` (Pi's messages do not name their session).
 pub fn decode(values: Vec<Value>, session_id: Option<&str>) -> Result<(Vec<Message>, Layout)> {
@@ -247,34 +282,7 @@ pub fn decode(values: Vec<Value>, session_id: Option<&str>) -> Result<(Vec<Messa
                                "cache": {"read": n("cacheRead"), "write": n("cacheWrite")}}),
                     );
                 }
-                let blocks = original.get("content").and_then(Value::as_array);
-                blocks
-                    .into_iter()
-                    .flatten()
-                    .enumerate()
-                    .map(|(k, block)| {
-                        let pid = format!("{id}/{k}");
-                        let field =
-                            |f: &str| block.get(f).and_then(Value::as_str).unwrap_or_default();
-                        match block.get("type").and_then(Value::as_str) {
-                            Some("text") => {
-                                part(json!({"id": pid, "type": "text", "text": field("text")}))
-                            }
-                            Some("thinking") => part(
-                                json!({"id": pid, "type": "reasoning", "text": field("thinking")}),
-                            ),
-                            Some("toolCall") => {
-                                let call = field("id");
-                                open_calls.insert(call.to_string(), i);
-                                let input = block.get("arguments").cloned().unwrap_or(json!({}));
-                                part(json!({"id": pid, "type": "tool", "callID": call,
-                                    "tool": field("name"),
-                                    "state": {"status": "pending", "input": input}}))
-                            }
-                            _ => part(json!({"id": pid, "type": "pi-block"})),
-                        }
-                    })
-                    .collect()
+                assistant_parts(id, original.get("content"), i, &mut open_calls)
             }
             Some("compactionSummary") => {
                 // OpenCode's convention for a compaction's summary.

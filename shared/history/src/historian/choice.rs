@@ -93,7 +93,7 @@ impl ModelChoice {
     /// The error a run without a model stops with (a usage error): why
     /// there is none, and what to write.
     pub fn missing(&self) -> LlmError {
-        LlmError::new(None, llm::ErrorKind::Config, self.reason.clone()).with_hint(
+        LlmError::new(None, llm::CallFailure::Config, self.reason.clone()).with_hint(
             "set historian.model to \"provider/model\" in the user config \
              ($XDG_CONFIG_HOME/mc/config.jsonc), with that provider under \"providers\"",
         )

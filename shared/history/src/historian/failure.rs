@@ -128,14 +128,14 @@ impl RunFailure {
 
 fn provider_class(error: &LlmError) -> &'static str {
     match error.kind {
-        llm::ErrorKind::Config => "provider_config",
-        llm::ErrorKind::Unavailable => "provider_unavailable",
-        llm::ErrorKind::Status(_) => "provider_status",
-        llm::ErrorKind::Transport => "provider_unreachable",
-        llm::ErrorKind::Timeout => "provider_timeout",
-        llm::ErrorKind::Command => "provider_command",
-        llm::ErrorKind::Harness => "provider_harness",
-        llm::ErrorKind::Protocol => "provider_protocol",
+        llm::CallFailure::Config => "provider_config",
+        llm::CallFailure::Unavailable => "provider_unavailable",
+        llm::CallFailure::Status(_) => "provider_status",
+        llm::CallFailure::Transport => "provider_unreachable",
+        llm::CallFailure::Timeout => "provider_timeout",
+        llm::CallFailure::Command => "provider_command",
+        llm::CallFailure::Harness => "provider_harness",
+        llm::CallFailure::Protocol => "provider_protocol",
     }
 }
 
@@ -208,7 +208,7 @@ mod tests {
     fn timeout() -> LlmError {
         LlmError::new(
             llm::ModelRef::parse("a/m").as_ref(),
-            llm::ErrorKind::Timeout,
+            llm::CallFailure::Timeout,
             "no answer within 400 ms",
         )
         .with_hint("raise historian.timeout_ms")

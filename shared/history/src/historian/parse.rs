@@ -7,6 +7,8 @@
 //! the text of `<title>`, `<p1>`…`<p4>` and `<fact>` runs to its own closing
 //! tag, so it may hold `<`, `&` and code; the five XML entities are decoded.
 
+use mc_base::xml::{Cursor, unescape};
+
 use crate::store::CATEGORIES;
 
 /// Episode types a compartment may have.
@@ -65,7 +67,7 @@ pub fn parse(text: &str) -> Result<Answer, String> {
     else {
         return Err("the answer is truncated: <history> is never closed".into());
     };
-    let mut cursor = Cursor { text: body, pos: 0 };
+    let mut cursor = Cursor::new(body);
     let mut compartments = Vec::new();
     let mut facts = Vec::new();
     let mut facts_seen = false;
@@ -76,13 +78,13 @@ pub fn parse(text: &str) -> Result<Answer, String> {
             break;
         }
         if cursor.starts_tag("compartment") {
-            compartments.push(cursor.compartment(compartments.len() + 1)?);
+            compartments.push(compartment(&mut cursor, compartments.len() + 1)?);
         } else if cursor.starts_tag("facts") {
             if facts_seen {
                 return Err("<facts> appears twice".into());
             }
             facts_seen = true;
-            facts = cursor.facts()?;
+            facts = facts_of(&mut cursor)?;
         } else if cursor.starts_tag("unprocessed_from") {
             if unprocessed_from.is_some() {
                 return Err("<unprocessed_from> appears twice".into());
@@ -116,277 +118,162 @@ pub fn parse(text: &str) -> Result<Answer, String> {
     })
 }
 
-struct Cursor<'a> {
-    text: &'a str,
-    pos: usize,
+fn compartment(cursor: &mut Cursor, index: usize) -> Result<RawCompartment, String> {
+    let (attributes, self_closing) = cursor.open_tag("compartment")?;
+    let what = format!("compartment {index}");
+    if self_closing {
+        return Err(format!("{what} is empty"));
+    }
+    let mut start = None;
+    let mut end = None;
+    let mut importance = None;
+    let mut episode = None;
+    for (key, value) in attributes {
+        let int = |v: &str| {
+            v.trim()
+                .parse::<i64>()
+                .map_err(|_| format!("{what}: {key}=\"{v}\" is not an integer"))
+        };
+        match key.as_str() {
+            "start" => start = Some(int(&value)?),
+            "end" => end = Some(int(&value)?),
+            "importance" => {
+                let n = int(&value)?;
+                if !(0..=100).contains(&n) {
+                    return Err(format!("{what}: importance {n} is not within 0..100"));
+                }
+                importance = Some(n);
+            }
+            "episode" => {
+                let e = value.trim().to_ascii_lowercase();
+                if !EPISODES.contains(&e.as_str()) {
+                    return Err(format!(
+                        "{what}: episode {value:?} is not one of {}",
+                        EPISODES.join(", ")
+                    ));
+                }
+                episode = Some(e);
+            }
+            other => return Err(format!("{what}: unknown attribute {other}")),
+        }
+    }
+    let missing = |name: &str| format!("{what} has no {name} attribute");
+    let (start, end) = (
+        start.ok_or_else(|| missing("start"))?,
+        end.ok_or_else(|| missing("end"))?,
+    );
+    let what = format!("compartment {start}-{end}");
+    let importance = importance.ok_or_else(|| format!("{what} has no importance attribute"))?;
+    let episode = episode.ok_or_else(|| format!("{what} has no episode attribute"))?;
+    const CHILDREN: [&str; 5] = ["title", "p1", "p2", "p3", "p4"];
+    let mut texts: [Option<String>; 5] = Default::default();
+    loop {
+        cursor.skip_space_and_comments()?;
+        if cursor.close_tag("compartment") {
+            break;
+        }
+        if cursor.at_end() {
+            return Err(format!("{what} is never closed"));
+        }
+        let Some((&name, slot)) = CHILDREN
+            .iter()
+            .zip(texts.iter_mut())
+            .find(|(c, _)| cursor.starts_tag(c))
+        else {
+            return Err(format!(
+                "unexpected {} in {what} (it holds <title>, <p1>, <p2>, <p3> and <p4>)",
+                cursor.describe_here()
+            ));
+        };
+        let (attributes, self_closing) = cursor.open_tag(name)?;
+        if !attributes.is_empty() {
+            return Err(format!("<{name}> in {what} takes no attributes"));
+        }
+        if slot.is_some() {
+            return Err(format!("{what} has <{name}> twice"));
+        }
+        let raw = if self_closing {
+            ""
+        } else {
+            cursor.text_until_close(name)?
+        };
+        let mut text = element_text(raw);
+        if matches!(name, "title" | "p4") {
+            text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        }
+        if text.is_empty() {
+            return Err(format!("{what} has an empty <{name}>"));
+        }
+        *slot = Some(text);
+    }
+    let [title, p1, p2, p3, p4] = texts;
+    let need = |t: Option<String>, name: &str| t.ok_or_else(|| format!("{what} has no <{name}>"));
+    Ok(RawCompartment {
+        start,
+        end,
+        importance,
+        episode,
+        title: need(title, "title")?,
+        tiers: [
+            need(p1, "p1")?,
+            need(p2, "p2")?,
+            need(p3, "p3")?,
+            need(p4, "p4")?,
+        ],
+    })
 }
 
-impl<'a> Cursor<'a> {
-    /// The text from the cursor on (empty at or past the end). `pos` only
-    /// moves over whole chars and tags.
-    fn rest(&self) -> &'a str {
-        self.text.get(self.pos..).unwrap_or_default()
+fn facts_of(cursor: &mut Cursor) -> Result<Vec<RawFact>, String> {
+    let (attributes, self_closing) = cursor.open_tag("facts")?;
+    if !attributes.is_empty() {
+        return Err("<facts> takes no attributes".into());
     }
-
-    fn at_end(&self) -> bool {
-        self.pos >= self.text.len()
+    let mut facts = Vec::new();
+    if self_closing {
+        return Ok(facts);
     }
-
-    fn skip_space(&mut self) {
-        let rest = self.rest();
-        self.pos += rest.len() - rest.trim_start().len();
-    }
-
-    fn skip_space_and_comments(&mut self) -> Result<(), String> {
-        loop {
-            self.skip_space();
-            if let Some(comment) = self.rest().strip_prefix("<!--") {
-                let end = comment.find("-->").ok_or("a comment is never closed")?;
-                self.pos += 4 + end + 3;
-            } else {
-                return Ok(());
-            }
-        }
-    }
-
-    /// `<name` followed by whitespace, `>` or `/`.
-    fn starts_tag(&self, name: &str) -> bool {
-        self.rest()
-            .strip_prefix('<')
-            .and_then(|r| r.strip_prefix(name))
-            .and_then(|r| r.chars().next())
-            .is_some_and(|c| c.is_whitespace() || c == '>' || c == '/')
-    }
-
-    fn describe_here(&self) -> String {
-        let rest = self.rest();
-        let cut: String = rest.chars().take(40).collect();
-        let cut = cut.split('\n').next().unwrap_or_default();
-        if rest.starts_with('<') {
-            format!("element {cut:?}")
-        } else {
-            format!("text {cut:?}")
-        }
-    }
-
-    /// Read `<name attr="v" …>` (or `/>`); returns the attributes and whether
-    /// the element closed itself.
-    fn open_tag(&mut self, name: &str) -> Result<(Vec<(String, String)>, bool), String> {
-        self.pos += 1 + name.len();
-        let mut attributes: Vec<(String, String)> = Vec::new();
-        loop {
-            self.skip_space();
-            let rest = self.rest();
-            if let Some(after) = rest.strip_prefix("/>") {
-                self.pos = self.text.len() - after.len();
-                return Ok((attributes, true));
-            }
-            if let Some(after) = rest.strip_prefix('>') {
-                self.pos = self.text.len() - after.len();
-                return Ok((attributes, false));
-            }
-            let key_len = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
-                .unwrap_or(rest.len());
-            let key = match rest.get(..key_len) {
-                Some(key) if !key.is_empty() => key.to_string(),
-                _ => return Err(format!("<{name}> has a malformed attribute list")),
-            };
-            self.pos += key_len;
-            self.skip_space();
-            let rest = self.rest();
-            let Some(rest) = rest.strip_prefix('=') else {
-                return Err(format!("<{name}> attribute {key} has no value"));
-            };
-            let mut chars = rest.trim_start().chars();
-            let quote = chars
-                .next()
-                .filter(|c| *c == '"' || *c == '\'')
-                .ok_or_else(|| format!("<{name}> attribute {key} is not quoted"))?;
-            let (raw_value, after) = chars
-                .as_str()
-                .split_once(quote)
-                .ok_or_else(|| format!("<{name}> attribute {key} is never closed"))?;
-            let value = unescape(raw_value);
-            self.pos = self.text.len() - after.len();
-            if attributes.iter().any(|(k, _)| *k == key) {
-                return Err(format!("<{name}> has attribute {key} twice"));
-            }
-            attributes.push((key, value));
-        }
-    }
-
-    /// The raw text up to `</name>`, which is consumed.
-    fn text_until_close(&mut self, name: &str) -> Result<&'a str, String> {
-        let close = format!("</{name}>");
-        let (inside, _) = self
-            .rest()
-            .split_once(&close)
-            .ok_or_else(|| format!("<{name}> is never closed"))?;
-        self.pos += inside.len() + close.len();
-        Ok(inside)
-    }
-
-    fn compartment(&mut self, index: usize) -> Result<RawCompartment, String> {
-        let (attributes, self_closing) = self.open_tag("compartment")?;
-        let what = format!("compartment {index}");
-        if self_closing {
-            return Err(format!("{what} is empty"));
-        }
-        let mut start = None;
-        let mut end = None;
-        let mut importance = None;
-        let mut episode = None;
-        for (key, value) in attributes {
-            let int = |v: &str| {
-                v.trim()
-                    .parse::<i64>()
-                    .map_err(|_| format!("{what}: {key}=\"{v}\" is not an integer"))
-            };
-            match key.as_str() {
-                "start" => start = Some(int(&value)?),
-                "end" => end = Some(int(&value)?),
-                "importance" => {
-                    let n = int(&value)?;
-                    if !(0..=100).contains(&n) {
-                        return Err(format!("{what}: importance {n} is not within 0..100"));
-                    }
-                    importance = Some(n);
-                }
-                "episode" => {
-                    let e = value.trim().to_ascii_lowercase();
-                    if !EPISODES.contains(&e.as_str()) {
-                        return Err(format!(
-                            "{what}: episode {value:?} is not one of {}",
-                            EPISODES.join(", ")
-                        ));
-                    }
-                    episode = Some(e);
-                }
-                other => return Err(format!("{what}: unknown attribute {other}")),
-            }
-        }
-        let missing = |name: &str| format!("{what} has no {name} attribute");
-        let (start, end) = (
-            start.ok_or_else(|| missing("start"))?,
-            end.ok_or_else(|| missing("end"))?,
-        );
-        let what = format!("compartment {start}-{end}");
-        let importance = importance.ok_or_else(|| format!("{what} has no importance attribute"))?;
-        let episode = episode.ok_or_else(|| format!("{what} has no episode attribute"))?;
-        const CHILDREN: [&str; 5] = ["title", "p1", "p2", "p3", "p4"];
-        let mut texts: [Option<String>; 5] = Default::default();
-        loop {
-            self.skip_space_and_comments()?;
-            if self.rest().starts_with("</compartment>") {
-                self.pos += "</compartment>".len();
-                break;
-            }
-            if self.at_end() {
-                return Err(format!("{what} is never closed"));
-            }
-            let Some((&name, slot)) = CHILDREN
-                .iter()
-                .zip(texts.iter_mut())
-                .find(|(c, _)| self.starts_tag(c))
-            else {
-                return Err(format!(
-                    "unexpected {} in {what} (it holds <title>, <p1>, <p2>, <p3> and <p4>)",
-                    self.describe_here()
-                ));
-            };
-            let (attributes, self_closing) = self.open_tag(name)?;
-            if !attributes.is_empty() {
-                return Err(format!("<{name}> in {what} takes no attributes"));
-            }
-            if slot.is_some() {
-                return Err(format!("{what} has <{name}> twice"));
-            }
-            let raw = if self_closing {
-                ""
-            } else {
-                self.text_until_close(name)?
-            };
-            let mut text = element_text(raw);
-            if matches!(name, "title" | "p4") {
-                text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-            }
-            if text.is_empty() {
-                return Err(format!("{what} has an empty <{name}>"));
-            }
-            *slot = Some(text);
-        }
-        let [title, p1, p2, p3, p4] = texts;
-        let need =
-            |t: Option<String>, name: &str| t.ok_or_else(|| format!("{what} has no <{name}>"));
-        Ok(RawCompartment {
-            start,
-            end,
-            importance,
-            episode,
-            title: need(title, "title")?,
-            tiers: [
-                need(p1, "p1")?,
-                need(p2, "p2")?,
-                need(p3, "p3")?,
-                need(p4, "p4")?,
-            ],
-        })
-    }
-
-    fn facts(&mut self) -> Result<Vec<RawFact>, String> {
-        let (attributes, self_closing) = self.open_tag("facts")?;
-        if !attributes.is_empty() {
-            return Err("<facts> takes no attributes".into());
-        }
-        let mut facts = Vec::new();
-        if self_closing {
+    loop {
+        cursor.skip_space_and_comments()?;
+        if cursor.close_tag("facts") {
             return Ok(facts);
         }
-        loop {
-            self.skip_space_and_comments()?;
-            if self.rest().starts_with("</facts>") {
-                self.pos += "</facts>".len();
-                return Ok(facts);
-            }
-            if self.at_end() {
-                return Err("<facts> is never closed".into());
-            }
-            if !self.starts_tag("fact") {
-                return Err(format!(
-                    "unexpected {} in <facts> (it holds <fact category=\"…\"> elements)",
-                    self.describe_here()
-                ));
-            }
-            let (attributes, self_closing) = self.open_tag("fact")?;
-            let mut category = None;
-            for (key, value) in attributes {
-                match key.as_str() {
-                    "category" => category = Some(value.trim().to_ascii_uppercase()),
-                    other => return Err(format!("<fact> has unknown attribute {other}")),
-                }
-            }
-            let category = category.ok_or("a <fact> has no category attribute")?;
-            if !CATEGORIES.contains(&category.as_str()) {
-                return Err(format!(
-                    "fact category {category:?} is not one of {}",
-                    CATEGORIES.join(", ")
-                ));
-            }
-            let raw = if self_closing {
-                ""
-            } else {
-                self.text_until_close("fact")?
-            };
-            let content = element_text(raw)
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ");
-            if content.is_empty() {
-                return Err(format!("a {category} fact is empty"));
-            }
-            facts.push(RawFact { category, content });
+        if cursor.at_end() {
+            return Err("<facts> is never closed".into());
         }
+        if !cursor.starts_tag("fact") {
+            return Err(format!(
+                "unexpected {} in <facts> (it holds <fact category=\"…\"> elements)",
+                cursor.describe_here()
+            ));
+        }
+        let (attributes, self_closing) = cursor.open_tag("fact")?;
+        let mut category = None;
+        for (key, value) in attributes {
+            match key.as_str() {
+                "category" => category = Some(value.trim().to_ascii_uppercase()),
+                other => return Err(format!("<fact> has unknown attribute {other}")),
+            }
+        }
+        let category = category.ok_or("a <fact> has no category attribute")?;
+        if !CATEGORIES.contains(&category.as_str()) {
+            return Err(format!(
+                "fact category {category:?} is not one of {}",
+                CATEGORIES.join(", ")
+            ));
+        }
+        let raw = if self_closing {
+            ""
+        } else {
+            cursor.text_until_close("fact")?
+        };
+        let content = element_text(raw)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        if content.is_empty() {
+            return Err(format!("a {category} fact is empty"));
+        }
+        facts.push(RawFact { category, content });
     }
 }
 
@@ -400,46 +287,6 @@ fn element_text(raw: &str) -> String {
         return inner.trim().to_string();
     }
     unescape(trimmed).trim().to_string()
-}
-
-/// Decode `&lt; &gt; &amp; &quot; &apos;` and numeric references; anything
-/// else that starts with `&` is text.
-pub fn unescape(text: &str) -> String {
-    if !text.contains('&') {
-        return text.to_string();
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some((before, after_amp)) = rest.split_once('&') {
-        out.push_str(before);
-        // `(name, text after the ';')` of an entity of at most 10 bytes
-        let entity = after_amp.split_once(';').filter(|(e, _)| e.len() <= 10);
-        let decoded = entity.and_then(|(e, _)| match e {
-            "lt" => Some('<'),
-            "gt" => Some('>'),
-            "amp" => Some('&'),
-            "quot" => Some('"'),
-            "apos" => Some('\''),
-            _ => e
-                .strip_prefix("#x")
-                .or_else(|| e.strip_prefix("#X"))
-                .and_then(|h| u32::from_str_radix(h, 16).ok())
-                .or_else(|| e.strip_prefix('#').and_then(|d| d.parse().ok()))
-                .and_then(char::from_u32),
-        });
-        match (entity, decoded) {
-            (Some((_, after_entity)), Some(c)) => {
-                out.push(c);
-                rest = after_entity;
-            }
-            _ => {
-                out.push('&');
-                rest = after_amp;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 #[cfg(test)]

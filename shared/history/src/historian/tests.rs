@@ -4,7 +4,7 @@ use std::cell::RefCell;
 
 use super::*;
 use mc_base::testkit::{NOW, WORDS, envelope, messages};
-use mc_llm::{ErrorKind, LlmError, ModelRef};
+use mc_llm::{CallFailure, LlmError, ModelRef};
 
 fn input(session: &str, turns: usize, usage: u64) -> Input {
     Input::from_envelope(envelope(session, messages(session, turns, WORDS), usage)).unwrap()
@@ -298,7 +298,7 @@ fn model_failures_are_recorded() {
     let model = Scripted::new(|_, _| {
         Err(LlmError::new(
             ModelRef::parse("fake/model").as_ref(),
-            ErrorKind::Status(503),
+            CallFailure::Status(503),
             "HTTP 503 Service Unavailable: {\"error\":\"down\"}",
         ))
     });
