@@ -12,8 +12,8 @@ use mc_base::config::Config;
 use mc_base::domain::gateway::{Identity, Pass};
 use mc_base::store::StoreOptions;
 use mc_cli::{Failure, GlobalArgs, Wait};
-use mc_transform_core::gateway::TransformPass;
 use mc_gateway::{Gateway, Limits, Upstream};
+use mc_transform_core::gateway::TransformPass;
 
 use crate::commands::NAME;
 
@@ -26,7 +26,11 @@ fn pass_for(global: &GlobalArgs, config: &Config) -> Arc<dyn Pass> {
         let options = StoreOptions {
             busy_timeout: Wait::Hook.timeout(config),
         };
-        Ok(TransformPass::open(&path, &options, config.transform.clone())?)
+        Ok(TransformPass::open(
+            &path,
+            &options,
+            config.transform.clone(),
+        )?)
     });
     match opened {
         Ok(pass) => Arc::new(pass),

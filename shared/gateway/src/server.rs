@@ -348,8 +348,13 @@ fn is_messages(method: &str, target: &str) -> bool {
     method == "POST" && path == "/v1/messages"
 }
 
-fn forward(mut stream: TcpStream, shared: &Shared, head: &Head, url: &str, original: Vec<u8>) {
-    let counters = &shared.counters;
+/// Header names and their raw values.
+type RawHeaders = Vec<(String, Vec<u8>)>;
+
+/// The headers that go upstream (all but hop-by-hop ones and
+/// `accept-encoding`, names lower-cased) and those the pass may see (the
+/// same without credentials, UTF-8 only).
+fn request_headers(head: &Head) -> (RawHeaders, Vec<(String, String)>) {
     let connection = head.connection_tokens();
     let lower: Vec<String> = head
         .headers
@@ -369,6 +374,25 @@ fn forward(mut stream: TcpStream, shared: &Shared, head: &Head, url: &str, origi
             pass_headers.push((name.clone(), text.to_string()));
         }
     }
+    (upstream_headers, pass_headers)
+}
+
+/// The pass's body for a call, or `None` to send the original: untouched,
+/// or the pass failed or panicked (counted).
+fn run_pass(shared: &Shared, call: &Call<'_>) -> Option<Vec<u8>> {
+    match catch_unwind(AssertUnwindSafe(|| shared.pass.request(call))) {
+        Ok(Ok(Forward::Body(body))) => Some(body),
+        Ok(Ok(Forward::Untouched)) => None,
+        Ok(Err(_)) | Err(_) => {
+            shared.counters.pass_failed.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+fn forward(mut stream: TcpStream, shared: &Shared, head: &Head, url: &str, original: Vec<u8>) {
+    let counters = &shared.counters;
+    let (upstream_headers, pass_headers) = request_headers(head);
     let sees_pass = is_messages(&head.method, &head.target);
     let call = Call {
         api: Api::AnthropicMessages,
@@ -380,14 +404,7 @@ fn forward(mut stream: TcpStream, shared: &Shared, head: &Head, url: &str, origi
         now_ms: (shared.config.clock)(),
     };
     let rewritten = if sees_pass {
-        match catch_unwind(AssertUnwindSafe(|| shared.pass.request(&call))) {
-            Ok(Ok(Forward::Body(body))) => Some(body),
-            Ok(Ok(Forward::Untouched)) => None,
-            Ok(Err(_)) | Err(_) => {
-                counters.pass_failed.fetch_add(1, Ordering::Relaxed);
-                None
-            }
-        }
+        run_pass(shared, &call)
     } else {
         None
     };

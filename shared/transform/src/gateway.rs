@@ -80,6 +80,128 @@ struct Memory {
     clock: u64,
 }
 
+impl Memory {
+    /// Count a call, make room for its session (the least recently used one
+    /// goes), and remember the body as one the pass worked on; the call's
+    /// clock tick.
+    fn admit(&mut self, key: &str, body_print: u64, model: Option<String>) -> u64 {
+        self.clock += 1;
+        let clock = self.clock;
+        if !self.sessions.contains_key(key) && self.sessions.len() >= KEPT_SESSIONS {
+            let oldest = self
+                .sessions
+                .iter()
+                .min_by_key(|(k, s)| (s.last_used, (*k).clone()))
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                self.sessions.remove(&oldest);
+            }
+        }
+        self.pending.retain(|(p, _, _)| *p != body_print);
+        if self.pending.len() >= PENDING_CALLS {
+            self.pending.remove(0);
+        }
+        self.pending.push((body_print, key.to_string(), model));
+        clock
+    }
+}
+
+/// What a request's messages are, measured against the previous request.
+struct Identified {
+    ids: Vec<String>,
+    prints: Vec<u64>,
+    changed: FxHashSet<Box<str>>,
+    messages: Vec<Message>,
+}
+
+/// Each message's identity (kept while its bytes are the same at the same
+/// position), the decoded message (reused when unchanged), and the ids that
+/// changed.
+fn identify(request: &Request<'_>, kept: &mut Kept, key: &str, now_ms: i64) -> Identified {
+    let n = request.items.len();
+    let mut ids = Vec::with_capacity(n);
+    let mut prints = Vec::with_capacity(n);
+    let mut changed: FxHashSet<Box<str>> = FxHashSet::default();
+    let mut messages = Vec::with_capacity(n);
+    for i in 0..n {
+        let p = print(request.item_bytes(i));
+        let same = kept.prints.get(i) == Some(&p);
+        let id = match kept.ids.get(i) {
+            Some(id) if same => id.clone(),
+            _ => request.message_id(i),
+        };
+        let reused = if same {
+            kept.unused.remove(id.as_str())
+        } else {
+            None
+        };
+        if !same {
+            changed.insert(id.as_str().into());
+        }
+        let message = match reused {
+            Some(message) => message,
+            None => {
+                let seen =
+                    request.items.get(i).and_then(|it| it.role.as_deref()) == Some("assistant");
+                let seen_ms = seen.then(|| *kept.seen.entry(id.clone()).or_insert(now_ms));
+                request.decode(i, &id, key, seen_ms)
+            }
+        };
+        messages.push(message);
+        ids.push(id);
+        prints.push(p);
+    }
+    Identified {
+        ids,
+        prints,
+        changed,
+        messages,
+    }
+}
+
+/// The envelope a gateway call's pass runs on (its messages come decoded,
+/// through [`Resident`]).
+fn envelope_for(
+    key: &str,
+    model: Option<String>,
+    usage: Option<Usage>,
+    now_ms: i64,
+    subagent: bool,
+) -> Envelope {
+    Envelope {
+        harness: HARNESS.into(),
+        session_id: Some(key.to_string()),
+        project_dir: None,
+        model: ModelInfo {
+            provider: Some("anthropic".into()),
+            id: model,
+            context_limit: Some(DEFAULT_WINDOW),
+            output_limit: None,
+        },
+        usage,
+        now_ms: Some(now_ms),
+        subagent,
+        wait_for_fold: false,
+        system: None,
+        messages: Vec::new(),
+    }
+}
+
+/// A forwarded message's tool results go when the message before it (their
+/// calls) is no longer sent: the head covers it.
+fn strip_orphaned_results(request: &Request<'_>, entries: &mut [(Option<usize>, Vec<u8>)]) {
+    let present: FxHashSet<usize> = entries.iter().filter_map(|(i, _)| *i).collect();
+    for (origin, bytes) in entries.iter_mut() {
+        if let Some(i) = *origin
+            && request.has_results(i)
+            && (i == 0 || !present.contains(&(i - 1)))
+            && let Some(stripped) = Request::without_results(bytes)
+        {
+            *bytes = stripped;
+        }
+    }
+}
+
 /// mc's transform as a gateway pass.
 pub struct TransformPass {
     store: Mutex<Store>,
@@ -169,64 +291,18 @@ impl TransformPass {
         let mut memory = self.memory.lock().map_err(|_| {
             Error::input("the gateway pass's memory is poisoned; forward unchanged")
         })?;
-        memory.clock += 1;
-        let clock = memory.clock;
-        if !memory.sessions.contains_key(&key) && memory.sessions.len() >= KEPT_SESSIONS {
-            let oldest = memory
-                .sessions
-                .iter()
-                .min_by_key(|(k, s)| (s.last_used, (*k).clone()))
-                .map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                memory.sessions.remove(&oldest);
-            }
-        }
         let model = request.model.clone();
-        let body_print = print(call.body);
-        memory.pending.retain(|(p, _, _)| *p != body_print);
-        if memory.pending.len() >= PENDING_CALLS {
-            memory.pending.remove(0);
-        }
-        memory
-            .pending
-            .push((body_print, key.clone(), model.clone()));
+        let clock = memory.admit(&key, print(call.body), model.clone());
         let kept = memory.sessions.entry(key.clone()).or_default();
         kept.last_used = clock;
 
         // Identities and what changed since the previous request.
-        let n = request.items.len();
-        let mut ids = Vec::with_capacity(n);
-        let mut prints = Vec::with_capacity(n);
-        let mut changed: FxHashSet<Box<str>> = FxHashSet::default();
-        let mut messages = Vec::with_capacity(n);
-        for i in 0..n {
-            let p = print(request.item_bytes(i));
-            let same = kept.prints.get(i) == Some(&p);
-            let id = match kept.ids.get(i) {
-                Some(id) if same => id.clone(),
-                _ => request.message_id(i),
-            };
-            let reused = if same {
-                kept.unused.remove(id.as_str())
-            } else {
-                None
-            };
-            if !same {
-                changed.insert(id.as_str().into());
-            }
-            let message = match reused {
-                Some(message) => message,
-                None => {
-                    let seen =
-                        request.items.get(i).and_then(|it| it.role.as_deref()) == Some("assistant");
-                    let seen_ms = seen.then(|| *kept.seen.entry(id.clone()).or_insert(call.now_ms));
-                    request.decode(i, &id, &key, seen_ms)
-                }
-            };
-            messages.push(message);
-            ids.push(id);
-            prints.push(p);
-        }
+        let Identified {
+            ids,
+            prints,
+            changed,
+            messages,
+        } = identify(&request, kept, &key, call.now_ms);
         let index_of: FxHashMap<&str, usize> = ids
             .iter()
             .enumerate()
@@ -241,23 +317,7 @@ impl TransformPass {
             previous_len: kept.output.len(),
             changed,
         };
-        let envelope = Envelope {
-            harness: HARNESS.into(),
-            session_id: Some(key.clone()),
-            project_dir: None,
-            model: ModelInfo {
-                provider: Some("anthropic".into()),
-                id: model,
-                context_limit: Some(DEFAULT_WINDOW),
-                output_limit: None,
-            },
-            usage: kept.usage,
-            now_ms: Some(call.now_ms),
-            subagent,
-            wait_for_fold: false,
-            system: None,
-            messages: Vec::new(),
-        };
+        let envelope = envelope_for(&key, model, kept.usage, call.now_ms, subagent);
         let resident = Resident {
             decoded: Some(messages),
             replay: Some(replay),
@@ -335,16 +395,7 @@ impl TransformPass {
         flush_head(&mut pending_head, &mut entries, !seen_original);
 
         // A result whose call is no longer sent (the head covers it) goes too.
-        let present: FxHashSet<usize> = entries.iter().filter_map(|(i, _)| *i).collect();
-        for (origin, bytes) in &mut entries {
-            if let Some(i) = *origin
-                && request.has_results(i)
-                && (i == 0 || !present.contains(&(i - 1)))
-                && let Some(stripped) = Request::without_results(bytes)
-            {
-                *bytes = stripped;
-            }
-        }
+        strip_orphaned_results(&request, &mut entries);
         let pieces: Vec<Piece<'_>> = entries
             .iter()
             .map(|(origin, bytes)| match origin {
