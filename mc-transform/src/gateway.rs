@@ -21,7 +21,7 @@ use crate::commands::NAME;
 /// store `--db` (else `MC_DB`, else the default) names. A store that cannot
 /// be opened leaves the gateway forwarding every request untouched, with a
 /// warning: Claude Code keeps working without mc rather than not at all.
-fn pass_for(global: &GlobalArgs, config: &Config) -> Arc<dyn Pass> {
+fn pass_for(global: &GlobalArgs, config: &Config) -> (Arc<dyn Pass>, Option<String>) {
     let opened = mc_cli::db_path(global.db.as_deref()).and_then(|path| {
         let options = StoreOptions {
             busy_timeout: Wait::Hook.timeout(config),
@@ -33,14 +33,15 @@ fn pass_for(global: &GlobalArgs, config: &Config) -> Arc<dyn Pass> {
         )?)
     });
     match opened {
-        Ok(pass) => Arc::new(pass),
-        Err(e) => {
-            eprintln!(
-                "{NAME}: warning: mc's store cannot be opened ({e:#}); \
-                 the gateway forwards every request untouched until it is restarted"
-            );
-            Arc::new(Identity)
-        }
+        Ok(pass) => (Arc::new(pass), None),
+        Err(e) => (
+            Arc::new(Identity),
+            Some(format!(
+                "{NAME}: warning: mc's store cannot be opened ({e:#}); the gateway \
+                 forwards every request untouched until it is restarted (mc-doctor checks \
+                 the store)"
+            )),
+        ),
     }
 }
 
@@ -60,6 +61,7 @@ pub fn run(global: &GlobalArgs, listen: Option<&str>) -> Result<(), Failure> {
         ))
     })?;
     let upstream = Upstream::parse(&config.gateway.anthropic_upstream)?;
+    let (pass, warning) = pass_for(global, &config);
     let gateway = Gateway::start(
         mc_gateway::Config {
             listen,
@@ -69,7 +71,7 @@ pub fn run(global: &GlobalArgs, listen: Option<&str>) -> Result<(), Failure> {
             proxy: None,
             clock: Arc::new(now_ms),
         },
-        pass_for(global, &config),
+        pass,
     )?;
     eprintln!(
         "{NAME}: gateway on http://{} forwarding to {} (set ANTHROPIC_BASE_URL=http://{})",
@@ -77,6 +79,9 @@ pub fn run(global: &GlobalArgs, listen: Option<&str>) -> Result<(), Failure> {
         upstream.base(),
         gateway.addr()
     );
+    if let Some(warning) = warning {
+        eprintln!("{warning}");
+    }
     gateway.wait();
     Ok(())
 }

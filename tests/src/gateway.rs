@@ -39,9 +39,22 @@ impl GatewayProcess {
     /// Start the gateway on `port` with mc's config at `config`; returns
     /// once it listens. Panics with its stderr when it does not start.
     pub fn start(config: &Path, home: &Path, port: u16) -> GatewayProcess {
+        GatewayProcess::start_with(config, home, port, &[])
+    }
+
+    /// As [`GatewayProcess::start`], with these variables set too.
+    pub fn start_with(
+        config: &Path,
+        home: &Path,
+        port: u16,
+        vars: &[(&str, &Path)],
+    ) -> GatewayProcess {
         let mut command = Command::new(bin_path("mc-transform"));
-        crate::env::seal_at_home(&mut command, home)
-            .env("MC_CONFIG", config)
+        crate::env::seal_at_home(&mut command, home).env("MC_CONFIG", config);
+        for (name, value) in vars {
+            command.env(name, value);
+        }
+        command
             .args(["gateway", "--listen", &format!("127.0.0.1:{port}")])
             .stdin(Stdio::null())
             .stdout(Stdio::null())

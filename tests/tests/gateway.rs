@@ -123,8 +123,9 @@ fn assert_no_secret(gateway: &GatewayProcess) {
 }
 
 #[test]
-fn the_provider_gets_claude_code_s_bytes_and_headers_unchanged() {
-    let Some((cc, gateway)) = start("the_provider_gets_claude_code_s_bytes_and_headers_unchanged")
+fn the_provider_gets_claude_code_s_headers_its_side_calls_unchanged_and_tags() {
+    let Some((cc, gateway)) =
+        start("the_provider_gets_claude_code_s_headers_its_side_calls_unchanged_and_tags")
     else {
         return;
     };
@@ -152,11 +153,31 @@ fn the_provider_gets_claude_code_s_bytes_and_headers_unchanged() {
         received.len(),
         "one upstream request per request"
     );
+    let mut agent_calls = 0;
     for (sent, got) in sent.iter().zip(&received) {
-        assert!(
-            sent == &got.raw,
-            "a body changed on its way through the gateway"
-        );
+        let before: Value = serde_json::from_slice(sent).expect("Claude Code sends JSON");
+        let after: Value = serde_json::from_slice(&got.raw).expect("the gateway sends JSON");
+        let agent_call = before["tools"].as_array().is_some_and(|t| !t.is_empty());
+        if agent_call {
+            // mc's pass ran: the messages carry its tags; what it does not
+            // own (the tools, the system prompt, the model, the other
+            // fields) is as Claude Code sent it.
+            agent_calls += 1;
+            assert!(
+                after["messages"].to_string().contains('§'),
+                "no tag on the agent's call: {after}"
+            );
+            for (key, value) in before.as_object().unwrap() {
+                if key != "messages" {
+                    assert_eq!(&after[key], value, "{key} changed on its way");
+                }
+            }
+        } else {
+            assert!(
+                sent == &got.raw,
+                "a side request changed on its way through the gateway"
+            );
+        }
         assert_eq!(got.header("x-api-key"), Some(API_KEY));
         assert_eq!(got.header("anthropic-version"), Some("2023-06-01"));
         let betas = got.header("anthropic-beta").unwrap_or_default();
@@ -164,6 +185,44 @@ fn the_provider_gets_claude_code_s_bytes_and_headers_unchanged() {
         assert_eq!(got.header("x-claude-code-session-id"), Some(session));
         assert_eq!(got.header("accept-encoding"), Some("identity"));
     }
+    assert!(agent_calls > 0, "no main-conversation call went through");
+    assert_no_secret(&gateway);
+}
+
+#[test]
+fn a_broken_mc_database_leaves_claude_code_working_untouched() {
+    let Some(cc) = ClaudeCode::start(
+        "a_broken_mc_database_leaves_claude_code_working_untouched",
+        Options::default(),
+    ) else {
+        return;
+    };
+    cc.provider.strict();
+    let root = cc.provider.base_url().trim_end_matches("/v1").to_string();
+    let config = write_config(&cc.file(""), &root);
+    let db = cc.file("broken.db");
+    std::fs::write(&db, b"this is not a SQLite database, whatever it once was").unwrap();
+    let gateway = GatewayProcess::start_with(&config, &cc.home(), free_port(), &[("MC_DB", &db)]);
+    cc.use_base_url(gateway.url());
+    let out = cc.run("Say hello.", &[("ANTHROPIC_API_KEY", API_KEY)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json_of(&out)["result"], "ok");
+    let agent = cc.provider.agent_requests();
+    let request = agent.last().expect("a main-conversation request");
+    let body: Value = serde_json::from_slice(&request.raw).unwrap();
+    assert!(
+        !body["messages"].to_string().contains('§'),
+        "a pass ran on a store that cannot open"
+    );
+    assert!(
+        gateway.stderr().contains("store cannot be opened"),
+        "{}",
+        gateway.stderr()
+    );
     assert_no_secret(&gateway);
 }
 
