@@ -1,12 +1,18 @@
 //! mc-transform: the per-call transform. Thin: arguments, stdin, the core, stdout.
 
-mod cli;
-mod commands;
-mod gateway;
-mod launch;
-mod serve;
+mod args;
+mod cmd;
+mod common;
 
 use std::process::ExitCode;
+
+use clap::Parser;
+
+use mc_cli::{Stores, write_json};
+
+use crate::args::{Args, Command};
+use crate::cmd::{overflow, pass, recount, reduce, status, system};
+use crate::common::{Ctx, NAME, read_json};
 
 // A resident process builds and frees a session's worth of small JSON
 // values on every call; glibc's allocator spends more time consolidating
@@ -15,5 +21,45 @@ use std::process::ExitCode;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    cli::main()
+    let args = Args::parse();
+    let mut stores = Stores::default();
+    let mut ctx = Ctx {
+        global: &args.global,
+        stores: &mut stores,
+    };
+    let result = match &args.command {
+        None | Some(Command::Pass) => pass::one_shot_pass(&mut ctx),
+        Some(Command::Reduce {
+            session,
+            drop,
+            harness,
+        }) => reduce::reduce_request(session.as_deref(), drop.as_deref(), harness)
+            .and_then(|request| reduce::reduce(&mut ctx, &request)),
+        Some(Command::Status { session, harness }) => status::status(&mut ctx, harness, session),
+        Some(Command::Recount) => read_json().and_then(|value| recount::recount(&mut ctx, value)),
+        Some(Command::System) => read_json().and_then(|value| system::system(&mut ctx, value)),
+        Some(Command::Overflow) => {
+            read_json().and_then(|value| overflow::overflow(&mut ctx, value))
+        }
+        Some(Command::Claude { args: claude }) => {
+            return match cmd::claude::run(&args.global, claude) {
+                Ok(code) => code,
+                Err(failure) => mc_cli::finish::<()>(NAME, Err(failure)),
+            };
+        }
+        Some(Command::Gateway { listen }) => {
+            return mc_cli::finish(NAME, cmd::gateway::run(&args.global, listen.as_deref()));
+        }
+        Some(Command::Serve {
+            max_request_bytes,
+            sessions,
+        }) => {
+            return mc_cli::finish(
+                NAME,
+                cmd::serve::run(&args.global, *max_request_bytes, *sessions),
+            );
+        }
+    };
+    let written = result.and_then(|value| Ok(write_json(&value, args.global.pretty)?));
+    mc_cli::finish(NAME, written)
 }

@@ -1,7 +1,7 @@
 //! `mc-transform serve`: the commands, resident. One JSON request per line on
 //! stdin, one answer per line on stdout, in order; each answer is exactly
 //! what the one-shot command prints for the same input, because both call
-//! the same function (`commands.rs`). The database stays the source of truth:
+//! the same function (`cmd/`). The database stays the source of truth:
 //! the process keeps its connection open and, for the incremental envelope,
 //! the last call's messages per session — never anything a pass reads.
 
@@ -16,7 +16,8 @@ use mc_cli::{Failure, GlobalArgs, Stores};
 use mc_transform_core::incremental::{Baselines, Delta, Output, PassInput, delta_of};
 use mc_transform_core::{ReduceRequest, Resident};
 
-use crate::commands::{self, Ctx};
+use crate::cmd::{overflow, pass, recount, reduce, status, system};
+use crate::common::{self, Ctx};
 
 /// Serve requests until stdin ends (exit 0) or the parent goes away.
 pub fn run(global: &GlobalArgs, max_request_bytes: usize, sessions: usize) -> Result<(), Failure> {
@@ -27,7 +28,7 @@ pub fn run(global: &GlobalArgs, max_request_bytes: usize, sessions: usize) -> Re
     let mut stores = Stores::default();
     let warm = mc_cli::session_setup_in(
         &mut stores,
-        commands::NAME,
+        common::NAME,
         global,
         None,
         None,
@@ -127,7 +128,7 @@ impl Server<'_> {
 
     /// The answer line to one request line.
     fn answer(&mut self, line: &str, started: Instant) -> String {
-        let value = match commands::parse_json(line) {
+        let value = match common::parse_json(line) {
             Ok(value) => value,
             Err(failure) => {
                 return text(&error_answer(
@@ -201,11 +202,11 @@ impl Server<'_> {
         let value = match kind {
             "pass" => {
                 return match map.shift_remove("incremental") {
-                    None => commands::pass(
+                    None => pass::pass(
                         &mut ctx,
                         Value::Object(map),
                         Resident::default(),
-                        || commands::parse_json(line).unwrap_or(Value::Null),
+                        || common::parse_json(line).unwrap_or(Value::Null),
                         started,
                     )
                     .map(|(answer, _)| {
@@ -216,18 +217,18 @@ impl Server<'_> {
                     Some(delta) => self.incremental(map, delta, started),
                 };
             }
-            "system" => commands::system(&mut ctx, Value::Object(map))?,
+            "system" => system::system(&mut ctx, Value::Object(map))?,
             "reduce" => {
                 let request = ReduceRequest::from_value(Value::Object(map))
                     .map_err(|e| Failure::input(e.into()))?;
-                commands::reduce(&mut ctx, &request)?
+                reduce::reduce(&mut ctx, &request)?
             }
             "status" => {
                 let (harness, session) = harness_and_session(&map, "status")?;
-                commands::status(&mut ctx, &harness, &session)?
+                status::status(&mut ctx, &harness, &session)?
             }
-            "recount" => commands::recount(&mut ctx, Value::Object(map))?,
-            "overflow" => commands::overflow(&mut ctx, Value::Object(map))?,
+            "recount" => recount::recount(&mut ctx, Value::Object(map))?,
+            "overflow" => overflow::overflow(&mut ctx, Value::Object(map))?,
             other => {
                 return Ok(text(&error_answer(
                     code::METHOD_NOT_FOUND,
@@ -311,7 +312,7 @@ impl Server<'_> {
             stores: &mut self.stores,
         };
         let (answer, for_next) =
-            match commands::pass(&mut ctx, Value::Object(map), resident, original, started) {
+            match pass::pass(&mut ctx, Value::Object(map), resident, original, started) {
                 Ok(answered) => answered,
                 Err(failure) => {
                     self.forget(&harness, &session);

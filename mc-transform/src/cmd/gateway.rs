@@ -15,7 +15,7 @@ use mc_cli::{Failure, GlobalArgs, Wait};
 use mc_gateway::{Gateway, Limits, Upstream};
 use mc_transform_core::gateway::TransformPass;
 
-use crate::commands::NAME;
+use crate::common::NAME;
 
 /// The pass the gateway runs on each Messages call: mc's transform over the
 /// store `--db` (else `MC_DB`, else the default) names. A store that cannot

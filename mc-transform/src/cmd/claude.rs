@@ -16,7 +16,7 @@ use anyhow::{Context, anyhow};
 
 use mc_cli::{Failure, GlobalArgs};
 
-use crate::commands::NAME;
+use crate::common::NAME;
 
 /// Whether mc's gateway answers at `addr` (not merely something listening).
 fn is_up(addr: SocketAddr) -> bool {

@@ -1,14 +1,8 @@
-//! Argument parsing and dispatch to the commands (`commands.rs`).
-
-use std::process::ExitCode;
+//! The arguments: clap's types for every subcommand.
 
 use clap::{Parser, Subcommand};
 
-use mc_cli::{GlobalArgs, Stores, write_json};
-
-use crate::commands::{
-    Ctx, NAME, one_shot_pass, overflow, read_json, recount, reduce, reduce_request, status, system,
-};
+use mc_cli::GlobalArgs;
 
 const ABOUT: &str = "Per-call context transform for coding agents.
 
@@ -24,16 +18,16 @@ with \"decision\": \"passthrough\" and exits 0. Input that is not JSON or has no
 
 #[derive(Parser, Debug)]
 #[command(name = "mc-transform", version, about = ABOUT)]
-struct Args {
+pub struct Args {
     #[command(flatten)]
-    global: GlobalArgs,
+    pub global: GlobalArgs,
 
     #[command(subcommand)]
-    command: Option<Command>,
+    pub command: Option<Command>,
 }
 
 #[derive(Subcommand, Debug)]
-enum Command {
+pub enum Command {
     /// Run one pass (the default): envelope on stdin, transformed messages on stdout
     Pass,
     /// Queue tags for dropping (the agent's ctx_reduce). Nothing changes on the
@@ -142,46 +136,4 @@ enum Command {
         )]
         args: Vec<String>,
     },
-}
-
-pub fn main() -> ExitCode {
-    let args = Args::parse();
-    let mut stores = Stores::default();
-    let mut ctx = Ctx {
-        global: &args.global,
-        stores: &mut stores,
-    };
-    let result = match &args.command {
-        None | Some(Command::Pass) => one_shot_pass(&mut ctx),
-        Some(Command::Reduce {
-            session,
-            drop,
-            harness,
-        }) => reduce_request(session.as_deref(), drop.as_deref(), harness)
-            .and_then(|request| reduce(&mut ctx, &request)),
-        Some(Command::Status { session, harness }) => status(&mut ctx, harness, session),
-        Some(Command::Recount) => read_json().and_then(|value| recount(&mut ctx, value)),
-        Some(Command::System) => read_json().and_then(|value| system(&mut ctx, value)),
-        Some(Command::Overflow) => read_json().and_then(|value| overflow(&mut ctx, value)),
-        Some(Command::Claude { args: claude }) => {
-            return match crate::launch::run(&args.global, claude) {
-                Ok(code) => code,
-                Err(failure) => mc_cli::finish::<()>(NAME, Err(failure)),
-            };
-        }
-        Some(Command::Gateway { listen }) => {
-            return mc_cli::finish(NAME, crate::gateway::run(&args.global, listen.as_deref()));
-        }
-        Some(Command::Serve {
-            max_request_bytes,
-            sessions,
-        }) => {
-            return mc_cli::finish(
-                NAME,
-                crate::serve::run(&args.global, *max_request_bytes, *sessions),
-            );
-        }
-    };
-    let written = result.and_then(|value| Ok(write_json(&value, args.global.pretty)?));
-    mc_cli::finish(NAME, written)
 }

@@ -1,0 +1,115 @@
+//! The pass (the default command): the envelope in, the transformed messages
+//! out, failing open.
+use std::time::Instant;
+
+use anyhow::anyhow;
+use serde_json::Value;
+
+use mc_cli::{Failure, Wait, now_ms};
+use mc_transform_core::render::ForNextPass;
+use mc_transform_core::{self as transform, Envelope, PassReport, Resident};
+
+use crate::common::{Ctx, NAME, hints_of, parse_json, read_stdin, session_setup};
+
+/// The one-shot pass: the envelope on stdin.
+pub(crate) fn one_shot_pass(ctx: &mut Ctx<'_>) -> Result<Value, Failure> {
+    let started = Instant::now();
+    let text = read_stdin()?;
+    let value = parse_json(&text)?;
+    pass(
+        ctx,
+        value,
+        Resident::default(),
+        || parse_json(&text).unwrap_or(Value::Null),
+        started,
+    )
+    .map(|(answer, _)| answer)
+}
+
+/// One pass over the envelope `value`, with what a resident process brings
+/// (`Resident`: messages it decoded while waiting, the renderings it kept);
+/// the answer, and what the pass left for the next when it says. `original`
+/// gives the input document again for a passthrough (its messages and
+/// system, unchanged). `started` is when the call began: a passthrough is
+/// recorded within what is left of the hook's wait since then.
+pub(crate) fn pass(
+    ctx: &mut Ctx<'_>,
+    value: Value,
+    resident: Resident,
+    original: impl FnOnce() -> Value,
+    started: Instant,
+) -> Result<(Value, Option<ForNextPass>), Failure> {
+    let mut envelope =
+        Envelope::from_value(value).map_err(|e| Failure::input(anyhow::Error::from(e)))?;
+    let now = envelope.now_ms.unwrap_or_else(now_ms);
+    let harness = envelope.harness.clone();
+    let session_id = envelope.session_hint();
+    let setup = session_setup(
+        ctx,
+        session_id.as_deref().map(|id| (harness.as_str(), id)),
+        envelope.project_dir.as_deref(),
+        Wait::Hook,
+    );
+    envelope.project_dir = setup.project_dir.clone();
+    let config = setup.config;
+    let mut store = setup.store;
+    let result = mc_cli::catch_panic(|| {
+        let store = store.as_mut().map_err(|e| anyhow!("{e:#}"))?;
+        Ok(transform::run_pass_on(
+            store,
+            envelope,
+            resident,
+            &config.transform,
+            now,
+        )?)
+    });
+    let output = match result {
+        Ok(mut output) => {
+            output.pass.warnings.extend(setup.warnings);
+            let for_next = output.for_next.take();
+            (output.into_value(), for_next)
+        }
+        Err(error) => {
+            // Fail open: the agent's prompt loop must never stop because of mc.
+            let message = format!("{error:#}");
+            eprintln!("mc-transform: warning: passthrough: {message}");
+            mc_cli::hint(NAME, &hints_of(&store, &error));
+            let mut warnings = setup.warnings;
+            if let (Ok(store), Some(session)) = (store.as_mut(), session_id.as_deref()) {
+                // Within what is left of the hook's wait, never a second full one.
+                let left = Wait::Hook
+                    .timeout(&config)
+                    .saturating_sub(started.elapsed());
+                let recorded = store.set_busy_timeout(left).and_then(|()| {
+                    transform::record_passthrough(store, &harness, session, &message, now)
+                });
+                if let Err(e) = recorded {
+                    warnings.push(format!("passthrough not recorded in the database: {e}"));
+                }
+            }
+            (passthrough(original(), message, warnings), None)
+        }
+    };
+    ctx.stores.keep_result(store);
+    Ok(output)
+}
+
+/// The input's messages and system, unchanged, with a passthrough report.
+fn passthrough(mut original: Value, error: String, extra_warnings: Vec<String>) -> Value {
+    let mut report = PassReport::passthrough(error);
+    report.warnings.extend(extra_warnings);
+    let mut out = serde_json::Map::new();
+    out.insert("messages".into(), original["messages"].take());
+    if let Some(system) = original
+        .get_mut("system")
+        .map(Value::take)
+        .filter(|v| !v.is_null())
+    {
+        out.insert("system".into(), system);
+    }
+    out.insert(
+        "pass".into(),
+        serde_json::to_value(report).unwrap_or(Value::Null),
+    );
+    Value::Object(out)
+}
