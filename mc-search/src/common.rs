@@ -25,6 +25,15 @@ pub(crate) fn project_dir(fields: &Map<String, Value>) -> Result<PathBuf, Failur
         .ok_or_else(|| Failure::input(anyhow!("no project folder: pass --project-dir")))
 }
 
+/// The project folder of `--project-dir`, else the working directory.
+pub(crate) fn project_dir_flag(args: &crate::args::Args) -> Result<PathBuf, Failure> {
+    args.at
+        .project_dir
+        .clone()
+        .or_else(mc_cli::working_dir)
+        .ok_or_else(|| Failure::input(anyhow!("no project folder: pass --project-dir")))
+}
+
 pub(crate) fn scope_of(fields: &Map<String, Value>, dir: &Path) -> Scope {
     Scope {
         project: project_identity(dir),

@@ -86,12 +86,7 @@ pub(crate) fn index(args: &Args, check: bool, rebuild: bool) -> Result<(), Failu
 }
 
 pub(crate) fn index_commits(args: &Args) -> Result<(), Failure> {
-    let dir = args
-        .at
-        .project_dir
-        .clone()
-        .or_else(mc_cli::working_dir)
-        .ok_or_else(|| Failure::input(anyhow!("no project folder: pass --project-dir")))?;
+    let dir = crate::common::project_dir_flag(args)?;
     let root = mc_search_core::gitlog::toplevel(&dir).ok_or_else(|| {
         Failure::input(anyhow!(
             "{} is not in a git repository: there are no commits to index",

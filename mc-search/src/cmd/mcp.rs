@@ -12,12 +12,7 @@ use crate::args::{Args, NAME};
 use crate::common::{canonical, embeddings_of};
 
 pub(crate) fn serve_mcp(args: &Args) -> Result<(), Failure> {
-    let dir = args
-        .at
-        .project_dir
-        .clone()
-        .or_else(mc_cli::working_dir)
-        .ok_or_else(|| Failure::input(anyhow!("no project folder: pass --project-dir")))?;
+    let dir = crate::common::project_dir_flag(args)?;
     let harness = args.at.harness.clone().unwrap_or_else(|| "opencode".into());
     // The harness's own word on the session, when it gives one.
     let named = tools::session_variable(&harness)
