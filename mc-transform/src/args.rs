@@ -111,10 +111,18 @@ pub enum Command {
     /// sends the original bytes. It listens on loopback only, refuses targets
     /// that name another host, bodies over 32 MiB (413) and, when every
     /// worker is busy, answers 503. Runs until killed; a taken port exits 1.
+    ///
+    /// With --ensure it returns at once instead: 0 when mc's gateway answers
+    /// at the address, the one there or one it started in the background
+    /// (detached); 1, with the reason, when none can be had. Claude Code's
+    /// SessionStart and UserPromptSubmit hooks run it (mc-doctor setup).
     Gateway {
         /// Address to listen on, loopback only [default: gateway.listen, 127.0.0.1:4141]
         #[arg(long, value_name = "ADDRESS")]
         listen: Option<String>,
+        /// Make sure one answers (start it detached when none does), then exit
+        #[arg(long)]
+        ensure: bool,
     },
     /// Run Claude Code through the gateway, or straight to the provider when
     /// no gateway can be had

@@ -47,7 +47,19 @@ fn main() -> ExitCode {
                 Err(failure) => mc_cli::finish::<()>(NAME, Err(failure)),
             };
         }
-        Some(Command::Gateway { listen }) => {
+        Some(Command::Gateway {
+            listen,
+            ensure: true,
+        }) => {
+            return match cmd::ensure::ensure(&args.global, listen.as_deref()) {
+                Ok(code) => code,
+                Err(failure) => mc_cli::finish::<()>(NAME, Err(failure)),
+            };
+        }
+        Some(Command::Gateway {
+            listen,
+            ensure: false,
+        }) => {
             return mc_cli::finish(NAME, cmd::gateway::run(&args.global, listen.as_deref()));
         }
         Some(Command::Serve {

@@ -2,11 +2,15 @@
 //! free loopback port in front of an upstream, its stderr kept (to grep for
 //! credentials), killed on drop.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
 
 use crate::bin_path;
 
@@ -122,5 +126,41 @@ impl GatewayProcess {
 impl Drop for GatewayProcess {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// mc's gateway's status on `port`, when one answers there.
+pub fn status_on(port: u16) -> Option<Value> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .write_all(b"GET /_mc/gateway HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    serde_json::from_str(answer.split("\r\n\r\n").nth(1)?).ok()
+}
+
+/// End the gateway answering on `port` (one a hook of ours started) and wait
+/// until it is gone.
+pub fn end_gateway_on(port: u16) {
+    let Some(pid) = status_on(port).and_then(|s| s["pid"].as_u64()) else {
+        return;
+    };
+    let _ = Command::new("kill").arg(pid.to_string()).status();
+    for _ in 0..100 {
+        if status_on(port).is_none() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("the gateway on {port} did not stop");
+}
+
+/// Ends the gateway on a port when the test ends, however it ends.
+pub struct EndOnDrop(pub u16);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        end_gateway_on(self.0);
     }
 }

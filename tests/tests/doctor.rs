@@ -319,6 +319,20 @@ fn claude_code_setup_then_the_real_claude_code_runs_mc_s_hook_and_mcp_server() {
     ) else {
         return;
     };
+    // The gateway setup wires on a port of its own, forwarding to the fake
+    // provider (mc's config beside the historian's model).
+    let port = mc_tests::gateway::free_port();
+    let _end = mc_tests::gateway::EndOnDrop(port);
+    let root = cc.provider.base_url().trim_end_matches("/v1").to_string();
+    let config = std::fs::read_to_string(cc.mc_config()).unwrap();
+    let config = config.trim_end().strip_suffix('}').unwrap().to_string();
+    std::fs::write(
+        cc.mc_config(),
+        format!(
+            r#"{config}, "gateway": {{"listen": "127.0.0.1:{port}", "anthropic_upstream": "{root}"}}}}"#
+        ),
+    )
+    .unwrap();
     let doctor = Doctor::beside(
         cc.home(),
         &cc.file("doctor"),
@@ -344,7 +358,15 @@ fn claude_code_setup_then_the_real_claude_code_runs_mc_s_hook_and_mcp_server() {
     let result = cc.prompt_as_configured("hello");
     assert!(result["session_id"].is_string(), "{result}");
     let first = &cc.provider.agent_requests()[0];
-    // The SessionStart hook setup wrote ran, and Claude Code took its output.
+    // The call went through the gateway a hook started (mc's tags), and the
+    // memory reached the model once: in the head the gateway put first, not
+    // again in the SessionStart record.
+    assert!(
+        first.body["messages"].to_string().contains('§'),
+        "{}",
+        first.body
+    );
+    assert!(mc_tests::gateway::status_on(port).is_some());
     assert_eq!(first.count(MEMORY), 1, "{}", first.body);
     // The MCP server setup registered offers mc's tools.
     let tools = first.body["tools"].to_string();

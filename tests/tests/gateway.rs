@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use mc_tests::claude::{ClaudeCode, Options};
 use mc_tests::fake_provider::Reply;
-use mc_tests::gateway::{GatewayProcess, free_port, write_config};
+use mc_tests::gateway::{
+    EndOnDrop, GatewayProcess, end_gateway_on, free_port, status_on, write_config,
+};
 use serde_json::{Value, json};
 
 const API_KEY: &str = "sk-ant-api03-e2e-gateway-key";
@@ -558,5 +560,136 @@ fn the_doctor_says_whether_the_gateway_is_up_and_where_it_forwards() {
     assert!(
         down["what"].as_str().unwrap().starts_with("no gateway on"),
         "{down}"
+    );
+}
+
+/// `mc-doctor ARGS` in Claude Code's sealed environment (its home and
+/// `CLAUDE_CONFIG_DIR`, mc's database and config).
+fn doctor(cc: &ClaudeCode, args: &[&str]) -> std::process::Output {
+    let mut command = cc.command(mc_tests::bin_path("mc-doctor"));
+    command.args(args);
+    mc_tests::pipe_within(&mut command, b"", Duration::from_secs(60))
+        .unwrap()
+        .expect("mc-doctor finishes")
+}
+
+fn gateway_check(cc: &ClaudeCode) -> Value {
+    let out = doctor(cc, &["--json", "--no-probe"]);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "gateway")
+        .cloned()
+        .unwrap_or_else(|| panic!("no gateway check: {doc:#}"))
+}
+
+#[test]
+fn setup_sends_a_plain_claude_through_a_gateway_its_hooks_start_and_uninstall_gives_it_back() {
+    let Some(cc) = ClaudeCode::start(
+        "setup_sends_a_plain_claude_through_a_gateway_its_hooks_start_and_uninstall_gives_it_back",
+        Options::default(),
+    ) else {
+        return;
+    };
+    cc.provider.strict();
+    let root = cc.provider.base_url().trim_end_matches("/v1").to_string();
+    let port = free_port();
+    let _end = EndOnDrop(port);
+    // The user's own setup: Claude Code's settings send it to their
+    // provider (the fake one); mc's user config names the gateway's port.
+    let settings = cc.config_dir().join("settings.json");
+    let before = format!(
+        "{{\n  \"env\": {{\n    \"ANTHROPIC_BASE_URL\": \"{root}\"\n  }},\n  \"model\": \"sonnet\"\n}}\n"
+    );
+    std::fs::write(&settings, &before).unwrap();
+    let user_config = cc.home().join(".config/mc/config.jsonc");
+    std::fs::create_dir_all(user_config.parent().unwrap()).unwrap();
+    let config_before = format!("// mine\n{{\"gateway\": {{\"listen\": \"127.0.0.1:{port}\"}}}}\n");
+    std::fs::write(&user_config, &config_before).unwrap();
+
+    let dry = doctor(&cc, &["setup", "--harness", "claude-code", "--dry-run"]);
+    let plan = String::from_utf8_lossy(&dry.stdout);
+    assert!(dry.status.success(), "{plan}");
+    assert!(
+        plan.contains(&format!(
+            "\"ANTHROPIC_BASE_URL\": \"http://127.0.0.1:{port}\""
+        )) && plan.contains(&format!("\"anthropic_upstream\": \"{root}\""))
+            && plan.contains("mc-transform gateway --ensure"),
+        "{plan}"
+    );
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), before);
+
+    let out = doctor(&cc, &["setup", "--harness", "claude-code", "--yes"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(status_on(port).is_none(), "setup itself starts no gateway");
+
+    // A plain `claude` (its environment names the provider directly, the
+    // settings win): its SessionStart hook starts the gateway before the
+    // first call, and every call goes through it.
+    let result = cc.prompt_as_configured("Say hello.");
+    assert_eq!(result["result"], "ok", "{result}");
+    let status = status_on(port).expect("the hook left a gateway running");
+    assert_eq!(status["upstream"], root.as_str());
+    let agent = cc.provider.agent_requests();
+    assert!(!agent.is_empty());
+    assert!(
+        agent
+            .iter()
+            .all(|r| r.body["messages"].to_string().contains('§')),
+        "a call missed the gateway"
+    );
+    let check = gateway_check(&cc);
+    assert_eq!(check["status"], "pass", "{check}");
+    assert!(
+        check["what"].as_str().unwrap().contains("last turn")
+            && check["what"].as_str().unwrap().contains("went through it"),
+        "{check}"
+    );
+
+    // The gateway killed between sessions: the doctor warns, and the next
+    // `claude`'s hook starts it again.
+    end_gateway_on(port);
+    let check = gateway_check(&cc);
+    assert_eq!(check["status"], "warn", "{check}");
+    assert!(
+        check["what"].as_str().unwrap().contains("none answers"),
+        "{check}"
+    );
+    let calls = cc.provider.agent_requests().len();
+    let result = cc.prompt_as_configured("Say hello again.");
+    assert_eq!(result["result"], "ok", "{result}");
+    assert!(status_on(port).is_some(), "the hook did not start it again");
+    assert!(cc.provider.agent_requests().len() > calls);
+
+    // Uninstall gives the user's files back byte for byte, and Claude Code
+    // goes to the provider directly again.
+    end_gateway_on(port);
+    let out = doctor(&cc, &["setup", "--uninstall", "--harness", "claude-code"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), before);
+    assert_eq!(
+        std::fs::read_to_string(&user_config).unwrap(),
+        config_before
+    );
+    let calls = cc.provider.agent_requests().len();
+    let result = cc.prompt_as_configured("Say hello directly.");
+    assert_eq!(result["result"], "ok", "{result}");
+    assert!(status_on(port).is_none());
+    let direct = cc.provider.agent_requests();
+    assert!(direct.len() > calls);
+    assert!(
+        !direct.last().unwrap().body["messages"]
+            .to_string()
+            .contains('§')
     );
 }

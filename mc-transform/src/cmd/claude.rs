@@ -7,55 +7,16 @@
 //! A gateway that cannot be had at the start means a direct session, with a
 //! warning — never a session that cannot reach its provider.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, ExitCode, Stdio};
+use std::net::SocketAddr;
+use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
 
 use mc_cli::{Failure, GlobalArgs};
 
+use super::ensure::{is_up, start_gateway};
 use crate::common::NAME;
-
-/// Whether mc's gateway answers at `addr` (not merely something listening).
-fn is_up(addr: SocketAddr) -> bool {
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(300)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-    let request = format!(
-        "GET {} HTTP/1.1\r\nHost: {addr}\r\n\r\n",
-        mc_gateway::STATUS_PATH
-    );
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
-    let mut answer = Vec::new();
-    let _ = stream.take(64 * 1024).read_to_end(&mut answer);
-    let text = String::from_utf8_lossy(&answer);
-    text.starts_with("HTTP/1.1 200") && text.contains(r#""gateway":"mc""#)
-}
-
-/// Start a gateway on `addr` in the background; `Some(pid)` once it answers.
-fn start_gateway(addr: SocketAddr) -> Option<u32> {
-    let exe = std::env::current_exe().ok()?;
-    let child = Command::new(exe)
-        .args(["gateway", "--listen", &addr.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < deadline {
-        if is_up(addr) {
-            return Some(child.id());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    None
-}
 
 pub fn run(global: &GlobalArgs, args: &[String]) -> Result<ExitCode, Failure> {
     let (config, _warnings) = mc_cli::load_config(NAME, global.config.as_deref(), None);
@@ -82,7 +43,7 @@ pub fn run(global: &GlobalArgs, args: &[String]) -> Result<ExitCode, Failure> {
         route = false;
     }
     if route && !is_up(addr) {
-        match start_gateway(addr) {
+        match start_gateway(global, addr) {
             Some(pid) => eprintln!("{NAME}: started the gateway on {gateway_url} (pid {pid})"),
             None => {
                 eprintln!(
@@ -116,7 +77,7 @@ pub fn run(global: &GlobalArgs, args: &[String]) -> Result<ExitCode, Failure> {
         if route && checked.elapsed() >= Duration::from_secs(1) {
             checked = Instant::now();
             if !is_up(addr) {
-                match start_gateway(addr) {
+                match start_gateway(global, addr) {
                     Some(pid) => eprintln!(
                         "{NAME}: the gateway on {gateway_url} had stopped; started it again (pid {pid})"
                     ),

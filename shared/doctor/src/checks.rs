@@ -83,15 +83,18 @@ pub fn run(env: &Env, options: &Options) -> Vec<Check> {
         checks.extend(harness_checks(env, integration, version.as_deref()));
     }
     checks.push(cron(&loaded.config, options));
-    checks.push(gateway(&loaded.config));
+    checks.push(gateway(env, &loaded.config));
     checks.extend(recent_failures(env, options));
     checks
 }
 
-/// Whether mc's gateway answers at `gateway.listen`, and where it forwards.
-/// Not running is no failure: `mc-transform claude` starts it on demand.
-fn gateway(config: &Config) -> Check {
-    let listen = &config.gateway.listen;
+/// How long a Messages call may take between its arrival at the gateway
+/// and the assistant message Claude Code writes from it (the gateway's
+/// upstream read limit).
+const TURN_SLACK_MS: i64 = 600_000;
+
+/// mc's gateway's status at `gateway.listen`, when it is mc's.
+fn gateway_status(listen: &str) -> Option<Value> {
     let url = format!("http://{listen}{}", mc_gateway::STATUS_PATH);
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_millis(1500)))
@@ -100,14 +103,37 @@ fn gateway(config: &Config) -> Check {
         .proxy(None)
         .build()
         .into();
-    let status: Option<Value> = agent
+    agent
         .get(&url)
         .call()
         .ok()
         .filter(|r| r.status() == 200)
-        .and_then(|mut r| r.body_mut().with_config().limit(64 * 1024).read_json().ok());
-    let Some(status) = status.filter(|s| s.get("gateway").and_then(Value::as_str) == Some("mc"))
-    else {
+        .and_then(|mut r| r.body_mut().with_config().limit(64 * 1024).read_json().ok())
+        .filter(|s: &Value| s.get("gateway").and_then(Value::as_str) == Some("mc"))
+}
+
+/// Whether mc's gateway answers at `gateway.listen`, where it forwards, and
+/// — when setup wired Claude Code through it — whether Claude Code's last
+/// turn went through it. Not running is no failure when nothing points at
+/// it (`mc-transform claude` starts one on demand); wired, it is a warning.
+fn gateway(env: &Env, config: &Config) -> Check {
+    use super::claude_gateway as cg;
+    let listen = &config.gateway.listen;
+    let settings = harness::claude_dir(env).join("settings.json");
+    let wired = cg::wired(env, &settings);
+    let Some(status) = gateway_status(listen) else {
+        if wired {
+            return Check::warn(
+                "gateway",
+                format!(
+                    "Claude Code is wired through the gateway on {listen}, but none answers: \
+                     a session started now starts one (its hooks), a running one's calls \
+                     fail until its next prompt"
+                ),
+                "mc-transform gateway --ensure (or go direct: mc-doctor setup --uninstall \
+                 --harness claude-code)",
+            );
+        }
         return Check::pass(
             "gateway",
             format!(
@@ -123,17 +149,50 @@ fn gateway(config: &Config) -> Check {
     let served = status.get("served").and_then(Value::as_u64).unwrap_or(0);
     let what =
         format!("gateway up on {listen}, forwarding to {upstream}, {served} requests served");
-    if upstream.trim_end_matches('/') == config.gateway.anthropic_upstream.trim_end_matches('/') {
-        Check::pass("gateway", what)
-    } else {
-        Check::warn(
+    if upstream.trim_end_matches('/') != config.gateway.anthropic_upstream.trim_end_matches('/') {
+        return Check::warn(
             "gateway",
             format!(
                 "{what}; gateway.anthropic_upstream is {}",
                 config.gateway.anthropic_upstream
             ),
             "restart the gateway so it reads the config again",
-        )
+        );
+    }
+    let Some((session, at)) = cg::last_turn(env) else {
+        return Check::pass("gateway", what);
+    };
+    let started = status
+        .get("started_ms")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let last = status.get("last_messages_ms").and_then(Value::as_i64);
+    match last {
+        Some(last) if last + TURN_SLACK_MS >= at => Check::pass(
+            "gateway",
+            format!("{what}; Claude Code's last turn (session {session}) went through it"),
+        ),
+        _ if at < started => Check::pass(
+            "gateway",
+            format!("{what}; no Claude Code call since it started"),
+        ),
+        _ => Check::warn(
+            "gateway",
+            format!(
+                "{what}; Claude Code's last turn (session {session}) did not go through it{}",
+                if wired {
+                    ""
+                } else {
+                    " (Claude Code is not wired to it)"
+                }
+            ),
+            if wired {
+                "that session's ANTHROPIC_BASE_URL pointed elsewhere (its own --settings or \
+                 environment); start it again"
+            } else {
+                "mc-doctor setup --harness claude-code"
+            },
+        ),
     }
 }
 

@@ -246,57 +246,56 @@ fn opencode_pieces(env: &Env) -> (PathBuf, Vec<Piece>) {
 fn claude_code_pieces(env: &Env) -> (PathBuf, Vec<Piece>) {
     let dir = claude_dir(env);
     let settings = dir.join("settings.json");
-    (
-        dir,
-        vec![
-            Piece {
-                id: "hook.SessionStart",
-                label: "the SessionStart hook (mc-pin restore)".into(),
-                path: settings.clone(),
-                action: Action::JsonItem {
-                    keys: keys("hooks.SessionStart"),
-                    item: hook_group("mc-pin restore --harness claude-code"),
-                },
+    let mut pieces = vec![
+        Piece {
+            id: "hook.SessionStart",
+            label: "the SessionStart hook (mc-pin restore)".into(),
+            path: settings.clone(),
+            action: Action::JsonItem {
+                keys: keys("hooks.SessionStart"),
+                item: hook_group("mc-pin restore --harness claude-code"),
             },
-            Piece {
-                id: "hook.Stop",
-                label: "the Stop hook (mc-historian hook)".into(),
-                path: settings.clone(),
-                action: Action::JsonItem {
-                    keys: keys("hooks.Stop"),
-                    item: hook_group("mc-historian hook --harness claude-code"),
-                },
+        },
+        Piece {
+            id: "hook.Stop",
+            label: "the Stop hook (mc-historian hook)".into(),
+            path: settings.clone(),
+            action: Action::JsonItem {
+                keys: keys("hooks.Stop"),
+                item: hook_group("mc-historian hook --harness claude-code"),
             },
-            Piece {
-                id: "allow.mcp",
-                label: "permission for mc's MCP tools".into(),
-                path: settings.clone(),
-                action: Action::JsonItem {
-                    keys: keys("permissions.allow"),
-                    item: json!("mcp__mc"),
-                },
+        },
+        Piece {
+            id: "allow.mcp",
+            label: "permission for mc's MCP tools".into(),
+            path: settings.clone(),
+            action: Action::JsonItem {
+                keys: keys("permissions.allow"),
+                item: json!("mcp__mc"),
             },
-            Piece {
-                id: "allow.pin",
-                label: "permission for mc-pin in the shell".into(),
-                path: settings,
-                action: Action::JsonItem {
-                    keys: keys("permissions.allow"),
-                    item: json!("Bash(mc-pin:*)"),
-                },
+        },
+        Piece {
+            id: "allow.pin",
+            label: "permission for mc-pin in the shell".into(),
+            path: settings.clone(),
+            action: Action::JsonItem {
+                keys: keys("permissions.allow"),
+                item: json!("Bash(mc-pin:*)"),
             },
-            Piece {
-                id: "mcp",
-                label: "the MCP server mc (mc-search mcp)".into(),
-                path: claude_state(env),
-                action: Action::JsonSet {
-                    keys: keys("mcpServers.mc"),
-                    value: json!({"type": "stdio", "command": "mc-search",
+        },
+        Piece {
+            id: "mcp",
+            label: "the MCP server mc (mc-search mcp)".into(),
+            path: claude_state(env),
+            action: Action::JsonSet {
+                keys: keys("mcpServers.mc"),
+                value: json!({"type": "stdio", "command": "mc-search",
                         "args": ["mcp", "--harness", "claude-code"], "env": {}}),
-                },
             },
-        ],
-    )
+        },
+    ];
+    pieces.extend(super::claude_gateway::pieces(env, &settings));
+    (dir, pieces)
 }
 
 /// Codex's folder and the pieces mc installs there.

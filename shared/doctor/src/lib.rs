@@ -19,6 +19,7 @@
 )]
 
 pub mod checks;
+pub mod claude_gateway;
 pub mod edit;
 pub mod harness;
 pub mod indexes;

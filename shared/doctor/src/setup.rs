@@ -90,6 +90,38 @@ pub struct Entry {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Manifest {
     entries: Vec<Entry>,
+    /// Each file setup changed: its text before the first change and after
+    /// the latest, so an uninstall of everything setup wrote there gives back
+    /// the very bytes, when nobody edited the file since.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    files: Vec<FileRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct FileRecord {
+    path: PathBuf,
+    /// `None`: setup created it.
+    before: Option<String>,
+    after: Option<String>,
+}
+
+impl Manifest {
+    /// Remember what `files` changes (before they are written).
+    fn record(&mut self, files: &Files) {
+        for (path, (old, new)) in &files.files {
+            if old == new {
+                continue;
+            }
+            match self.files.iter_mut().find(|r| &r.path == path) {
+                Some(record) => record.after = new.clone(),
+                None => self.files.push(FileRecord {
+                    path: path.clone(),
+                    before: old.clone(),
+                    after: new.clone(),
+                }),
+            }
+        }
+    }
 }
 
 /// Setup's record of what it wrote.
@@ -504,6 +536,13 @@ pub fn setup(env: &Env, request: &Request) -> Result<Outcome> {
             }
             todo.push((id.as_str().to_string(), piece));
         }
+        // Before the base URL changes: where Claude Code went until now.
+        if *id == HarnessId::ClaudeCode {
+            let settings = harness::claude_dir(env).join("settings.json");
+            if let Some(piece) = super::claude_gateway::upstream_piece(env, &settings)? {
+                todo.push((id.as_str().to_string(), piece));
+            }
+        }
     }
     if let Some(historian) = &request.historian {
         for piece in historian_pieces(env, historian)? {
@@ -528,6 +567,7 @@ pub fn setup(env: &Env, request: &Request) -> Result<Outcome> {
             }
         }
     }
+    manifest.record(&files);
     outcome.changes = files.commit(env, request.dry_run)?;
     if !request.dry_run {
         save_manifest(env, &manifest)?;
@@ -550,8 +590,23 @@ pub fn uninstall(env: &Env, harnesses: &[HarnessId], dry_run: bool) -> Result<Ou
     let mut outcome = Outcome::default();
     let wanted =
         |e: &Entry| harnesses.is_empty() || harnesses.iter().any(|h| h.as_str() == e.owner);
+    // A file whose every piece goes, untouched since setup: its old bytes.
+    let mut exact: Vec<(PathBuf, Option<String>)> = Vec::new();
+    for record in &manifest.files {
+        let all_go = manifest
+            .entries
+            .iter()
+            .filter(|e| e.path == record.path)
+            .all(&wanted);
+        if all_go && files.current(&record.path)? == record.after {
+            exact.push((record.path.clone(), record.before.clone()));
+        }
+    }
     for entry in manifest.entries.iter().rev().filter(|e| wanted(e)) {
         undo(&mut files, entry)?;
+    }
+    for (path, before) in exact {
+        files.set(&path, before);
     }
     if manifest.entries.iter().all(|e| !wanted(e)) {
         outcome
@@ -561,6 +616,10 @@ pub fn uninstall(env: &Env, harnesses: &[HarnessId], dry_run: bool) -> Result<Ou
     outcome.changes = files.commit(env, dry_run)?;
     if !dry_run {
         manifest.entries.retain(|e| !wanted(e));
+        let entries = &manifest.entries;
+        manifest
+            .files
+            .retain(|r| entries.iter().any(|e| e.path == r.path));
         save_manifest(env, &manifest)?;
     }
     Ok(outcome)

@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -46,6 +46,8 @@ struct Counters {
     busy: AtomicU64,
     pass_failed: AtomicU64,
     client_gone: AtomicU64,
+    /// When the newest Messages call arrived (the clock's ms; 0: none yet).
+    last_messages_ms: AtomicI64,
 }
 
 /// What every worker shares.
@@ -54,6 +56,8 @@ struct Shared {
     pass: Arc<dyn Pass>,
     agent: ureq::Agent,
     counters: Counters,
+    /// When it started (the clock's ms).
+    started_ms: i64,
 }
 
 /// A running gateway. Dropping it stops it (requests in flight finish).
@@ -87,6 +91,7 @@ impl Gateway {
             agent: upstream::agent(&config)?,
             pass,
             counters: Counters::default(),
+            started_ms: (config.clock)(),
             config,
         });
         let limits = shared.config.limits;
@@ -234,6 +239,12 @@ fn serve(mut stream: TcpStream, shared: &Shared) {
             "busy": counters.busy.load(Ordering::Relaxed),
             "pass_failed": counters.pass_failed.load(Ordering::Relaxed),
             "client_gone": counters.client_gone.load(Ordering::Relaxed),
+            "pid": std::process::id(),
+            "started_ms": shared.started_ms,
+            "last_messages_ms": match counters.last_messages_ms.load(Ordering::Relaxed) {
+                0 => serde_json::Value::Null,
+                ms => serde_json::json!(ms),
+            },
         })
         .to_string();
         let headers = [("content-type".to_string(), b"application/json".to_vec())];
@@ -404,6 +415,9 @@ fn forward(mut stream: TcpStream, shared: &Shared, head: &Head, url: &str, origi
         now_ms: (shared.config.clock)(),
     };
     let rewritten = if sees_pass {
+        counters
+            .last_messages_ms
+            .fetch_max(call.now_ms, Ordering::Relaxed);
         run_pass(shared, &call)
     } else {
         None
