@@ -188,6 +188,10 @@ struct State {
     auto_usage: bool,
     /// Refuse what the real API refuses ([`refusal`]) with its 400.
     strict: bool,
+    /// Start every agent reply with a signed thinking block ([`FakeProvider::think`]).
+    thinking: bool,
+    /// The thinking blocks replies carried: (signature, thinking), in order.
+    issued: Vec<(String, String)>,
     requests: Vec<Recorded>,
     calls: u64,
     /// Requests for this model are the historian's: answered (not streamed)
@@ -269,15 +273,12 @@ impl FakeProvider {
                     }
                     let streamed = recorded.body["stream"] != false;
                     let response = match respond(&state, recorded) {
-                        Ok((reply, usage, id)) if streamed => {
-                            Response::from_string(stream(&reply, usage, id)).with_header(
+                        Ok(answer) if streamed => Response::from_string(stream(&answer))
+                            .with_header(
                                 Header::from_bytes("Content-Type", "text/event-stream").unwrap(),
-                            )
-                        }
-                        Ok((reply, usage, id)) => {
-                            Response::from_string(whole(&reply, usage, id).to_string())
-                                .with_header(json_header())
-                        }
+                            ),
+                        Ok(answer) => Response::from_string(whole(&answer).to_string())
+                            .with_header(json_header()),
                         Err((status, body)) => Response::from_string(body.to_string())
                             .with_status_code(status)
                             .with_header(
@@ -320,6 +321,20 @@ impl FakeProvider {
     /// Refuse, as the real API does with a 400, a request whose `tool_use`
     /// has no `tool_result` right after it, with more than four
     /// `cache_control` blocks, or with a 1-hour one after a 5-minute one.
+    /// Start every agent reply with a `thinking` block whose text and
+    /// signature are new each time (non-ASCII text; `+`, `/` and `=` in the
+    /// signature). Strict, a thinking block that comes back must carry a
+    /// signature this provider issued, with the very text it was issued
+    /// with, or the request gets the real API's 400.
+    pub fn think(&self) {
+        self.state.lock().unwrap().thinking = true;
+    }
+
+    /// The thinking blocks replies carried so far: (signature, thinking).
+    pub fn issued_thinking(&self) -> Vec<(String, String)> {
+        self.state.lock().unwrap().issued.clone()
+    }
+
     pub fn strict(&self) {
         self.state.lock().unwrap().strict = true;
     }
@@ -370,12 +385,13 @@ impl Drop for FakeProvider {
 
 /// The reply (with its usage and response number), or the status and body of
 /// a scripted rejection.
-fn respond(state: &Mutex<State>, recorded: Recorded) -> Result<(Reply, Usage, u64), (u16, Value)> {
+fn respond(state: &Mutex<State>, recorded: Recorded) -> Result<Answer, (u16, Value)> {
     let mut state = state.lock().unwrap();
     state.calls += 1;
     let id = state.calls;
     if state.strict
-        && let Some(refused) = refusal(&recorded.body)
+        && let Some(refused) =
+            refusal(&recorded.body).or_else(|| thinking_refusal(&recorded.body, &state.issued))
     {
         state.requests.push(recorded);
         return Err((400, refused));
@@ -397,6 +413,12 @@ fn respond(state: &Mutex<State>, recorded: Recorded) -> Result<(Reply, Usage, u6
         };
     }
     let fold = historian.then(|| fold_text(&recorded.body));
+    // The real API names the model it was asked for; Claude Code drops the
+    // thinking of an answer from another model than the one it calls.
+    let model = match recorded.body["model"].as_str() {
+        Some(model) if state.thinking => model.to_string(),
+        _ => "mock-sonnet".to_string(),
+    };
     let request_tokens = (recorded.raw.len() / 4) as u64;
     let compaction = recorded.is_compaction();
     state.requests.push(recorded);
@@ -450,7 +472,57 @@ fn respond(state: &Mutex<State>, recorded: Recorded) -> Result<(Reply, Usage, u6
     if let Reply::Error { status, body } = reply {
         return Err((status, body));
     }
-    Ok((reply, usage, id))
+    let thinking = (state.thinking && agent && !compaction).then(|| {
+        let issued = (
+            format!("EqMBCkYIBxgCKkD{id:04}+mc/fake/signature/{id}=="),
+            format!("Thinking\u{2026} about reply {id} \u{2014} \u{ab}ok\u{bb}, \"quoted\"."),
+        );
+        state.issued.push(issued.clone());
+        issued
+    });
+    Ok(Answer {
+        reply,
+        usage,
+        id,
+        thinking,
+        model,
+    })
+}
+
+/// What one Messages call is answered with.
+struct Answer {
+    reply: Reply,
+    usage: Usage,
+    id: u64,
+    /// A thinking block first: (signature, thinking).
+    thinking: Option<(String, String)>,
+    /// The model the answer names.
+    model: String,
+}
+
+/// The real API's 400 for a thinking block that did not come back as it was
+/// issued (its signature unknown, or its text changed), or `None`.
+pub fn thinking_refusal(body: &Value, issued: &[(String, String)]) -> Option<Value> {
+    let messages = body["messages"].as_array()?;
+    for (i, message) in messages.iter().enumerate() {
+        let Some(blocks) = message["content"].as_array() else {
+            continue;
+        };
+        for (j, block) in blocks.iter().enumerate() {
+            if block["type"] != "thinking" {
+                continue;
+            }
+            let signature = block["signature"].as_str().unwrap_or_default();
+            let text = block["thinking"].as_str().unwrap_or_default();
+            if !issued.iter().any(|(s, t)| s == signature && t == text) {
+                return Some(
+                    json!({"type": "error", "error": {"type": "invalid_request_error",
+                    "message": format!("messages.{i}.content.{j}: Invalid `signature` in `thinking` block")}}),
+                );
+            }
+        }
+    }
+    None
 }
 
 /// The real API's 400 body for a Messages request it refuses (the wording
@@ -534,8 +606,9 @@ pub fn refusal(body: &Value) -> Option<Value> {
 }
 
 /// One Messages API response, not streamed.
-fn whole(reply: &Reply, usage: Usage, id: u64) -> Value {
-    let (content, stop) = match reply {
+fn whole(answer: &Answer) -> Value {
+    let (reply, usage, id) = (&answer.reply, answer.usage, answer.id);
+    let (mut content, stop) = match reply {
         Reply::Text(text) => (json!([{"type": "text", "text": text}]), "end_turn"),
         Reply::Tool { name, input } => (
             json!([{"type": "tool_use", "id": format!("toolu_fake_{id}"), "name": name, "input": input}]),
@@ -543,44 +616,75 @@ fn whole(reply: &Reply, usage: Usage, id: u64) -> Value {
         ),
         Reply::Error { .. } => unreachable!("a rejection is not a message"),
     };
+    if let (Some((signature, thinking)), Some(blocks)) = (&answer.thinking, content.as_array_mut())
+    {
+        blocks.insert(
+            0,
+            json!({"type": "thinking", "thinking": thinking, "signature": signature}),
+        );
+    }
     json!({"id": format!("msg_fake_{id}"), "type": "message", "role": "assistant",
-           "model": "mock-sonnet", "content": content, "stop_reason": stop, "stop_sequence": null,
+           "model": answer.model, "content": content, "stop_reason": stop, "stop_sequence": null,
            "usage": {"input_tokens": usage.input, "output_tokens": usage.output,
                      "cache_read_input_tokens": usage.cache_read,
                      "cache_creation_input_tokens": usage.cache_write}})
 }
 
 /// The SSE body of one streamed Messages API response.
-fn stream(reply: &Reply, usage: Usage, id: u64) -> String {
+fn stream(answer: &Answer) -> String {
+    let (reply, usage, id) = (&answer.reply, answer.usage, answer.id);
+    // The reply's block comes after the thinking block, when there is one.
+    let at = u64::from(answer.thinking.is_some());
     let mut events = vec![(
         "message_start",
         json!({"type": "message_start", "message": {
             "id": format!("msg_fake_{id}"), "type": "message", "role": "assistant",
-            "model": "mock-sonnet", "content": [], "stop_reason": null, "stop_sequence": null,
+            "model": answer.model, "content": [], "stop_reason": null, "stop_sequence": null,
             "usage": {"input_tokens": usage.input, "output_tokens": 1,
                       "cache_read_input_tokens": usage.cache_read,
                       "cache_creation_input_tokens": usage.cache_write}}}),
     )];
+    if let Some((signature, thinking)) = &answer.thinking {
+        events.push((
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+        ));
+        events.push((
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "thinking_delta", "thinking": thinking}}),
+        ));
+        events.push((
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "signature_delta", "signature": signature}}),
+        ));
+        events.push((
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ));
+    }
     let stop = match reply {
         Reply::Text(text) => {
             events.push((
                 "content_block_start",
-                json!({"type": "content_block_start", "index": 0,
+                json!({"type": "content_block_start", "index": at,
                 "content_block": {"type": "text", "text": ""}}),
             ));
             events.push((
                 "content_block_delta",
-                json!({"type": "content_block_delta", "index": 0,
+                json!({"type": "content_block_delta", "index": at,
                 "delta": {"type": "text_delta", "text": text}}),
             ));
             "end_turn"
         }
         Reply::Tool { name, input } => {
-            events.push(("content_block_start", json!({"type": "content_block_start", "index": 0,
+            events.push(("content_block_start", json!({"type": "content_block_start", "index": at,
                 "content_block": {"type": "tool_use", "id": format!("toolu_fake_{id}"), "name": name, "input": {}}})));
             events.push((
                 "content_block_delta",
-                json!({"type": "content_block_delta", "index": 0,
+                json!({"type": "content_block_delta", "index": at,
                 "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
             ));
             "tool_use"
@@ -589,7 +693,7 @@ fn stream(reply: &Reply, usage: Usage, id: u64) -> String {
     };
     events.push((
         "content_block_stop",
-        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "content_block_stop", "index": at}),
     ));
     events.push(("message_delta", json!({"type": "message_delta",
         "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": usage.output}})));
@@ -708,5 +812,29 @@ mod tests {
         body["system"][2]["cache_control"] = json!({"type": "ephemeral", "ttl": "1h"});
         let text = message(refusal(&body));
         assert!(text.starts_with("system.2.cache_control.ttl: a ttl='1h' cache_control block must not come after a ttl='5m'"), "{text}");
+    }
+
+    #[test]
+    fn a_thinking_block_must_come_back_as_it_was_issued() {
+        let issued = vec![("EqMB+sig/1==".to_string(), "Think\u{2026}".to_string())];
+        let body = |signature: &str, thinking: &str| {
+            json!({"messages": [{"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": thinking, "signature": signature},
+                    {"type": "text", "text": "ok"}]}]})
+        };
+        assert_eq!(
+            thinking_refusal(&body("EqMB+sig/1==", "Think\u{2026}"), &issued),
+            None
+        );
+        for (signature, thinking) in [
+            ("EqMB+sig/2==", "Think\u{2026}"),
+            ("EqMB+sig/1==", "Think..."),
+        ] {
+            assert_eq!(
+                message(thinking_refusal(&body(signature, thinking), &issued)),
+                "messages.1.content.0: Invalid `signature` in `thinking` block"
+            );
+        }
     }
 }

@@ -681,10 +681,12 @@ fn setup_sends_a_plain_claude_through_a_gateway_its_hooks_start_and_uninstall_gi
         std::fs::read_to_string(&user_config).unwrap(),
         config_before
     );
+    // A gateway still up (started by hand) while Claude Code, no longer
+    // wired, talks to the provider: the doctor says the last turn missed it.
+    let gateway = GatewayProcess::start(&cc.mc_config(), &cc.home(), port);
     let calls = cc.provider.agent_requests().len();
     let result = cc.prompt_as_configured("Say hello directly.");
     assert_eq!(result["result"], "ok", "{result}");
-    assert!(status_on(port).is_none());
     let direct = cc.provider.agent_requests();
     assert!(direct.len() > calls);
     assert!(
@@ -692,4 +694,141 @@ fn setup_sends_a_plain_claude_through_a_gateway_its_hooks_start_and_uninstall_gi
             .to_string()
             .contains('§')
     );
+    let check = gateway_check(&cc);
+    assert_eq!(check["status"], "warn", "{check}");
+    assert!(
+        check["what"]
+            .as_str()
+            .unwrap()
+            .contains("did not go through it (Claude Code is not wired to it)"),
+        "{check}"
+    );
+    drop(gateway);
+}
+
+/// Each thinking block in `raw` (a request body), as its bytes: from the
+/// `{"type":"thinking"` that opens it to the `}` after its signature.
+fn thinking_blocks(raw: &[u8]) -> Vec<Vec<u8>> {
+    let mut blocks = Vec::new();
+    let mut from = 0;
+    while let Some(at) = find(&raw[from..], br#"{"type":"thinking""#) {
+        let start = from + at;
+        let Some(len) = find(&raw[start..], b"\"}") else {
+            break;
+        };
+        blocks.push(raw[start..start + len + 2].to_vec());
+        from = start + len + 2;
+    }
+    blocks
+}
+
+#[test]
+fn thinking_blocks_cross_the_gateway_byte_for_byte() {
+    let Some((cc, gateway)) = start("thinking_blocks_cross_the_gateway_byte_for_byte") else {
+        return;
+    };
+    cc.provider.think();
+    let tap = Tap::start(gateway.url().trim_start_matches("http://").to_string());
+    cc.use_base_url(&tap.url);
+    cc.provider.push(
+        Reply::Tool {
+            name: "mcp__mc__ctx_memory".into(),
+            input: json!({"action": "write", "category": "CONSTRAINTS",
+                          "content": "Thinking survives the gateway."}),
+        },
+        None,
+    );
+    cc.provider.push(
+        Reply::Tool {
+            name: "mcp__mc__ctx_memory".into(),
+            input: json!({"action": "list"}),
+        },
+        None,
+    );
+    cc.provider.push(Reply::Text("Done.".into()), None);
+    let out = cc.run("Remember it, then list.", &[("ANTHROPIC_API_KEY", API_KEY)]);
+    let result = json_of(&out);
+    // The strict provider took every request: no thinking block came back
+    // changed (it answers a changed one with the real API's 400).
+    assert_eq!(result["result"], "Done.", "{result}");
+    let agent = cc.provider.agent_requests();
+    assert_eq!(agent.len(), 3, "a call per reply");
+    assert!(
+        agent[2].body["messages"].to_string().contains('§'),
+        "the pass ran"
+    );
+    // Claude Code sent its thinking back, and the provider got exactly
+    // those bytes.
+    let issued = cc.provider.issued_thinking();
+    let last_sent = tap
+        .bodies()
+        .into_iter()
+        .filter(|b| find(b, b"\"tools\"").is_some())
+        .last()
+        .unwrap();
+    let sent = thinking_blocks(&last_sent);
+    let received = thinking_blocks(&agent[2].raw);
+    assert!(
+        sent.len() >= 2,
+        "Claude Code kept its thinking: {}",
+        String::from_utf8_lossy(&last_sent)
+    );
+    assert_eq!(sent, received, "a thinking block changed on its way");
+    for (signature, _) in issued.iter().take(2) {
+        assert!(
+            received
+                .iter()
+                .any(|b| find(b, signature.as_bytes()).is_some())
+        );
+    }
+    assert_no_secret(&gateway);
+}
+
+/// The real API's answer when it is overloaded, with a wording of ours.
+fn overloaded() -> Reply {
+    Reply::Error {
+        status: 529,
+        body: json!({"type": "error", "error": {"type": "overloaded_error",
+                     "message": "Overloaded (mc-e2e wording)"}}),
+    }
+}
+
+#[test]
+fn an_overloaded_upstream_reaches_claude_code_which_retries_then_reports_it() {
+    let Some((cc, gateway)) =
+        start("an_overloaded_upstream_reaches_claude_code_which_retries_then_reports_it")
+    else {
+        return;
+    };
+    let env = [
+        ("ANTHROPIC_API_KEY", API_KEY),
+        ("CLAUDE_CODE_MAX_RETRIES", "2"),
+    ];
+    // One 529: Claude Code retries through the gateway, and the retry works.
+    cc.provider.push(overloaded(), None);
+    let out = cc.run("Say hello.", &env);
+    let result = json_of(&out);
+    assert_eq!(result["result"], "ok", "{result}");
+    assert_eq!(cc.provider.agent_requests().len(), 2, "one retry");
+    // 529s past its retries: it gives up and says so.
+    for _ in 0..3 {
+        cc.provider.push(overloaded(), None);
+    }
+    let out = cc.run("Say hello again.", &env);
+    let result = json_of(&out);
+    assert_eq!(result["is_error"], true, "{result}");
+    assert_eq!(
+        cc.provider.agent_requests().len(),
+        5,
+        "two retries, then no more"
+    );
+    // Claude Code 2.1.197 tells a 529 by its status: it says so, and names
+    // the gateway it went through.
+    let said = result["result"].as_str().unwrap_or_default();
+    assert!(
+        said.starts_with("API Error: Repeated 529 Overloaded errors.")
+            && said.contains(gateway.url().trim_start_matches("http://")),
+        "{result}"
+    );
+    assert_no_secret(&gateway);
 }
