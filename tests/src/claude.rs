@@ -231,6 +231,36 @@ impl ClaudeCode {
         self.prompt_with(None, text, &[], false)
     }
 
+    /// mc's config gets a gateway on `port` forwarding to the fake provider
+    /// (`gateway.listen`, `gateway.anthropic_upstream`).
+    pub fn configure_gateway(&self, port: u16) {
+        let root = self.provider.base_url().trim_end_matches("/v1").to_string();
+        let config = std::fs::read_to_string(self.mc_config()).unwrap();
+        let config = config.trim_end().strip_suffix('}').unwrap().to_string();
+        std::fs::write(
+            self.mc_config(),
+            format!(
+                r#"{config}, "gateway": {{"listen": "127.0.0.1:{port}", "anthropic_upstream": "{root}"}}}}"#
+            ),
+        )
+        .unwrap();
+    }
+
+    /// Every model call through `mc-transform gateway` on a free port, on
+    /// this database, as mc's config names it ([`ClaudeCode::configure_gateway`]).
+    pub fn through_gateway(&self) -> crate::gateway::GatewayProcess {
+        let port = crate::gateway::free_port();
+        self.configure_gateway(port);
+        let gateway = crate::gateway::GatewayProcess::start_with(
+            &self.mc_config(),
+            &self.home(),
+            port,
+            &[("MC_DB", &self.db)],
+        );
+        self.use_base_url(gateway.url());
+        gateway
+    }
+
     /// Send Claude Code's model calls to `url` (`http://127.0.0.1:PORT`, a
     /// gateway) instead of straight to the fake provider.
     pub fn use_base_url(&self, url: &str) {

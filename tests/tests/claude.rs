@@ -281,6 +281,44 @@ fn pinned_messages_are_in_the_first_request_after_every_compaction_exactly_once(
     ) else {
         return;
     };
+    pins_come_back_once_after_every_compaction(&cc);
+}
+
+#[test]
+fn through_the_gateway_pins_come_back_once_and_claude_code_still_compacts() {
+    let Some(cc) =
+        with_restore_hook("through_the_gateway_pins_come_back_once_and_claude_code_still_compacts")
+    else {
+        return;
+    };
+    cc.provider.strict();
+    let _gateway = cc.through_gateway();
+    pins_come_back_once_after_every_compaction(&cc);
+    // Every main call went through mc's pass (its tags), and Claude Code's
+    // own compaction calls passed untouched.
+    let agent = cc.provider.agent_requests();
+    assert!(
+        agent
+            .iter()
+            .all(|r| r.body["messages"].to_string().contains('§'))
+    );
+    let compactions: Vec<_> = cc
+        .provider
+        .requests()
+        .into_iter()
+        .filter(|r| r.is_compaction())
+        .collect();
+    assert!(!compactions.is_empty());
+    assert!(
+        compactions
+            .iter()
+            .all(|r| !r.body["messages"].to_string().contains('§'))
+    );
+}
+
+/// Two pins, five compactions (manual, two in a row, automatic): after each,
+/// the first request holds each pinned text exactly once.
+fn pins_come_back_once_after_every_compaction(cc: &ClaudeCode) {
     let p = &cc.provider;
     let pin = |session: &str, last: &str| {
         // No --transcript: mc-pin finds it where Claude Code keeps it.
@@ -392,7 +430,7 @@ fn pinned_messages_are_in_the_first_request_after_every_compaction_exactly_once(
     );
 
     // Every compaction ran the hook with its own prompt id; a replay adds nothing.
-    let compact: Vec<Value> = hook_inputs(&cc)
+    let compact: Vec<Value> = hook_inputs(cc)
         .into_iter()
         .filter(|i| i["source"] == "compact")
         .collect();
@@ -460,6 +498,25 @@ fn compartments(cc: &ClaudeCode, session: &str) -> i64 {
 
 #[test]
 fn the_historian_folds_the_transcript_and_mc_s_record_comes_back_once_after_a_compaction() {
+    historian_record_once(
+        "the_historian_folds_the_transcript_and_mc_s_record_comes_back_once_after_a_compaction",
+        false,
+    );
+}
+
+#[test]
+fn through_the_gateway_the_memory_rides_in_the_head_and_the_fold_in_the_record_once() {
+    historian_record_once(
+        "through_the_gateway_the_memory_rides_in_the_head_and_the_fold_in_the_record_once",
+        true,
+    );
+}
+
+/// The historian folds a session (Stop hook), then `/compact`: the fold and
+/// the memory are in each request once — both in the hook's record without
+/// a gateway; with one, the memory in the head and the fold in the record
+/// (the head gets it only at mc's next busting call).
+fn historian_record_once(test: &str, gateway: bool) {
     // SessionStart: mc-pin restore; Stop: mc-historian hook, in the background.
     let restore = format!(
         "{} restore --harness claude-code",
@@ -470,7 +527,7 @@ fn the_historian_folds_the_transcript_and_mc_s_record_comes_back_once_after_a_co
         mc_tests::claude::sh(&mc_tests::bin_path("mc-historian").display().to_string())
     );
     let Some(cc) = ClaudeCode::start(
-        "the_historian_folds_the_transcript_and_mc_s_record_comes_back_once_after_a_compaction",
+        test,
         Options {
             hooks: vec![
                 ("SessionStart".into(), None, restore),
@@ -481,6 +538,7 @@ fn the_historian_folds_the_transcript_and_mc_s_record_comes_back_once_after_a_co
     ) else {
         return;
     };
+    let _gateway = gateway.then(|| cc.through_gateway());
     let p = &cc.provider;
     p.play_historian("mock-historian");
     let out = cc.mc_search(&[
@@ -511,10 +569,24 @@ fn the_historian_folds_the_transcript_and_mc_s_record_comes_back_once_after_a_co
         .unwrap()
         .to_string();
     let s = s.as_str();
-    // At startup mc had the project's memory: the first request carries it once.
+    // At startup mc had the project's memory: the first request carries it
+    // once — in mc's record, or through the gateway in the head, the record
+    // then having nothing to say yet.
     let first = &p.agent_requests()[0];
-    assert_eq!(first.count("<mc-history>"), 1, "{}", first.body);
-    assert_eq!(first.count(MEMORY), 1);
+    assert_eq!(
+        first.count("<mc-history>"),
+        usize::from(!gateway),
+        "{}",
+        first.body
+    );
+    assert_eq!(first.count(MEMORY), 1, "{}", first.body);
+    if gateway {
+        assert!(
+            first.body["messages"][0].to_string().contains(MEMORY),
+            "{}",
+            first.body
+        );
+    }
     for i in 1..6 {
         // From the third turn on (the transcript may lag the Stop hook by a
         // line, so not only the last one).

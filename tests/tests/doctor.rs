@@ -323,16 +323,7 @@ fn claude_code_setup_then_the_real_claude_code_runs_mc_s_hook_and_mcp_server() {
     // provider (mc's config beside the historian's model).
     let port = mc_tests::gateway::free_port();
     let _end = mc_tests::gateway::EndOnDrop(port);
-    let root = cc.provider.base_url().trim_end_matches("/v1").to_string();
-    let config = std::fs::read_to_string(cc.mc_config()).unwrap();
-    let config = config.trim_end().strip_suffix('}').unwrap().to_string();
-    std::fs::write(
-        cc.mc_config(),
-        format!(
-            r#"{config}, "gateway": {{"listen": "127.0.0.1:{port}", "anthropic_upstream": "{root}"}}}}"#
-        ),
-    )
-    .unwrap();
+    cc.configure_gateway(port);
     let doctor = Doctor::beside(
         cc.home(),
         &cc.file("doctor"),
@@ -368,6 +359,11 @@ fn claude_code_setup_then_the_real_claude_code_runs_mc_s_hook_and_mcp_server() {
     );
     assert!(mc_tests::gateway::status_on(port).is_some());
     assert_eq!(first.count(MEMORY), 1, "{}", first.body);
+    assert!(
+        first.body["messages"][0].to_string().contains(MEMORY),
+        "the memory is not in the head: {}",
+        first.body["messages"]
+    );
     // The MCP server setup registered offers mc's tools.
     let tools = first.body["tools"].to_string();
     assert!(tools.contains("mcp__mc__ctx_search"), "{tools}");

@@ -763,8 +763,7 @@ fn thinking_blocks_cross_the_gateway_byte_for_byte() {
     let last_sent = tap
         .bodies()
         .into_iter()
-        .filter(|b| find(b, b"\"tools\"").is_some())
-        .last()
+        .rfind(|b| find(b, b"\"tools\"").is_some())
         .unwrap();
     let sent = thinking_blocks(&last_sent);
     let received = thinking_blocks(&agent[2].raw);

@@ -1508,6 +1508,7 @@ fn session_start_hooks(path: &std::path::Path, session: &str, harness: pin::Harn
             max_transcript_bytes: 1 << 20,
             dry_run: false,
             history: true,
+            memory: true,
             dates: true,
             wait: std::time::Duration::from_millis(50),
         };

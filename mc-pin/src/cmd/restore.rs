@@ -104,6 +104,14 @@ pub(crate) fn restore(
     }
 }
 
+/// Whether Claude Code's calls go through mc's gateway: its
+/// `ANTHROPIC_BASE_URL` (the settings' `env` is in the hook's environment)
+/// is `http://` + `gateway.listen`.
+fn through_gateway(config: &mc_base::config::Config) -> bool {
+    let own = format!("http://{}", config.gateway.listen);
+    std::env::var("ANTHROPIC_BASE_URL").is_ok_and(|url| url.trim_end_matches('/') == own)
+}
+
 pub(crate) fn restore_hook(
     args: &Args,
     flags: &RestoreArgs,
@@ -116,11 +124,32 @@ pub(crate) fn restore_hook(
     // lock. The pins are read without the write lock; a claim that cannot
     // take it within that wait is kept beside the database (`pin::aside`).
     let mut store = mc_cli::open_store_waiting(args.global.db.as_deref(), &config, Wait::Hook)?;
+    // Through mc's gateway the head goes first in every call and carries the
+    // project's memory and the profile from the session's first call on (the
+    // session learns its project here: a request names no folder), so the
+    // record leaves them out. The head gets the historian's compartments
+    // only at mc's next busting call (a Claude Code compaction is none), so
+    // the record keeps those, and the pins.
+    let gateway = harness == Harness::ClaudeCode && through_gateway(&config);
+    if gateway
+        && !flags.dry_run
+        && let Some(dir) = &input.cwd
+        && let Err(e) = pin::local::ensure_project(
+            &mut store,
+            harness.as_str(),
+            &input.session_id,
+            Path::new(&canonical(Path::new(dir))),
+            now_ms(),
+        )
+    {
+        warn(&[format!("could not record the session's project: {e}")]);
+    }
     let options = hook::HookOptions {
         transcript: flags.transcript.as_deref().map(Path::new),
         max_transcript_bytes: config.transcript.max_bytes,
         dry_run: flags.dry_run,
         history: !flags.pins_only,
+        memory: !gateway,
         dates: config.transform.temporal_awareness,
         wait: std::time::Duration::from_millis(config.sqlite.hook_busy_timeout_ms),
     };

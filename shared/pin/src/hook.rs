@@ -460,6 +460,9 @@ pub struct HookOptions<'a> {
     pub dry_run: bool,
     /// Add mc's record of the session (compartments, memory, profile).
     pub history: bool,
+    /// Put the project's memory and the profile in that record (off when
+    /// mc's gateway puts them in the head of every call).
+    pub memory: bool,
     /// Render compartment dates (`transform.temporal_awareness`).
     pub dates: bool,
     /// How long the hook may wait for another restorer's claim: the hook's
@@ -504,7 +507,7 @@ fn history(
     harness: Harness,
     session_id: &str,
     cwd: Option<&str>,
-    dates: bool,
+    (dates, memory): (bool, bool),
     limit: usize,
     now_ms: i64,
 ) -> Result<head::StartHead> {
@@ -522,10 +525,14 @@ fn history(
         .and_then(|s| s.project_identity.clone())
         .or_else(|| cwd.map(|c| mc_base::identity::project_identity(Path::new(c))));
     let memories = match &project {
-        Some(p) => store::live_memories(conn, p, now_ms)?,
-        None => Vec::new(),
+        Some(p) if memory => store::live_memories(conn, p, now_ms)?,
+        _ => Vec::new(),
     };
-    let profile = store::profile(conn)?;
+    let profile = if memory {
+        store::profile(conn)?
+    } else {
+        Vec::new()
+    };
     Ok(head::render_session_start(
         &compartments,
         &memories,
@@ -690,7 +697,7 @@ pub fn restore(
         harness,
         sid,
         cwd.as_deref(),
-        options.dates,
+        (options.dates, options.memory),
         HOOK_CONTEXT_LIMIT,
         now_ms,
     )?;
@@ -777,7 +784,15 @@ fn after_compaction(
     let mut text = pins_text(pins, transcript, compaction, &mut report);
     if options.history && !compaction.kept.holds_history() {
         let room = HOOK_CONTEXT_LIMIT.saturating_sub(utf16_len(&text) + 2);
-        let head = history(store.conn(), harness, sid, cwd, options.dates, room, now_ms)?;
+        let head = history(
+            store.conn(),
+            harness,
+            sid,
+            cwd,
+            (options.dates, options.memory),
+            room,
+            now_ms,
+        )?;
         if !head.text.is_empty() {
             if !text.is_empty() {
                 text.push_str("\n\n");
@@ -1112,6 +1127,7 @@ mod tests {
                 max_transcript_bytes: 1 << 20,
                 dry_run: false,
                 history: true,
+                memory: true,
                 dates: false,
                 wait: Duration::from_secs(1),
             };
@@ -1140,6 +1156,7 @@ mod tests {
                 max_transcript_bytes: 1 << 20,
                 dry_run,
                 history: false,
+                memory: true,
                 dates: false,
                 wait: Duration::from_secs(1),
             };

@@ -49,6 +49,35 @@ pub fn ensure_session(
     })
 }
 
+/// The session's row, created or given `project_dir`'s project when it has
+/// none: what a pass that cannot see the folder (the gateway's) then reads,
+/// so the head it renders carries that project's memory.
+pub fn ensure_project(
+    store: &mut Store,
+    harness: &str,
+    session_id: &str,
+    project_dir: &Path,
+    now_ms: i64,
+) -> Result<i64> {
+    let known = sessions::find_session(store.conn(), harness, session_id)?;
+    if known.as_ref().is_some_and(|s| s.project_identity.is_some()) {
+        return Ok(known.map_or(0, |s| s.id));
+    }
+    let identity = project_identity(project_dir);
+    let dir = project_dir.display().to_string();
+    store.write(|tx| {
+        let row = match sessions::find_session(tx, harness, session_id)? {
+            Some(row) => row.id,
+            None => {
+                sessions::create_session(tx, harness, session_id, false, Some(&identity), now_ms)?
+                    .id
+            }
+        };
+        sessions::adopt_project(tx, row, &identity, &dir)?;
+        Ok(row)
+    })
+}
+
 /// The session's pins, chronological; none when mc does not know the session.
 pub fn list(conn: &Connection, harness: &str, session_id: &str) -> Result<Vec<Pin>> {
     match session_row(conn, harness, session_id)? {

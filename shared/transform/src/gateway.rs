@@ -213,7 +213,7 @@ pub struct TransformPass {
 /// What the pinned Claude Code's requests let us rely on: its main loop and
 /// its subagents send `tools` and name the session; title, quota and other
 /// small-model calls send no tools; its compaction-summary call ends on
-/// [`COMPACTION_PROMPT`]; `count_tokens` and everything else is another path.
+/// [`COMPACTION_PROMPT`] (then, at times, a system message); `count_tokens` and everything else is another path.
 pub fn side_reason(call: &Call<'_>, request: &Request<'_>) -> Option<&'static str> {
     if call.api != Api::AnthropicMessages {
         return Some("not an Anthropic Messages call");
@@ -231,8 +231,13 @@ pub fn side_reason(call: &Call<'_>, request: &Request<'_>) -> Option<&'static st
     if request.items.is_empty() {
         return Some("no messages");
     }
-    let last = request.item_bytes(request.items.len() - 1);
-    if anthropic::contains(last, COMPACTION_PROMPT.as_bytes()) {
+    // The last message that is not a mid-conversation system message.
+    let last = (0..request.items.len())
+        .rev()
+        .find(|&i| request.items.get(i).and_then(|it| it.role.as_deref()) != Some("system"));
+    if last
+        .is_some_and(|i| anthropic::contains(request.item_bytes(i), COMPACTION_PROMPT.as_bytes()))
+    {
         return Some("Claude Code's own compaction-summary call");
     }
     None

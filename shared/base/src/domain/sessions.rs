@@ -101,6 +101,24 @@ pub fn create_session(
 /// Write back every field of the row a tool may change, by name. Call it in
 /// the write transaction the row was read in, so nothing a sibling wrote in
 /// between is lost. `project_dir` is only ever set once.
+/// Give a session the project it did not know yet (a row the gateway's pass
+/// created from a request, which names no folder): its identity and folder,
+/// each only where the row has none.
+pub fn adopt_project(
+    conn: &Connection,
+    id: i64,
+    project_identity: &str,
+    project_dir: &str,
+) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE sessions SET project_identity = coalesce(project_identity, ?2),
+                             project_dir = coalesce(project_dir, ?3)
+         WHERE id = ?1",
+    )?
+    .execute(rusqlite::params![id, project_identity, project_dir])?;
+    Ok(())
+}
+
 pub fn save(conn: &Connection, row: &SessionRow, now_ms: i64) -> Result<()> {
     conn.prepare_cached(
         "UPDATE sessions SET

@@ -307,8 +307,16 @@ fn side_requests_go_untouched() {
     let mut compact = conversation(2, 100);
     compact.push(json!({"role": "user", "content": [{"type": "text",
         "text": format!("{COMPACTION_PROMPT}, paying close attention")}]}));
+    let compact_then_system = {
+        // 2.1.197 may end the compaction call on a system message (its
+        // skills list) after the summary prompt.
+        let mut m = compact.clone();
+        m.push(json!({"role": "system", "content": "The following skills are available"}));
+        request(&m)
+    };
     let compact = request(&compact);
     for (session, path, body) in [
+        (Some("s1"), "/v1/messages", compact_then_system.as_slice()),
         (Some("s1"), "/v1/messages", title.as_slice()),
         (
             Some("s1"),
