@@ -535,14 +535,7 @@ fn the_doctor_says_whether_the_gateway_is_up_and_where_it_forwards() {
         let out = mc_tests::pipe_within(&mut command, b"", Duration::from_secs(60))
             .unwrap()
             .expect("mc-doctor finishes");
-        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-        doc["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["id"] == "gateway")
-            .cloned()
-            .unwrap_or_else(|| panic!("no gateway check: {doc:#}"))
+        gateway_check_of(&out)
     };
     let mut gateway = GatewayProcess::start(&config, dir.path(), port);
     let up = doctor();
@@ -574,7 +567,11 @@ fn doctor(cc: &ClaudeCode, args: &[&str]) -> std::process::Output {
 }
 
 fn gateway_check(cc: &ClaudeCode) -> Value {
-    let out = doctor(cc, &["--json", "--no-probe"]);
+    gateway_check_of(&doctor(cc, &["--json", "--no-probe"]))
+}
+
+/// The `gateway` check of `mc-doctor --json`'s output.
+fn gateway_check_of(out: &std::process::Output) -> Value {
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     doc["checks"]
         .as_array()
