@@ -839,6 +839,7 @@ fn historian_on(store: &mut Store, input: &Input, model: &Scripted) {
             historian: &historian,
             transform: &transform,
         },
+        job: Default::default(),
         lease_ms: 60_000,
         holder: "never-panics".into(),
         now: &now,
