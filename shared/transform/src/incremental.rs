@@ -136,6 +136,13 @@ pub struct Kept {
     print: u128,
 }
 
+impl Kept {
+    /// The message's `info.id`, when it has one.
+    pub fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+}
+
 /// A baseline's output: the messages as answered (a whole envelope: they are
 /// fingerprinted while the process waits) or, once fingerprinted, what
 /// [`delta_of`] compares.
@@ -423,6 +430,12 @@ impl Baselines {
             rebuilt.push(message);
         }
         Ok(rebuilt)
+    }
+
+    /// How many messages the session's baseline input has, if it has one.
+    pub fn input_len(&self, harness: &str, session: &str) -> Option<usize> {
+        let at = self.position(harness, session)?;
+        self.entries.get(at).map(|base| base.input.len())
     }
 
     /// What the session's baseline keeps of its output, if it has one
