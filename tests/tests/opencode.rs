@@ -1732,3 +1732,104 @@ fn a_resident_process_that_dies_mid_call_leaves_that_call_untouched_and_the_next
         "{modes}"
     );
 }
+
+/// Failure without regression, with the real OpenCode and the resident
+/// process: a fault in the middle of a session (the database locked past
+/// the hook's wait) costs neither the cache nor mc's reductions. The
+/// request after the fault is the one before it, element for element, plus
+/// its new tail; the dropped output stays dropped. Then mc takes over again.
+#[test]
+fn a_fault_mid_session_keeps_mcs_shape_and_the_cached_prefix() {
+    let Some((oc, _dir)) = with_mc(Some(r#"{"transform": {"protected_tags": 2}}"#)) else {
+        return;
+    };
+    oc.provider.set_usage(usage_at(20));
+    let session = oc.new_session();
+    oc.provider.push(
+        Reply::Tool {
+            name: "read".into(),
+            input: json!({"filePath": "src/lib.rs"}),
+        },
+        None,
+    );
+    oc.prompt(&session, "read the library");
+    let (_, output) = tool_results(oc.provider.agent_requests().last().unwrap())
+        .pop()
+        .expect("the read result reached the provider");
+    let tag = leading_tag(&output).expect("the read output is tagged");
+    oc.provider.push(
+        Reply::Tool {
+            name: "ctx_reduce".into(),
+            input: json!({"drop": tag.to_string()}),
+        },
+        None,
+    );
+    oc.provider
+        .push(Reply::Text("dropped it".into()), Some(usage_at(70)));
+    oc.prompt(&session, "you can drop that output now");
+    oc.provider.set_usage(usage_at(30));
+    for turn in 0..3 {
+        oc.prompt(&session, &format!("keep going, step {turn}"));
+    }
+    let placeholder = format!("[dropped §{tag}§]");
+    let before = oc.provider.agent_requests().last().unwrap().clone();
+    assert!(tool_results(&before).iter().any(|(_, t)| t == &placeholder));
+
+    // The fault: another process holds the database past the hook's wait.
+    let mut holder = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3,sys,time\n\
+             c=sqlite3.connect(sys.argv[1],isolation_level=None)\n\
+             c.execute('BEGIN EXCLUSIVE')\n\
+             print('locked',flush=True)\n\
+             time.sleep(60)",
+        )
+        .arg(&oc.db)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "locked");
+    oc.prompt(&session, "one step while mc is stuck");
+    let after = oc.provider.agent_requests().last().unwrap().clone();
+    let _ = holder.kill();
+    let _ = holder.wait();
+
+    let (was, now) = (cache_key(&before), cache_key(&after));
+    assert!(now.len() > was.len(), "the new tail arrived");
+    for (i, (a, b)) in was.iter().zip(&now).enumerate() {
+        assert_eq!(
+            a, b,
+            "element {i} of the cached prefix changed at the fault"
+        );
+    }
+    let bytes = |key: &[String]| key.iter().map(String::len).sum::<usize>();
+    assert!(bytes(&now) <= bytes(&was) + bytes(&now[was.len()..]));
+    assert!(tool_results(&after).iter().any(|(_, t)| t == &placeholder));
+    assert!(
+        !all_text(&after).contains("pub fn answer"),
+        "the dropped output did not come back"
+    );
+    assert!(all_text(&after).contains("one step while mc is stuck"));
+
+    // The lock gone, mc's pass runs again: the new prompt is tagged.
+    oc.prompt(&session, "and now mc is back");
+    let back = all_text(oc.provider.agent_requests().last().unwrap());
+    assert!(back.contains("§") && back.contains("and now mc is back"));
+    assert!(
+        regex_lite_tagged(&back, "and now mc is back"),
+        "the prompt after the fault is tagged again"
+    );
+}
+
+/// Whether `text` holds `§N§ ` right before `needle`.
+fn regex_lite_tagged(text: &str, needle: &str) -> bool {
+    text.find(needle)
+        .is_some_and(|at| text[..at].ends_with("§ "))
+}

@@ -264,11 +264,12 @@ impl Server<'_> {
         let key = delta.key.clone();
         let whole = delta.messages.is_none();
         // Should the pass fail: how the input joins the previous answer.
-        let base_len = self.baselines.input_len(&harness, &session).unwrap_or(0);
+        let base = self.baselines.input(&harness, &session).unwrap_or(&[]);
+        let base_len = base.len();
         let unchanged = delta
             .messages
             .as_deref()
-            .map_or(0, fallback::unchanged_prefix);
+            .map_or(0, |items| fallback::unchanged_prefix(items, base));
         // A whole envelope's pass renders everything and says how, for the
         // next delta's.
         let mut resident = Resident {

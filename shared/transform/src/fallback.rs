@@ -45,13 +45,29 @@ fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
     *n == T::default()
 }
 
-/// How many leading items of an incremental delta name the base input's
-/// message at their own index: the input's unchanged prefix.
-pub fn unchanged_prefix(items: &[Value]) -> usize {
+/// How many leading items of an incremental delta stand for the base
+/// input's message at their own index: named by that index, or sent again
+/// with the same `info.id` and the same parts (the harness changed only the
+/// message's metadata, as OpenCode does when a turn ends). The input's
+/// unchanged prefix, for what the model reads.
+pub fn unchanged_prefix(items: &[Value], base: &[Value]) -> usize {
     items
         .iter()
         .enumerate()
-        .take_while(|(i, item)| item.as_u64() == u64::try_from(*i).ok())
+        .take_while(|(i, item)| {
+            if item.as_u64() == u64::try_from(*i).ok() {
+                return true;
+            }
+            let Some(was) = base.get(*i) else {
+                return false;
+            };
+            let id = |m: &Value| m.get("info").and_then(|i| i.get("id")).cloned();
+            item.is_object()
+                && id(item).is_some()
+                && id(item) == id(was)
+                && item.get("parts").is_some()
+                && item.get("parts") == was.get("parts")
+        })
         .count()
 }
 

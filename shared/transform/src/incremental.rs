@@ -432,10 +432,10 @@ impl Baselines {
         Ok(rebuilt)
     }
 
-    /// How many messages the session's baseline input has, if it has one.
-    pub fn input_len(&self, harness: &str, session: &str) -> Option<usize> {
+    /// The session's baseline input, if it has one.
+    pub fn input(&self, harness: &str, session: &str) -> Option<&[Value]> {
         let at = self.position(harness, session)?;
-        self.entries.get(at).map(|base| base.input.len())
+        self.entries.get(at).map(|base| base.input.as_slice())
     }
 
     /// What the session's baseline keeps of its output, if it has one

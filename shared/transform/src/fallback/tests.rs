@@ -148,7 +148,30 @@ fn the_last_shape_is_the_previous_answer_then_what_is_new() {
     let mut input = base.to_vec();
     input.push(json!({"info": {"id": "msg_4"}}));
     let delta = [json!(0), json!(1), json!(2), input[3].clone()];
-    assert_eq!(unchanged_prefix(&delta), 3);
+    assert_eq!(unchanged_prefix(&delta, &base), 3);
+    // A message sent again with only its metadata changed counts as unchanged.
+    let touched = json!({"info": {"id": "msg_3", "time": {"completed": 9}}});
+    let delta = [json!(0), json!(1), touched.clone(), input[3].clone()];
+    assert_eq!(
+        unchanged_prefix(&delta, &base),
+        2,
+        "no parts: not known the same"
+    );
+    let with_parts = |info: Value| json!({"info": info, "parts": [{"type": "text", "text": "x"}]});
+    let base_parts = [
+        base[0].clone(),
+        base[1].clone(),
+        with_parts(json!({"id": "msg_3"})),
+    ];
+    let delta = [
+        json!(0),
+        json!(1),
+        with_parts(json!({"id": "msg_3", "done": true})),
+        input[3].clone(),
+    ];
+    assert_eq!(unchanged_prefix(&delta, &base_parts), 3);
+    let delta = [json!(0), json!(1), with_parts(json!({"id": "msg_9"}))];
+    assert_eq!(unchanged_prefix(&delta, &base_parts), 2, "another message");
     assert_eq!(
         last_shape(&previous, 3, 3, &input),
         Some(vec![json!(0), json!(1), json!(2), input[3].clone()])
@@ -159,7 +182,7 @@ fn the_last_shape_is_the_previous_answer_then_what_is_new() {
     grown[2] =
         json!({"info": {"id": "msg_3"}, "parts": [{"type": "text", "text": "three, and more"}]});
     let delta = [json!(0), json!(1), grown[2].clone()];
-    assert_eq!(unchanged_prefix(&delta), 2);
+    assert_eq!(unchanged_prefix(&delta, &base), 2);
     assert_eq!(
         last_shape(&previous, 3, 2, &grown),
         Some(vec![json!(0), json!(1), grown[2].clone()])
