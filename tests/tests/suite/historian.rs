@@ -1092,6 +1092,47 @@ fn cc_session(cwd: &Path, turns: usize) -> Transcript {
     t
 }
 
+/// Wrap-up and recompute from a Claude Code transcript, as a user runs them
+/// on a session with no transform pass (the fake server as the model).
+#[test]
+fn wrapup_and_recomp_work_on_a_claude_code_transcript() {
+    let env = Env::new();
+    env.fake.always("big", folding(FACT));
+    let t = cc_session(&env.project(), 12);
+    let file = env.path("session.jsonl");
+    std::fs::write(&file, t.text()).unwrap();
+    let file = file.display().to_string();
+    let source = ["--transcript", file.as_str(), "--context-limit", "200000"];
+    // A large window: a routine run folds nothing yet.
+    let (code, routine, _) = env.historian(&[&["run"][..], &source].concat(), "");
+    assert_eq!(
+        (code, routine["status"].as_str()),
+        (0, Some("nothing_to_do")),
+        "{routine}"
+    );
+
+    let (code, wrapped, stderr) =
+        env.historian(&[&["wrapup", "--keep", "4"][..], &source].concat(), "");
+    assert_eq!(code, 0, "{wrapped}\n{stderr}");
+    assert_eq!(wrapped["status"], "published", "{wrapped}");
+    assert_eq!(wrapped["harness"], "claude-code");
+    let end = wrapped["compartments"].as_array().unwrap().last().unwrap()["end"].clone();
+    assert!(end.as_i64().unwrap() > 10, "{wrapped}");
+
+    let (code, redone, stderr) = env.historian(&[&["recomp"][..], &source].concat(), "");
+    assert_eq!(code, 0, "{redone}\n{stderr}");
+    assert_eq!(redone["status"], "published", "{redone}");
+    assert_eq!(
+        redone["replaced"],
+        wrapped["compartments"].as_array().unwrap().len()
+    );
+    assert_eq!(
+        redone["compartments"].as_array().unwrap().last().unwrap()["end"],
+        end
+    );
+    assert_eq!(redone["facts_promoted"], 0);
+}
+
 /// The historian with a deadline: a process that would read its input
 /// forever is killed and the test fails instead of hanging.
 fn historian_within(env: &Env, args: &[&str]) -> Output {
