@@ -1251,28 +1251,7 @@ fn the_agent_writes_a_memory_and_expands_a_dropped_output_with_mc_search_tools()
         assert!(names.contains(&tool), "{tool} missing from {names:?}");
     }
     // Turn 1: read a file; turn 2: drop its output; a busting answer applies it.
-    oc.provider.push(
-        Reply::Tool {
-            name: "read".into(),
-            input: json!({"filePath": "src/lib.rs"}),
-        },
-        None,
-    );
-    oc.prompt(&session, "read the library");
-    let (_, output) = tool_results(oc.provider.agent_requests().last().unwrap())
-        .pop()
-        .expect("the read result reached the provider");
-    let tag = leading_tag(&output).expect("the read output is tagged");
-    oc.provider.push(
-        Reply::Tool {
-            name: "ctx_reduce".into(),
-            input: json!({"drop": tag.to_string()}),
-        },
-        None,
-    );
-    oc.provider
-        .push(Reply::Text("dropped".into()), Some(usage_at(70)));
-    oc.prompt(&session, "drop that output");
+    let tag = read_then_drop(&oc, &session);
     oc.provider.set_usage(usage_at(30));
     oc.prompt(&session, "continue");
     let placeholder = format!("[dropped §{tag}§]");
@@ -1745,28 +1724,7 @@ fn a_fault_mid_session_keeps_mcs_shape_and_the_cached_prefix() {
     };
     oc.provider.set_usage(usage_at(20));
     let session = oc.new_session();
-    oc.provider.push(
-        Reply::Tool {
-            name: "read".into(),
-            input: json!({"filePath": "src/lib.rs"}),
-        },
-        None,
-    );
-    oc.prompt(&session, "read the library");
-    let (_, output) = tool_results(oc.provider.agent_requests().last().unwrap())
-        .pop()
-        .expect("the read result reached the provider");
-    let tag = leading_tag(&output).expect("the read output is tagged");
-    oc.provider.push(
-        Reply::Tool {
-            name: "ctx_reduce".into(),
-            input: json!({"drop": tag.to_string()}),
-        },
-        None,
-    );
-    oc.provider
-        .push(Reply::Text("dropped it".into()), Some(usage_at(70)));
-    oc.prompt(&session, "you can drop that output now");
+    let tag = read_then_drop(&oc, &session);
     oc.provider.set_usage(usage_at(30));
     for turn in 0..3 {
         oc.prompt(&session, &format!("keep going, step {turn}"));
@@ -1776,30 +1734,10 @@ fn a_fault_mid_session_keeps_mcs_shape_and_the_cached_prefix() {
     assert!(tool_results(&before).iter().any(|(_, t)| t == &placeholder));
 
     // The fault: another process holds the database past the hook's wait.
-    let mut holder = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(
-            "import sqlite3,sys,time\n\
-             c=sqlite3.connect(sys.argv[1],isolation_level=None)\n\
-             c.execute('BEGIN EXCLUSIVE')\n\
-             print('locked',flush=True)\n\
-             time.sleep(60)",
-        )
-        .arg(&oc.db)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line.trim(), "locked");
+    let holder = mc_tests::env::lock_database_with(std::process::Command::new("python3"), &oc.db);
     oc.prompt(&session, "one step while mc is stuck");
     let after = oc.provider.agent_requests().last().unwrap().clone();
-    let _ = holder.kill();
-    let _ = holder.wait();
+    drop(holder);
 
     let (was, now) = (cache_key(&before), cache_key(&after));
     assert!(now.len() > was.len(), "the new tail arrived");
@@ -1832,4 +1770,33 @@ fn a_fault_mid_session_keeps_mcs_shape_and_the_cached_prefix() {
 fn regex_lite_tagged(text: &str, needle: &str) -> bool {
     text.find(needle)
         .is_some_and(|at| text[..at].ends_with("§ "))
+}
+
+/// Two turns of `session`: the agent reads `src/lib.rs`, then drops that
+/// output with ctx_reduce, and the answer reports usage over the threshold
+/// (the next pass applies the drop). Returns the output's tag.
+fn read_then_drop(oc: &OpenCode, session: &str) -> u64 {
+    oc.provider.push(
+        Reply::Tool {
+            name: "read".into(),
+            input: json!({"filePath": "src/lib.rs"}),
+        },
+        None,
+    );
+    oc.prompt(session, "read the library");
+    let (_, output) = tool_results(oc.provider.agent_requests().last().unwrap())
+        .pop()
+        .expect("the read result reached the provider");
+    let tag = leading_tag(&output).expect("the read output is tagged");
+    oc.provider.push(
+        Reply::Tool {
+            name: "ctx_reduce".into(),
+            input: json!({"drop": tag.to_string()}),
+        },
+        None,
+    );
+    oc.provider
+        .push(Reply::Text("dropped".into()), Some(usage_at(70)));
+    oc.prompt(session, "drop that output");
+    tag
 }

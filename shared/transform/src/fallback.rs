@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::incremental::Kept;
-use mc_base::codec::{Message, Part, PartKind, Wire};
+use mc_base::codec::{Message, Wire};
 use mc_base::tokens;
 
 /// How a call that mc could not prepare went out, as the report's
@@ -225,19 +225,7 @@ fn marker_message(session_id: Option<&str>, text: &str) -> Message {
     if let Some(session) = session_id {
         info.insert("sessionID".into(), Value::from(session));
     }
-    let mut raw = serde_json::Map::new();
-    raw.insert("info".into(), Value::Object(info));
-    let mut part = serde_json::Map::new();
-    part.insert("type".into(), Value::from("text"));
-    part.insert("text".into(), Value::from(text));
-    part.insert("synthetic".into(), Value::Bool(true));
-    Message::new(
-        raw,
-        vec![Part {
-            kind: PartKind::Text,
-            raw: part,
-        }],
-    )
+    crate::render::synthetic_message(Value::Object(info), text)
 }
 
 #[cfg(test)]
