@@ -1800,3 +1800,43 @@ fn read_then_drop(oc: &OpenCode, session: &str) -> u64 {
     oc.prompt(session, "drop that output");
     tag
 }
+
+/// The user's /mc-wrapup in OpenCode: the plugin adds the command to
+/// OpenCode's list, runs mc-historian wrapup on the session when it is
+/// invoked, and the prompt the command sends tells the agent what it did.
+#[test]
+fn the_mc_wrapup_command_folds_the_session_and_says_so() {
+    let Some((oc, _dir, session)) = reading_a_big_file(60, "") else {
+        return;
+    };
+    let commands = oc.get("/command").to_string();
+    assert!(
+        commands.contains("mc-wrapup") && commands.contains("mc-recomp"),
+        "{commands}"
+    );
+    oc.provider.push(Reply::Text("noted".into()), None);
+    oc.post(
+        &format!("/session/{session}/command"),
+        json!({"command": "mc-wrapup", "arguments": "2"}),
+    );
+    let request = oc.provider.agent_requests().last().unwrap().clone();
+    let text = all_text(&request);
+    assert!(
+        text.contains("mc wrap-up: ") && text.contains("compartments through message"),
+        "{}",
+        &text[text.len().saturating_sub(600)..]
+    );
+    let store = mc_base::store::Store::open(&oc.db, &Default::default()).unwrap();
+    let covered: i64 = store
+        .conn()
+        .query_row(
+            "SELECT coalesce(max(end_ordinal), 0) FROM compartments",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        covered >= 6,
+        "four turns of a read each, all but two messages: {covered}"
+    );
+}
