@@ -442,6 +442,34 @@ async function pass(resident2, state, head, texts, warn, held) {
   }
 }
 
+// source/fold.js
+var DEFAULT_KEEP = 20;
+function foldArgs(job, argument) {
+  if (job === "recomp") return { args: ["recomp"] };
+  const text = String(argument ?? "").trim();
+  if (text === "") return { args: ["wrapup", "--keep", String(DEFAULT_KEEP)] };
+  if (!/^[0-9]{1,6}$/.test(text)) {
+    return { error: `mc-wrapup takes the number of newest messages to keep (e.g. "mc-wrapup 10"), not ${JSON.stringify(text)}` };
+  }
+  return { args: ["wrapup", "--keep", String(Number(text))] };
+}
+function foldSummary(result, failureText2) {
+  let report;
+  try {
+    report = JSON.parse(result.stdout);
+  } catch {
+    return `mc-historian failed (exit ${result.code}): ${failureText2(result.stderr) || "no answer"}`;
+  }
+  const job = report.job === "recomp" ? "recompute" : "wrap-up";
+  if (report.status === "failed") return `mc ${job} failed: ${report.error ?? failureText2(result.stderr)}`;
+  if (report.status !== "published") return `mc ${job}: nothing to do (${report.reason ?? "nothing new"})`;
+  const compartments = Array.isArray(report.compartments) ? report.compartments : [];
+  const last = compartments[compartments.length - 1];
+  const through = last && Number.isInteger(last.end) ? ` through message ${last.end}` : "";
+  const replaced = Number.isInteger(report.replaced) ? `, replacing ${report.replaced}` : "";
+  return `mc ${job}: ${compartments.length} compartments${through}${replaced}; the context shows them from the next call that rebuilds the cache anyway`;
+}
+
 // source/opencode.ts
 var HISTORIAN_TIMEOUT_MS = 3e5;
 var HISTORIAN_RETRY_MS = 3e4;
@@ -805,7 +833,39 @@ var McContext = async ({ client, serverUrl, directory }) => {
     } catch {
     }
   }
+  const FOLD_COMMANDS = /* @__PURE__ */ new Map([
+    ["mc-wrapup", { job: "wrapup", description: "mc: fold all but the newest N messages (default 20) into compartments now" }],
+    ["mc-recomp", { job: "recomp", description: "mc: rebuild this session's compartments from its raw history (no new facts)" }]
+  ]);
+  async function foldCommand(job, argument, sessionID) {
+    const parsed = foldArgs(job, argument);
+    if ("error" in parsed) return parsed.error;
+    if (!server) return `mc-${job}: OpenCode gave the plugin no server address to fold from`;
+    await historians.get(sessionID);
+    const args = [...parsed.args, "--session", sessionID, "--opencode-url", server];
+    if (directory) args.push("--project-dir", directory);
+    const result = await run(bin("mc-historian", "MC_HISTORIAN_BIN"), args, "", HISTORIAN_TIMEOUT_MS);
+    return foldSummary(result, failureText);
+  }
   return {
+    // The fold commands, as OpenCode's own commands (a user's of the same name wins).
+    config: async (config) => {
+      if (!config || typeof config !== "object") return;
+      config.command = config.command && typeof config.command === "object" ? config.command : {};
+      for (const [name, { description }] of FOLD_COMMANDS) {
+        config.command[name] ??= { description, template: `Running ${name} $ARGUMENTS.` };
+      }
+    },
+    // Run the fold, then the prompt the command sends says what it did.
+    "command.execute.before": async (input, output) => {
+      const command = FOLD_COMMANDS.get(String(input?.command ?? ""));
+      if (!command || !input?.sessionID || !Array.isArray(output?.parts)) return;
+      const summary = await foldCommand(command.job, String(input.arguments ?? ""), String(input.sessionID));
+      const text = `${summary}. (The user ran /${input.command}; nothing else to do: say so in one line.)`;
+      const part = output.parts.find((p) => p?.type === "text");
+      if (part) part.text = text;
+      else output.parts.push({ type: "text", text });
+    },
     "experimental.chat.messages.transform": async (_input, output) => {
       const messages = output.messages;
       const found = envelope(messages);

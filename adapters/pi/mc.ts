@@ -436,6 +436,34 @@ async function pass(resident2, state, head, texts, warn, held) {
   }
 }
 
+// source/fold.js
+var DEFAULT_KEEP = 20;
+function foldArgs(job, argument) {
+  if (job === "recomp") return { args: ["recomp"] };
+  const text2 = String(argument ?? "").trim();
+  if (text2 === "") return { args: ["wrapup", "--keep", String(DEFAULT_KEEP)] };
+  if (!/^[0-9]{1,6}$/.test(text2)) {
+    return { error: `mc-wrapup takes the number of newest messages to keep (e.g. "mc-wrapup 10"), not ${JSON.stringify(text2)}` };
+  }
+  return { args: ["wrapup", "--keep", String(Number(text2))] };
+}
+function foldSummary(result, failureText2) {
+  let report;
+  try {
+    report = JSON.parse(result.stdout);
+  } catch {
+    return `mc-historian failed (exit ${result.code}): ${failureText2(result.stderr) || "no answer"}`;
+  }
+  const job = report.job === "recomp" ? "recompute" : "wrap-up";
+  if (report.status === "failed") return `mc ${job} failed: ${report.error ?? failureText2(result.stderr)}`;
+  if (report.status !== "published") return `mc ${job}: nothing to do (${report.reason ?? "nothing new"})`;
+  const compartments = Array.isArray(report.compartments) ? report.compartments : [];
+  const last = compartments[compartments.length - 1];
+  const through = last && Number.isInteger(last.end) ? ` through message ${last.end}` : "";
+  const replaced = Number.isInteger(report.replaced) ? `, replacing ${report.replaced}` : "";
+  return `mc ${job}: ${compartments.length} compartments${through}${replaced}; the context shows them from the next call that rebuilds the cache anyway`;
+}
+
 // source/pi.ts
 var HISTORIAN_TIMEOUT_MS = 3e5;
 var HISTORIAN_RETRY_MS = 3e4;
@@ -473,14 +501,40 @@ async function mc(pi) {
     return state;
   };
   const historianAvailable = (state) => Boolean(state.historian) || !(state.historianFailure && Date.now() < state.historianFailure.retryAt);
+  function historianSource(sessionId, ctx) {
+    const file = ctx.sessionManager?.getSessionFile?.();
+    if (!file) return null;
+    const args = ["--harness", "pi", "--transcript", file, "--session", sessionId, "--project-dir", ctx.cwd];
+    if (ctx.model?.contextWindow) args.push("--context-limit", String(ctx.model.contextWindow));
+    return args;
+  }
+  for (const [name, job, description] of [
+    ["mc-wrapup", "wrapup", "mc: fold all but the newest N messages (default 20) into compartments now"],
+    ["mc-recomp", "recomp", "mc: rebuild this session's compartments from its raw history (no new facts)"]
+  ]) {
+    pi.registerCommand(name, {
+      description,
+      async handler(argument, ctx) {
+        const notify = (message, type) => ctx.ui?.notify ? ctx.ui.notify(message, type) : console.error(message);
+        const parsed = foldArgs(job, argument);
+        if ("error" in parsed) return notify(parsed.error, "error");
+        const sessionId = ctx.sessionManager.getSessionId();
+        const source = historianSource(sessionId, ctx);
+        if (!source) return notify(`${name}: this session has no file to fold from (--no-session)`, "error");
+        const state = session(sessionId);
+        await state.historian;
+        const result = await run(bin("mc-historian", "MC_HISTORIAN_BIN"), [...parsed.args, ...source], "", HISTORIAN_TIMEOUT_MS);
+        notify(foldSummary(result, failureText), result.code === 0 ? "info" : "error");
+      }
+    });
+  }
   function historian(sessionId, ctx) {
     const state = session(sessionId);
     if (state.historian) return state.historian;
     if (!historianAvailable(state)) return null;
-    const file = ctx.sessionManager?.getSessionFile?.();
-    if (!file) return null;
-    const args = ["run", "--harness", "pi", "--transcript", file, "--session", sessionId, "--project-dir", ctx.cwd];
-    if (ctx.model?.contextWindow) args.push("--context-limit", String(ctx.model.contextWindow));
+    const source = historianSource(sessionId, ctx);
+    if (!source) return null;
+    const args = ["run", ...source];
     const running = run(bin("mc-historian", "MC_HISTORIAN_BIN"), args, "", HISTORIAN_TIMEOUT_MS).then((result) => {
       if (result.code === 0) {
         state.historianFailure = void 0;

@@ -5,7 +5,9 @@
 // "prompt is too long" error to mc so the next pass recovers, and gives the
 // agent its tools: ctx_reduce, and ctx_search, ctx_memory, ctx_note and
 // ctx_expand from mc-search (described by `mc-search tools`, run through
-// `mc-search call` with the calling session).
+// `mc-search call` with the calling session). The user gets two commands:
+// /mc-wrapup [N] and /mc-recomp (mc-historian wrapup and recomp on the
+// session; the agent is told in one line what they did).
 //
 // mc-transform runs resident, through the adapter core (core.js, shared
 // with the Pi extension and built into this one file).
@@ -21,6 +23,7 @@ import { homedir } from "node:os"
 import { isAbsolute, join } from "node:path"
 import { tool } from "@opencode-ai/plugin"
 import { Resident, TRANSFORM_TIMEOUT_MS, bin, failureText, mcTransform as transformCommand, pass as passThrough, run } from "./core.js"
+import { foldArgs, foldSummary } from "./fold.js"
 
 // What OpenCode hands the plugin (its messages and parts, events, hook
 // arguments, its client's answers, bun:sqlite rows): outside data, read
@@ -535,7 +538,45 @@ export const McContext = async ({ client, serverUrl, directory }: { client: Oc; 
     } catch {}
   }
 
+  /** The fold commands: the command name OpenCode shows, the job, its description. */
+  const FOLD_COMMANDS = new Map([
+    ["mc-wrapup", { job: "wrapup" as const, description: "mc: fold all but the newest N messages (default 20) into compartments now" }],
+    ["mc-recomp", { job: "recomp" as const, description: "mc: rebuild this session's compartments from its raw history (no new facts)" }],
+  ])
+
+  /** Run a fold command on the session (after a routine run); its summary line. */
+  async function foldCommand(job: "wrapup" | "recomp", argument: string, sessionID: string): Promise<string> {
+    const parsed = foldArgs(job, argument)
+    if ("error" in parsed) return parsed.error
+    if (!server) return `mc-${job}: OpenCode gave the plugin no server address to fold from`
+    await historians.get(sessionID)
+    const args = [...parsed.args, "--session", sessionID, "--opencode-url", server]
+    if (directory) args.push("--project-dir", directory)
+    const result = await run(bin("mc-historian", "MC_HISTORIAN_BIN"), args, "", HISTORIAN_TIMEOUT_MS)
+    return foldSummary(result, failureText)
+  }
+
   return {
+    // The fold commands, as OpenCode's own commands (a user's of the same name wins).
+    config: async (config: Oc) => {
+      if (!config || typeof config !== "object") return
+      config.command = config.command && typeof config.command === "object" ? config.command : {}
+      for (const [name, { description }] of FOLD_COMMANDS) {
+        config.command[name] ??= { description, template: `Running ${name} $ARGUMENTS.` }
+      }
+    },
+
+    // Run the fold, then the prompt the command sends says what it did.
+    "command.execute.before": async (input: Oc, output: Oc) => {
+      const command = FOLD_COMMANDS.get(String(input?.command ?? ""))
+      if (!command || !input?.sessionID || !Array.isArray(output?.parts)) return
+      const summary = await foldCommand(command.job, String(input.arguments ?? ""), String(input.sessionID))
+      const text = `${summary}. (The user ran /${input.command}; nothing else to do: say so in one line.)`
+      const part = output.parts.find((p: Oc) => p?.type === "text")
+      if (part) part.text = text
+      else output.parts.push({ type: "text", text })
+    },
+
     "experimental.chat.messages.transform": async (_input: Oc, output: Oc) => {
       // OpenCode keeps using this very array: splice in place, never reassign.
       const messages = output.messages

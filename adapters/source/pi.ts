@@ -7,7 +7,8 @@
 // compacts (`session_compact` → `mc-pin restore --harness pi`, sent as a
 // hidden custom message), hands a provider's "prompt is too long" to
 // `mc-transform overflow`, and gives the agent its tools: ctx_reduce, and
-// ctx_search, ctx_memory, ctx_note and ctx_expand from mc-search.
+// ctx_search, ctx_memory, ctx_note and ctx_expand from mc-search; the user
+// gets /mc-wrapup [N] and /mc-recomp (mc-historian wrapup and recomp).
 //
 // mc-transform runs resident, through the adapter core (core.js, shared with
 // the OpenCode plugin and built into this one file). Any failure of mc leaves
@@ -21,6 +22,7 @@
 // own historian run (MC_HISTORIAN_CHILD=1 in its environment) it does nothing.
 import { Resident, TRANSFORM_TIMEOUT_MS, bin, failureText, mcTransform as transformCommand, pass as passThrough, run } from "./core.js"
 import type { Baseline, PassAnswer, Run } from "./core.js"
+import { foldArgs, foldSummary } from "./fold.js"
 
 const HISTORIAN_TIMEOUT_MS = 300_000
 const HISTORIAN_RETRY_MS = 30_000
@@ -60,8 +62,13 @@ interface PiApi {
   on(event: "message_end", handler: (event: { message?: PiMessage }, ctx: PiContext) => Promise<void>): void
   on(event: "session_compact", handler: (event: unknown, ctx: PiContext) => Promise<void>): void
   registerTool(tool: PiTool): void
+  registerCommand(
+    name: string,
+    options: { description: string; handler: (args: string, ctx: PiContext & { ui?: PiUi }) => Promise<void> },
+  ): void
   sendMessage(message: { customType: string; content: string; display: boolean }): Promise<void> | void
 }
+type PiUi = { notify?(message: string, type?: "info" | "warning" | "error"): void }
 /** What mc remembers of a session. */
 type SessionState = {
   incremental?: Baseline
@@ -110,15 +117,46 @@ export default async function mc(pi: PiApi): Promise<void> {
   const historianAvailable = (state: SessionState): boolean =>
     Boolean(state.historian) || !(state.historianFailure && Date.now() < state.historianFailure.retryAt)
 
+  /** mc-historian's arguments naming the session's file; null without one. */
+  function historianSource(sessionId: string, ctx: PiContext): string[] | null {
+    const file = ctx.sessionManager?.getSessionFile?.()
+    if (!file) return null
+    const args = ["--harness", "pi", "--transcript", file, "--session", sessionId, "--project-dir", ctx.cwd]
+    if (ctx.model?.contextWindow) args.push("--context-limit", String(ctx.model.contextWindow))
+    return args
+  }
+
+  /** The user's fold commands: run mc-historian wrapup or recomp now, say what it did. */
+  for (const [name, job, description] of [
+    ["mc-wrapup", "wrapup", "mc: fold all but the newest N messages (default 20) into compartments now"],
+    ["mc-recomp", "recomp", "mc: rebuild this session's compartments from its raw history (no new facts)"],
+  ] as const) {
+    pi.registerCommand(name, {
+      description,
+      async handler(argument, ctx) {
+        const notify = (message: string, type: "info" | "error") => (ctx.ui?.notify ? ctx.ui.notify(message, type) : console.error(message))
+        const parsed = foldArgs(job, argument)
+        if ("error" in parsed) return notify(parsed.error, "error")
+        const sessionId = ctx.sessionManager.getSessionId()
+        const source = historianSource(sessionId, ctx)
+        if (!source) return notify(`${name}: this session has no file to fold from (--no-session)`, "error")
+        const state = session(sessionId)
+        // One historian at a time per session: wait for a routine run first.
+        await state.historian
+        const result = await run(bin("mc-historian", "MC_HISTORIAN_BIN"), [...parsed.args, ...source], "", HISTORIAN_TIMEOUT_MS)
+        notify(foldSummary(result, failureText), result.code === 0 ? "info" : "error")
+      },
+    })
+  }
+
   /** Start the historian on the session file once; later calls share the run. */
   function historian(sessionId: string, ctx: PiContext): Promise<Run> | null {
     const state = session(sessionId)
     if (state.historian) return state.historian
     if (!historianAvailable(state)) return null
-    const file = ctx.sessionManager?.getSessionFile?.()
-    if (!file) return null // an in-memory session (--no-session): nothing to fold from
-    const args = ["run", "--harness", "pi", "--transcript", file, "--session", sessionId, "--project-dir", ctx.cwd]
-    if (ctx.model?.contextWindow) args.push("--context-limit", String(ctx.model.contextWindow))
+    const source = historianSource(sessionId, ctx)
+    if (!source) return null // an in-memory session (--no-session): nothing to fold from
+    const args = ["run", ...source]
     const running = run(bin("mc-historian", "MC_HISTORIAN_BIN"), args, "", HISTORIAN_TIMEOUT_MS)
       .then((result) => {
         if (result.code === 0) {

@@ -42,6 +42,28 @@ pub(crate) enum Command {
     /// "facts_promoted", "tokens", "model", …}. A failed run exits 1 and is
     /// recorded with its cause (mc-transform status shows it).
     Run(Source),
+    /// Fold everything above the last compartment but the newest N raw
+    /// messages, now, whatever the pressure (a wrap-up before a break or a
+    /// hand-over).
+    ///
+    /// Folds in chunks of historian.chunk_tokens, one after the other under
+    /// the session's lease, each published as it is accepted; the kept tail
+    /// grows back to the start of the turn it would cut, and a tool call
+    /// still running is never folded. The harness sees the result at its
+    /// next pass that busts the cache anyway (never a bust of its own).
+    /// Answers as `run` does, with "job": "wrapup" and "keep".
+    Wrapup(WrapupArgs),
+    /// Rebuild the session's compartments from its raw history: the range
+    /// they cover is folded again, and the new compartments replace the old
+    /// ones whole, in one transaction, only once they reach as far.
+    ///
+    /// Adds no facts: project memory stays as it is. Useful after a
+    /// historian model change or when compartments came out poor. The
+    /// harness sees the new ones at its next pass that busts the cache
+    /// anyway. Answers as `run` does, with "job": "recomp" and "replaced"
+    /// (how many old compartments went); when the answers fall short of the
+    /// old range, nothing changes and the run fails with recomp_incomplete.
+    Recomp(Source),
     /// Say whether a run is due and why (the transform's own rule); no model call.
     Check(Source),
     /// Print the exact request a run would send first; no call, nothing written.
@@ -52,6 +74,16 @@ pub(crate) enum Command {
     /// once. Prints nothing and always exits 0 (a `Stop` hook's exit 2 would
     /// keep the agent working): problems are warnings on stderr.
     Hook(HookArgs),
+}
+
+#[derive(ClapArgs, Debug)]
+pub(crate) struct WrapupArgs {
+    /// How many of the newest raw messages stay unfolded (tool calls count;
+    /// at least one always stays)
+    #[arg(long, value_name = "N", default_value_t = mc_history::historian::wrapup::DEFAULT_KEEP)]
+    pub(crate) keep: usize,
+    #[command(flatten)]
+    pub(crate) source: Source,
 }
 
 #[derive(ClapArgs, Debug)]

@@ -230,29 +230,34 @@ impl TestEnv {
     /// when the holder drops. (In WAL mode readers still get in.)
     pub fn lock_database(&self, path: &Path) -> LockHolder {
         // python3's sqlite3 module is on every machine the tests run on.
-        let mut child = self
-            .program("python3")
-            .arg("-c")
-            .arg(
-                "import sqlite3,sys,time\n\
-                 c=sqlite3.connect(sys.argv[1],isolation_level=None)\n\
-                 c.execute('BEGIN EXCLUSIVE')\n\
-                 print('locked',flush=True)\n\
-                 time.sleep(30)",
-            )
-            .arg(path)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        assert_eq!(line.trim(), "locked");
-        LockHolder(child)
+        lock_database_with(self.program("python3"), path)
     }
+}
+
+/// [`TestEnv::lock_database`] with a `python3` command of the caller's
+/// (a test that runs a harness outside the sealed environment).
+pub fn lock_database_with(mut python: Command, path: &Path) -> LockHolder {
+    let mut child = python
+        .arg("-c")
+        .arg(
+            "import sqlite3,sys,time\n\
+             c=sqlite3.connect(sys.argv[1],isolation_level=None)\n\
+             c.execute('BEGIN EXCLUSIVE')\n\
+             print('locked',flush=True)\n\
+             time.sleep(30)",
+        )
+        .arg(path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "locked");
+    LockHolder(child)
 }
 
 /// The process [`TestEnv::lock_database`] started; killed when dropped.

@@ -176,6 +176,43 @@ fn pi_codec_over_arbitrary_and_mutated_messages() {
     );
 }
 
+#[test]
+fn the_fallback_over_arbitrary_and_mutated_messages() {
+    let samples: Vec<(String, Value)> = envelope_samples()
+        .into_iter()
+        .map(|e| {
+            let harness = e["harness"].as_str().unwrap_or("opencode").to_string();
+            (harness, e["messages"].clone())
+        })
+        .collect();
+    property(
+        "the_fallback_over_arbitrary_and_mutated_messages",
+        256,
+        (
+            fuzz::json(),
+            fuzz::changes(6),
+            0..samples.len(),
+            0u64..50_000,
+        ),
+        |(arbitrary, changes, which, window)| {
+            let (harness, sample) = &samples[which];
+            for value in [arbitrary, changes.apply(sample)] {
+                let Value::Array(items) = value else { continue };
+                let (out, fallback) =
+                    transform::fallback::fit_raw(harness, Some("s"), items.clone(), window);
+                // Unchanged, or a marker and a suffix of the input.
+                if fallback.shape == "raw" {
+                    prop_assert_eq!(&out, &items);
+                }
+                let kept = transform::incremental::kept(&items);
+                let unchanged = transform::fallback::unchanged_prefix(&items, &items);
+                let _ = transform::fallback::last_shape(&kept, items.len(), unchanged, &items);
+            }
+            Ok(())
+        },
+    );
+}
+
 /// What `mc-transform` does with one stdin document: parse, pass, and on
 /// failure record the passthrough. Returns the session id it named.
 fn pass_like_the_binary(
@@ -839,6 +876,7 @@ fn historian_on(store: &mut Store, input: &Input, model: &Scripted) {
             historian: &historian,
             transform: &transform,
         },
+        job: Default::default(),
         lease_ms: 60_000,
         holder: "never-panics".into(),
         now: &now,

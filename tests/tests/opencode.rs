@@ -1251,28 +1251,7 @@ fn the_agent_writes_a_memory_and_expands_a_dropped_output_with_mc_search_tools()
         assert!(names.contains(&tool), "{tool} missing from {names:?}");
     }
     // Turn 1: read a file; turn 2: drop its output; a busting answer applies it.
-    oc.provider.push(
-        Reply::Tool {
-            name: "read".into(),
-            input: json!({"filePath": "src/lib.rs"}),
-        },
-        None,
-    );
-    oc.prompt(&session, "read the library");
-    let (_, output) = tool_results(oc.provider.agent_requests().last().unwrap())
-        .pop()
-        .expect("the read result reached the provider");
-    let tag = leading_tag(&output).expect("the read output is tagged");
-    oc.provider.push(
-        Reply::Tool {
-            name: "ctx_reduce".into(),
-            input: json!({"drop": tag.to_string()}),
-        },
-        None,
-    );
-    oc.provider
-        .push(Reply::Text("dropped".into()), Some(usage_at(70)));
-    oc.prompt(&session, "drop that output");
+    let tag = read_then_drop(&oc, &session);
     oc.provider.set_usage(usage_at(30));
     oc.prompt(&session, "continue");
     let placeholder = format!("[dropped §{tag}§]");
@@ -1730,5 +1709,134 @@ fn a_resident_process_that_dies_mid_call_leaves_that_call_untouched_and_the_next
             &"resident pass delta"
         ],
         "{modes}"
+    );
+}
+
+/// Failure without regression, with the real OpenCode and the resident
+/// process: a fault in the middle of a session (the database locked past
+/// the hook's wait) costs neither the cache nor mc's reductions. The
+/// request after the fault is the one before it, element for element, plus
+/// its new tail; the dropped output stays dropped. Then mc takes over again.
+#[test]
+fn a_fault_mid_session_keeps_mcs_shape_and_the_cached_prefix() {
+    let Some((oc, _dir)) = with_mc(Some(r#"{"transform": {"protected_tags": 2}}"#)) else {
+        return;
+    };
+    oc.provider.set_usage(usage_at(20));
+    let session = oc.new_session();
+    let tag = read_then_drop(&oc, &session);
+    oc.provider.set_usage(usage_at(30));
+    for turn in 0..3 {
+        oc.prompt(&session, &format!("keep going, step {turn}"));
+    }
+    let placeholder = format!("[dropped §{tag}§]");
+    let before = oc.provider.agent_requests().last().unwrap().clone();
+    assert!(tool_results(&before).iter().any(|(_, t)| t == &placeholder));
+
+    // The fault: another process holds the database past the hook's wait.
+    let holder = mc_tests::env::lock_database_with(std::process::Command::new("python3"), &oc.db);
+    oc.prompt(&session, "one step while mc is stuck");
+    let after = oc.provider.agent_requests().last().unwrap().clone();
+    drop(holder);
+
+    let (was, now) = (cache_key(&before), cache_key(&after));
+    assert!(now.len() > was.len(), "the new tail arrived");
+    for (i, (a, b)) in was.iter().zip(&now).enumerate() {
+        assert_eq!(
+            a, b,
+            "element {i} of the cached prefix changed at the fault"
+        );
+    }
+    let bytes = |key: &[String]| key.iter().map(String::len).sum::<usize>();
+    assert!(bytes(&now) <= bytes(&was) + bytes(&now[was.len()..]));
+    assert!(tool_results(&after).iter().any(|(_, t)| t == &placeholder));
+    assert!(
+        !all_text(&after).contains("pub fn answer"),
+        "the dropped output did not come back"
+    );
+    assert!(all_text(&after).contains("one step while mc is stuck"));
+
+    // The lock gone, mc's pass runs again: the new prompt is tagged.
+    oc.prompt(&session, "and now mc is back");
+    let back = all_text(oc.provider.agent_requests().last().unwrap());
+    assert!(back.contains("§") && back.contains("and now mc is back"));
+    assert!(
+        regex_lite_tagged(&back, "and now mc is back"),
+        "the prompt after the fault is tagged again"
+    );
+}
+
+/// Whether `text` holds `§N§ ` right before `needle`.
+fn regex_lite_tagged(text: &str, needle: &str) -> bool {
+    text.find(needle)
+        .is_some_and(|at| text[..at].ends_with("§ "))
+}
+
+/// Two turns of `session`: the agent reads `src/lib.rs`, then drops that
+/// output with ctx_reduce, and the answer reports usage over the threshold
+/// (the next pass applies the drop). Returns the output's tag.
+fn read_then_drop(oc: &OpenCode, session: &str) -> u64 {
+    oc.provider.push(
+        Reply::Tool {
+            name: "read".into(),
+            input: json!({"filePath": "src/lib.rs"}),
+        },
+        None,
+    );
+    oc.prompt(session, "read the library");
+    let (_, output) = tool_results(oc.provider.agent_requests().last().unwrap())
+        .pop()
+        .expect("the read result reached the provider");
+    let tag = leading_tag(&output).expect("the read output is tagged");
+    oc.provider.push(
+        Reply::Tool {
+            name: "ctx_reduce".into(),
+            input: json!({"drop": tag.to_string()}),
+        },
+        None,
+    );
+    oc.provider
+        .push(Reply::Text("dropped".into()), Some(usage_at(70)));
+    oc.prompt(session, "drop that output");
+    tag
+}
+
+/// The user's /mc-wrapup in OpenCode: the plugin adds the command to
+/// OpenCode's list, runs mc-historian wrapup on the session when it is
+/// invoked, and the prompt the command sends tells the agent what it did.
+#[test]
+fn the_mc_wrapup_command_folds_the_session_and_says_so() {
+    let Some((oc, _dir, session)) = reading_a_big_file(60, "") else {
+        return;
+    };
+    let commands = oc.get("/command").to_string();
+    assert!(
+        commands.contains("mc-wrapup") && commands.contains("mc-recomp"),
+        "{commands}"
+    );
+    oc.provider.push(Reply::Text("noted".into()), None);
+    oc.post(
+        &format!("/session/{session}/command"),
+        json!({"command": "mc-wrapup", "arguments": "2"}),
+    );
+    let request = oc.provider.agent_requests().last().unwrap().clone();
+    let text = all_text(&request);
+    assert!(
+        text.contains("mc wrap-up: ") && text.contains("compartments through message"),
+        "{}",
+        &text[text.len().saturating_sub(600)..]
+    );
+    let store = mc_base::store::Store::open(&oc.db, &Default::default()).unwrap();
+    let covered: i64 = store
+        .conn()
+        .query_row(
+            "SELECT coalesce(max(end_ordinal), 0) FROM compartments",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        covered >= 6,
+        "four turns of a read each, all but two messages: {covered}"
     );
 }

@@ -473,3 +473,47 @@ fn a_prompt_too_long_teaches_mc_the_limit_and_the_next_pass_recovers() {
     assert_eq!(status["overflow_pending"], false, "{status}");
     assert_eq!(status["context_window"], 180_000 - 4_096, "{status}");
 }
+
+/// The user's /mc-wrapup in Pi: the extension's command runs mc-historian
+/// wrapup on the session file (the fold through `pi -p`, which the fake
+/// plays), leaving the newest messages unfolded.
+#[test]
+fn the_mc_wrapup_command_folds_the_session_file() {
+    let Some(pi) = Pi::start(
+        "the_mc_wrapup_command_folds_the_session_file",
+        Options {
+            context_window: 200_000,
+            ..Options::default()
+        },
+    ) else {
+        return;
+    };
+    let session = pi.session("wrapup");
+    for i in 0..6 {
+        pi.provider.push(Reply::Text(format!("Answer {i}.")), None);
+        let text = format!("Task number {i}: {}", "do the thing carefully ".repeat(300));
+        pi.prompt(&session, &text);
+    }
+    assert!(
+        pi.provider.historian_requests().is_empty(),
+        "nothing due yet"
+    );
+    pi.prompt(&session, "/mc-wrapup 2");
+    assert!(
+        !pi.provider.historian_requests().is_empty(),
+        "the command ran a fold"
+    );
+    let store = mc_base::store::Store::open(&pi.db, &Default::default()).unwrap();
+    let covered: i64 = store
+        .conn()
+        .query_row(
+            "SELECT coalesce(max(end_ordinal), 0) FROM compartments",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        covered >= 8,
+        "six turns, all but the newest two messages: {covered}"
+    );
+}

@@ -1,5 +1,6 @@
-//! `run`: fold the eligible history above the last compartment (call the
-//! model, validate, repair once, publish in one transaction).
+//! `run`, `wrapup` and `recomp`: fold the eligible history above the last
+//! compartment, all but the newest N messages of it, or the folded range
+//! again (call the model, validate, repair once, publish in one transaction).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -7,14 +8,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mc_cli::{Failure, write_json};
 use mc_history::historian::choice::{self, ModelSource};
-use mc_history::historian::{self, RunParams, RunStatus, Settings};
+use mc_history::historian::{self, Job, RunParams, RunStatus, Settings};
 
 use crate::args::{Args, NAME, Source};
 use crate::input::{load_input, session_setup};
 use crate::model::{choose, client, client_failure};
 use crate::progress::Progress;
 
-pub(crate) fn run(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
+pub(crate) fn run(args: &Args, source: &Source, job: Job) -> Result<ExitCode, Failure> {
     // Whether there is a model at all is known before a whole session is
     // fetched over HTTP (the OpenCode plugin may ask often).
     if source.opencode_url.is_some() {
@@ -45,6 +46,7 @@ pub(crate) fn run(args: &Args, source: &Source) -> Result<ExitCode, Failure> {
             historian: &config.historian,
             transform: &config.transform,
         },
+        job,
         lease_ms: i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
         holder: historian::publish::process_holder(
             std::process::id(),

@@ -5,7 +5,9 @@ use std::time::Instant;
 use anyhow::anyhow;
 use serde_json::Value;
 
+use mc_base::domain::measure;
 use mc_cli::{Failure, Wait, now_ms};
+use mc_transform_core::fallback::{self, Fallback};
 use mc_transform_core::render::ForNextPass;
 use mc_transform_core::{self as transform, Envelope, PassReport, Resident};
 
@@ -44,6 +46,12 @@ pub(crate) fn pass(
     let now = envelope.now_ms.unwrap_or_else(now_ms);
     let harness = envelope.harness.clone();
     let session_id = envelope.session_hint();
+    // A failed pass sends the raw messages only if they fit this window.
+    let window = envelope
+        .model
+        .context_limit
+        .filter(|&limit| limit > 0)
+        .map(|_| measure::usable_window(&envelope.model));
     let setup = session_setup(
         ctx,
         session_id.as_deref().map(|id| (harness.as_str(), id)),
@@ -87,19 +95,34 @@ pub(crate) fn pass(
                     warnings.push(format!("passthrough not recorded in the database: {e}"));
                 }
             }
-            (passthrough(original(), message, warnings), None)
+            let fit = |messages| match (messages, window) {
+                (Value::Array(values), Some(window)) => {
+                    let (values, fallback) =
+                        fallback::fit_raw(&harness, session_id.as_deref(), values, window);
+                    (Value::Array(values), Some(fallback))
+                }
+                (messages, _) => (messages, None),
+            };
+            (passthrough(original(), fit, message, warnings), None)
         }
     };
     ctx.stores.keep_result(store);
     Ok(output)
 }
 
-/// The input's messages and system, unchanged, with a passthrough report.
-fn passthrough(mut original: Value, error: String, extra_warnings: Vec<String>) -> Value {
+/// The input's messages (as `fit` makes them fit the window) and system,
+/// with a passthrough report that says how they went out (`fallback`).
+fn passthrough(
+    mut original: Value,
+    fit: impl FnOnce(Value) -> (Value, Option<Fallback>),
+    error: String,
+    extra_warnings: Vec<String>,
+) -> Value {
     let mut report = PassReport::passthrough(error);
     report.warnings.extend(extra_warnings);
+    let (messages, fallback) = fit(original["messages"].take());
     let mut out = serde_json::Map::new();
-    out.insert("messages".into(), original["messages"].take());
+    out.insert("messages".into(), messages);
     if let Some(system) = original
         .get_mut("system")
         .map(Value::take)
@@ -107,9 +130,13 @@ fn passthrough(mut original: Value, error: String, extra_warnings: Vec<String>) 
     {
         out.insert("system".into(), system);
     }
-    out.insert(
-        "pass".into(),
-        serde_json::to_value(report).unwrap_or(Value::Null),
-    );
+    let mut report = serde_json::to_value(report).unwrap_or(Value::Null);
+    if let (Value::Object(report), Some(fallback)) = (&mut report, fallback) {
+        report.insert(
+            "fallback".into(),
+            serde_json::to_value(fallback).unwrap_or(Value::Null),
+        );
+    }
+    out.insert("pass".into(), report);
     Value::Object(out)
 }

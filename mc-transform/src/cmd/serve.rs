@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 
 use mc_cli::serve::{Line, Lines, code, error_answer, failure_answer};
 use mc_cli::{Failure, GlobalArgs, Stores};
+use mc_transform_core::fallback;
 use mc_transform_core::incremental::{Baselines, Delta, Output, PassInput, delta_of};
 use mc_transform_core::{ReduceRequest, Resident};
 
@@ -262,6 +263,13 @@ impl Server<'_> {
         };
         let key = delta.key.clone();
         let whole = delta.messages.is_none();
+        // Should the pass fail: how the input joins the previous answer.
+        let base = self.baselines.input(&harness, &session).unwrap_or(&[]);
+        let base_len = base.len();
+        let unchanged = delta
+            .messages
+            .as_deref()
+            .map_or(0, |items| fallback::unchanged_prefix(items, base));
         // A whole envelope's pass renders everything and says how, for the
         // next delta's.
         let mut resident = Resident {
@@ -323,11 +331,11 @@ impl Server<'_> {
             self.forget(&harness, &session);
             return Err(Failure::runtime(anyhow!("the pass answered no object")));
         };
-        let waits = doc
+        let decision = doc
             .get("pass")
             .and_then(|p| p.get("decision"))
-            .and_then(Value::as_str)
-            == Some("wait");
+            .and_then(Value::as_str);
+        let (waits, passthrough) = (decision == Some("wait"), decision == Some("passthrough"));
         if waits {
             // Nothing was kept, and the adapter keeps nothing either: the
             // pass after the fold is sent whole.
@@ -348,11 +356,24 @@ impl Server<'_> {
                 }
             }
         } else {
-            let Some(Value::Array(output)) = doc.shift_remove("messages") else {
+            let Some(Value::Array(mut output)) = doc.shift_remove("messages") else {
                 self.forget(&harness, &session);
                 return Err(Failure::runtime(anyhow!("the pass answered no messages")));
             };
             let previous = self.baselines.output(&harness, &session).unwrap_or(&[]);
+            // A pass that could not run: mc's last answer for the session and
+            // what is new since, rather than the raw history.
+            if passthrough
+                && let Some(shape) = fallback::last_shape(previous, base_len, unchanged, &input)
+            {
+                self.garbage.push(std::mem::replace(&mut output, shape));
+                if let Some(Value::Object(report)) = doc.get_mut("pass") {
+                    report.insert(
+                        "fallback".into(),
+                        serde_json::json!({"shape": "last_shape"}),
+                    );
+                }
+            }
             // The baseline keeps the output's fingerprints, not the output.
             let mut spent = Vec::new();
             let Some((messages, kept)) = delta_of(previous, output, &mut spent) else {

@@ -54,11 +54,45 @@ pub fn publish_compartments(
     compartments: &[NewCompartment],
     now_ms: i64,
 ) -> Result<Vec<i64>> {
-    let mut next: i64 = conn.query_row(
+    let next = max_sequence(conn, session)?;
+    insert_compartments(conn, session, next, compartments, now_ms)
+}
+
+fn max_sequence(conn: &Connection, session: i64) -> Result<i64> {
+    Ok(conn.query_row(
         "SELECT coalesce(max(sequence), 0) FROM compartments WHERE session = ?1",
         params![session],
         |r| r.get(0),
+    )?)
+}
+
+/// Replace every compartment of the session with `compartments` (a
+/// recompute: a structural edit, recorded so cached heads rebuild at their
+/// next busting pass). Sequences go on from the old ones, never reused.
+/// Returns the new sequences.
+pub fn replace_compartments(
+    conn: &Connection,
+    session: i64,
+    compartments: &[NewCompartment],
+    now_ms: i64,
+) -> Result<Vec<i64>> {
+    let after = max_sequence(conn, session)?;
+    conn.execute(
+        "DELETE FROM compartments WHERE session = ?1",
+        params![session],
     )?;
+    let sequences = insert_compartments(conn, session, after, compartments, now_ms)?;
+    record_compartment_edit(conn, session, "recompute", None, now_ms)?;
+    Ok(sequences)
+}
+
+fn insert_compartments(
+    conn: &Connection,
+    session: i64,
+    mut next: i64,
+    compartments: &[NewCompartment],
+    now_ms: i64,
+) -> Result<Vec<i64>> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO compartments (session, sequence, start_ordinal, end_ordinal, start_message_id,
              end_message_id, start_ms, end_ms, title, p1, p2, p3, p4, importance, episode, created_ms)

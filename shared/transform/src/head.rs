@@ -133,6 +133,9 @@ pub struct Markers {
     /// The newest ordinal any compartment covers.
     pub covered_through: i64,
     pub max_edit_id: i64,
+    /// The newest edit that rebuilds m[0] at once (a delete or a merge); a
+    /// recompute (`mc-historian recomp`) waits for a pass that busts anyway.
+    pub max_forcing_edit_id: i64,
     pub max_memory_id: i64,
     pub max_memory_mutation_id: i64,
     pub max_profile_id: i64,
@@ -147,6 +150,12 @@ pub fn current_markers(conn: &Connection, session: i64, project: Option<&str>) -
         .query_row(params![session], |r| Ok((r.get(0)?, r.get(1)?)))?;
     let max_edit_id = conn
         .prepare_cached("SELECT coalesce(max(id), 0) FROM compartment_edits WHERE session = ?1")?
+        .query_row(params![session], |r| r.get(0))?;
+    let max_forcing_edit_id = conn
+        .prepare_cached(
+            "SELECT coalesce(max(id), 0) FROM compartment_edits
+             WHERE session = ?1 AND kind != 'recompute'",
+        )?
         .query_row(params![session], |r| r.get(0))?;
     let max_profile_id = conn
         .prepare_cached("SELECT coalesce(max(id), 0) FROM user_profile")?
@@ -167,11 +176,18 @@ pub fn current_markers(conn: &Connection, session: i64, project: Option<&str>) -
         max_compartment_seq,
         covered_through,
         max_edit_id,
+        max_forcing_edit_id,
         max_memory_id,
         max_memory_mutation_id,
         max_profile_id,
         memory_epoch,
     })
+}
+
+/// Were the compartments recomputed since the cached head was built? Its
+/// next busting pass rebuilds m[0] (they are no news m[1] could show).
+pub fn recomputed_since(cache: &HeadRow, markers: &Markers) -> bool {
+    markers.max_edit_id > cache.max_edit_id
 }
 
 /// Has anything arrived since the cached head was built that m[0] could fold in?
@@ -228,7 +244,7 @@ pub fn must_materialize(
     if markers.memory_epoch != cache.memory_epoch {
         return Some("memory_epoch");
     }
-    if markers.max_edit_id != cache.max_edit_id {
+    if markers.max_forcing_edit_id > cache.max_edit_id {
         return Some("compartment_edit");
     }
     None

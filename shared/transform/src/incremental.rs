@@ -136,6 +136,13 @@ pub struct Kept {
     print: u128,
 }
 
+impl Kept {
+    /// The message's `info.id`, when it has one.
+    pub fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+}
+
 /// A baseline's output: the messages as answered (a whole envelope: they are
 /// fingerprinted while the process waits) or, once fingerprinted, what
 /// [`delta_of`] compares.
@@ -423,6 +430,12 @@ impl Baselines {
             rebuilt.push(message);
         }
         Ok(rebuilt)
+    }
+
+    /// The session's baseline input, if it has one.
+    pub fn input(&self, harness: &str, session: &str) -> Option<&[Value]> {
+        let at = self.position(harness, session)?;
+        self.entries.get(at).map(|base| base.input.as_slice())
     }
 
     /// What the session's baseline keeps of its output, if it has one

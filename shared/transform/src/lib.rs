@@ -14,6 +14,7 @@
 
 pub mod caveman;
 pub mod emergency;
+pub mod fallback;
 pub mod gateway;
 pub mod head;
 pub mod incremental;

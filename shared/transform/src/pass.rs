@@ -951,6 +951,16 @@ fn plan(input: &PlanInput<'_>, cache: Option<HeadRow>) -> Plan {
         schedule.deferred_mid_turn = false;
     }
     let busting = schedule.decision == Decision::Execute;
+    // Recomputed compartments replace m[0] on a pass that busts anyway.
+    if head_enabled
+        && busting
+        && hard.is_none()
+        && cache
+            .as_ref()
+            .is_some_and(|c| heads::recomputed_since(c, markers))
+    {
+        hard = Some("compartment_recompute");
+    }
 
     // On a busting pass the date moves on; otherwise the frozen one stays.
     let (system, today_line) = if busting && config.system_prompt_guidance {

@@ -94,7 +94,7 @@ fn reminder(session_id: &str, text: &str) -> Message {
 
 /// `{"info": info, "parts": [{"type": "text", "text": text, "synthetic": true}]}`,
 /// built as `Message::decode` would build it.
-fn synthetic_message(info: Value, text: &str) -> Message {
+pub(crate) fn synthetic_message(info: Value, text: &str) -> Message {
     let mut raw = Map::new();
     raw.insert("info".into(), info);
     let mut part = Map::new();

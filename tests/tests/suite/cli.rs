@@ -150,6 +150,54 @@ fn assert_passthrough(out: &Output, warning: &str) {
     assert!(stderr(out).contains("passthrough"), "logged to stderr");
 }
 
+/// With nothing held (a one-shot process) and the pass unable to run, the
+/// raw history goes out only if it fits the usable window; else its oldest
+/// turns are left out, whole, behind one marker, and the report says so.
+#[test]
+fn a_one_shot_passthrough_cuts_a_history_larger_than_the_window_and_says_so() {
+    use mc_tests::generate::{self, SessionSpec};
+    let env = TestEnv::new();
+    let db = env.root().join("corrupt.db");
+    std::fs::write(
+        &db,
+        b"this is not a sqlite database, just text that is long enough",
+    )
+    .unwrap();
+    let spec = SessionSpec::new(5, 16, 60_000);
+    let messages = generate::session(&spec);
+    let mut envelope = generate::envelope(&messages, &spec.session_id, 1_000, 1_796_000_000_000);
+    let run = |envelope: &Value| {
+        stdout_json(&env.run(BIN, &["--db", db.to_str().unwrap()], &envelope.to_string()))
+    };
+
+    // The generated model's window holds the whole session: unchanged.
+    let fits = run(&envelope);
+    assert_eq!(fits["pass"]["decision"], "passthrough");
+    assert_eq!(fits["pass"]["fallback"]["shape"], "raw");
+    assert_eq!(fits["messages"], envelope["messages"]);
+
+    // A model with a quarter of that window: the newest turns that fit.
+    envelope["model"] = json!({"provider": "p", "id": "small", "context_limit": 16_000});
+    let cut = run(&envelope);
+    let fallback = &cut["pass"]["fallback"];
+    assert_eq!(fallback["shape"], "cut", "{}", cut["pass"]);
+    let left_out = fallback["left_out"].as_u64().unwrap() as usize;
+    assert!(left_out > 0);
+    assert!(fallback["tokens"].as_u64().unwrap() <= fallback["window"].as_u64().unwrap());
+    let out = cut["messages"].as_array().unwrap();
+    assert_eq!(
+        out[1..],
+        messages[left_out..],
+        "the newest messages as sent"
+    );
+    assert_eq!(out[1]["info"]["role"], "user", "whole turns");
+    let marker = out[0]["parts"][0]["text"].as_str().unwrap();
+    assert!(
+        marker.contains(&format!("the {left_out} oldest messages")),
+        "{marker}"
+    );
+}
+
 #[test]
 fn an_unreadable_database_gives_a_passthrough() {
     let env = TestEnv::new();

@@ -41,6 +41,9 @@ enum Step {
     Pass { percent: u64, idle_min: i64 },
     /// The historian publishes a compartment over the next `share` of the unfolded messages.
     Publish { share: u8 },
+    /// `mc-historian recomp`: the compartments are replaced by one over the
+    /// same range (a recompute edit, shown at the next busting pass).
+    Recomp,
     /// A memory is written (or, with `update`, the oldest one is rewritten).
     Memory { update: bool },
     /// The user pins a message (index taken modulo the messages so far).
@@ -60,6 +63,7 @@ fn step() -> impl Strategy<Value = Step> {
         5 => (prop_oneof![Just(20u64), Just(40), Just(66), Just(88), Just(96)], prop_oneof![3 => Just(0i64), 1 => Just(7)])
             .prop_map(|(percent, idle_min)| Step::Pass { percent, idle_min }),
         1 => (1u8..=100).prop_map(|share| Step::Publish { share }),
+        1 => Just(Step::Recomp),
         1 => any::<bool>().prop_map(|update| Step::Memory { update }),
         1 => any::<u16>().prop_map(Step::Pin),
         1 => Just(Step::Grow),
@@ -199,6 +203,38 @@ fn publish(store: &mut Store, share: u8, now: i64) {
         .unwrap();
 }
 
+/// Replace the session's compartments with one over the range they cover.
+fn recomp(store: &mut Store, now: i64) {
+    let Some(session) = sessions::find_session(store.conn(), "opencode", SESSION).unwrap() else {
+        return;
+    };
+    store
+        .write(|tx| {
+            let old = history::load_compartments(tx, session.id)?;
+            let (Some(first), Some(last)) = (old.first(), old.last()) else {
+                return Ok(());
+            };
+            let (start, end) = (
+                first.compartment.start_ordinal,
+                last.compartment.end_ordinal,
+            );
+            let c = NewCompartment {
+                start_ordinal: start,
+                end_ordinal: end,
+                start_message_id: String::new(),
+                end_message_id: last.end_message_id.clone(),
+                start_ms: None,
+                end_ms: None,
+                title: format!("Recomputed {start}-{end}"),
+                tiers: ["p1 again".into(), "p2".into(), "p3".into(), "p4".into()],
+                importance: 50,
+                episode: None,
+            };
+            history::replace_compartments(tx, session.id, &[c], now).map(|_| ())
+        })
+        .unwrap();
+}
+
 fn remember(store: &mut Store, update: bool, n: usize, now: i64) {
     let Some(session) = sessions::find_session(store.conn(), "opencode", SESSION).unwrap() else {
         return;
@@ -330,6 +366,7 @@ fn replay_holds(steps: Vec<Step>) -> Result<(), TestCaseError> {
                 });
             }
             Step::Publish { share } => both(&mut |s| publish(s, share, b.clock)),
+            Step::Recomp => both(&mut |s| recomp(s, b.clock)),
             Step::Memory { update } => both(&mut |s| remember(s, update, b.n, b.clock)),
             Step::Pin(pick) => both(&mut |s| pin(s, &b.messages, pick, b.clock)),
             Step::Pass { percent, idle_min } => {

@@ -684,6 +684,113 @@ fn a_pass_after_a_run_renders_the_new_compartments() {
     assert_eq!(status["head"]["compartments"], written.len());
 }
 
+/// Pass decision, materialize reason and the rendered messages' bytes.
+fn pass_of(pass: &Value) -> (&str, Option<&str>, String) {
+    (
+        pass["pass"]["decision"].as_str().unwrap(),
+        pass["pass"]["materialize_reason"].as_str(),
+        pass["messages"].to_string(),
+    )
+}
+
+#[test]
+fn wrapup_and_recomp_show_at_the_next_busting_pass_and_never_bust_by_themselves() {
+    let env = Env::new();
+    let mut config = env.default_config();
+    config["historian"]["chunk_tokens"] = json!(6_000);
+    env.user_config(config);
+    env.fake.always("big", folding(FACT));
+    let envelope = |now| env.envelope("ses_wr", 30, 5_000, now);
+    let first = env.transform(&[], &envelope(NOW));
+    assert_eq!(first["pass"]["decision"], "execute");
+
+    // Wrap up all but the newest 8 messages, far past what a routine run may
+    // fold (its protected live tail): token-capped chunks, all published.
+    let (code, report, stderr) = env.historian(&["wrapup", "--keep", "8"], &envelope(NOW));
+    assert_eq!(code, 0, "{report}\n{stderr}");
+    assert_eq!(
+        (report["status"].as_str(), report["job"].as_str()),
+        (Some("published"), Some("wrapup"))
+    );
+    assert_eq!(report["keep"], 8);
+    let written = report["compartments"].as_array().unwrap();
+    assert_eq!(written.last().unwrap()["end"], 60 - 8, "{report}");
+    assert!(report["chunks"].as_array().unwrap().len() > 1, "{report}");
+
+    // The next pass within the cache's life defers: the same bytes, no bust.
+    let deferred = env.transform(&[], &envelope(NOW + 60_000));
+    let (decision, reason, bytes) = pass_of(&deferred);
+    assert_eq!((decision, reason), ("defer", None));
+    assert_eq!(
+        bytes,
+        pass_of(&first).2,
+        "a wrap-up changes no byte by itself"
+    );
+
+    // The next pass that busts anyway (the cache expired) shows it: the
+    // folded messages left the wire, the newest eight stay.
+    let later = NOW + 30 * 60_000;
+    let busted = env.transform(&[], &envelope(later));
+    assert_eq!(busted["pass"]["decision"], "execute");
+    let ids: Vec<&str> = busted["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["info"]["id"].as_str())
+        .collect();
+    assert!(!ids.contains(&"msg_0025_a"), "{ids:?}");
+    assert!(ids.contains(&"msg_0026_u"), "{ids:?}");
+    assert!(
+        busted
+            .to_string()
+            .contains(written[0]["title"].as_str().unwrap())
+    );
+
+    // Recompute: new compartments over the same range, no new fact.
+    env.fake.always(
+        "big",
+        Reply::with(|body| {
+            let (first, last) = chunk_range(&user_text(body));
+            Reply::text(format!(
+                "<history>\n{}<facts>\n{FACT}\n</facts>\n<unprocessed_from>{}</unprocessed_from>\n</history>",
+                compartment(first, last, 50).replace("<title>Work", "<title>Redone"),
+                last + 1
+            ))
+        }),
+    );
+    let (code, report, stderr) = env.historian(&["recomp"], &envelope(later));
+    assert_eq!(code, 0, "{report}\n{stderr}");
+    assert_eq!(
+        (report["status"].as_str(), report["job"].as_str()),
+        (Some("published"), Some("recomp"))
+    );
+    assert_eq!(report["replaced"], written.len());
+    assert_eq!(report["facts_promoted"], 0);
+    let redone = report["compartments"].as_array().unwrap();
+    assert_eq!(redone.last().unwrap()["end"], 60 - 8);
+    assert!(
+        redone
+            .iter()
+            .all(|c| c["title"].as_str().unwrap().starts_with("Redone"))
+    );
+
+    // Again no bust of its own: the next pass in the cache's life replays.
+    let deferred = env.transform(&[], &envelope(later + 60_000));
+    let (decision, reason, bytes) = pass_of(&deferred);
+    assert_eq!((decision, reason), ("defer", None));
+    assert_eq!(bytes, pass_of(&busted).2);
+    assert!(!bytes.contains("Redone"));
+    // The next busting pass rebuilds m[0] from the new compartments.
+    let rebuilt = env.transform(&[], &envelope(later + 60 * 60_000));
+    assert_eq!(rebuilt["pass"]["decision"], "execute");
+    let text = rebuilt["messages"].to_string();
+    assert!(
+        text.contains(redone[0]["title"].as_str().unwrap()),
+        "{text}"
+    );
+    assert!(!text.contains(written[0]["title"].as_str().unwrap()));
+}
+
 #[test]
 fn check_agrees_with_the_pass() {
     let env = Env::new();
@@ -983,6 +1090,47 @@ fn cc_session(cwd: &Path, turns: usize) -> Transcript {
         t.turn(n, 250);
     }
     t
+}
+
+/// Wrap-up and recompute from a Claude Code transcript, as a user runs them
+/// on a session with no transform pass (the fake server as the model).
+#[test]
+fn wrapup_and_recomp_work_on_a_claude_code_transcript() {
+    let env = Env::new();
+    env.fake.always("big", folding(FACT));
+    let t = cc_session(&env.project(), 12);
+    let file = env.path("session.jsonl");
+    std::fs::write(&file, t.text()).unwrap();
+    let file = file.display().to_string();
+    let source = ["--transcript", file.as_str(), "--context-limit", "200000"];
+    // A large window: a routine run folds nothing yet.
+    let (code, routine, _) = env.historian(&[&["run"][..], &source].concat(), "");
+    assert_eq!(
+        (code, routine["status"].as_str()),
+        (0, Some("nothing_to_do")),
+        "{routine}"
+    );
+
+    let (code, wrapped, stderr) =
+        env.historian(&[&["wrapup", "--keep", "4"][..], &source].concat(), "");
+    assert_eq!(code, 0, "{wrapped}\n{stderr}");
+    assert_eq!(wrapped["status"], "published", "{wrapped}");
+    assert_eq!(wrapped["harness"], "claude-code");
+    let end = wrapped["compartments"].as_array().unwrap().last().unwrap()["end"].clone();
+    assert!(end.as_i64().unwrap() > 10, "{wrapped}");
+
+    let (code, redone, stderr) = env.historian(&[&["recomp"][..], &source].concat(), "");
+    assert_eq!(code, 0, "{redone}\n{stderr}");
+    assert_eq!(redone["status"], "published", "{redone}");
+    assert_eq!(
+        redone["replaced"],
+        wrapped["compartments"].as_array().unwrap().len()
+    );
+    assert_eq!(
+        redone["compartments"].as_array().unwrap().last().unwrap()["end"],
+        end
+    );
+    assert_eq!(redone["facts_promoted"], 0);
 }
 
 /// The historian with a deadline: a process that would read its input

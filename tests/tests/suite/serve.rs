@@ -447,3 +447,68 @@ fn serve_leaves_when_its_parent_does_even_with_stdin_open() {
     }
     assert!(gone, "serve is still running after its parent was killed");
 }
+
+/// The failure without regression, resident: a pass that cannot run (the
+/// database locked past the hook's wait) answers mc's last shape of the
+/// session — the previous answer byte for byte, drops and head included —
+/// then the new messages; the raw history never goes out. Once the lock
+/// goes, passes are mc's again.
+#[test]
+fn a_pass_that_cannot_run_answers_the_last_shape_and_the_new_tail() {
+    let env = TestEnv::new();
+    let spec = SessionSpec::new(21, 14, 60_000);
+    let messages = generate::session(&spec);
+    let session = spec.session_id.as_str();
+    let envelope = |tenths: usize, percent: f64| {
+        let prefix = &messages[..messages.len() * tenths / 10];
+        let now = generate::last_time_ms(prefix) + 60_000;
+        generate::envelope(prefix, session, generate::usage_at_percent(percent), now)
+    };
+    let mut served = serve(&env, &[]);
+    let mut client = Incremental::default();
+    let mut before = Value::Null;
+    for (tenths, percent) in [(3, 20.0), (5, 50.0), (6, 75.0), (7, 80.0)] {
+        before = client
+            .pass_value(&mut served, &envelope(tenths, percent))
+            .unwrap();
+        assert_ne!(
+            before["pass"]["decision"], "passthrough",
+            "{}",
+            before["pass"]
+        );
+    }
+    let shape = before["messages"].as_array().unwrap().clone();
+
+    let holder = env.lock_database(&env.db());
+    let grown = envelope(8, 82.0);
+    let after = client.pass_value(&mut served, &grown).unwrap();
+    assert!(client.last_sent_delta, "the call went as a delta");
+    assert_eq!(
+        after["pass"]["decision"], "passthrough",
+        "{}",
+        after["pass"]
+    );
+    assert_eq!(after["pass"]["fallback"]["shape"], "last_shape");
+    let out = after["messages"].as_array().unwrap();
+    let input = grown["messages"].as_array().unwrap();
+    let new_tail = &input[messages.len() * 7 / 10..];
+    // The prefix is the previous answer; then exactly the new messages.
+    assert_eq!(out[..shape.len()], shape[..], "the cached prefix holds");
+    assert_eq!(out[shape.len()..], new_tail[..]);
+    let bytes = |m: &[Value]| serde_json::to_string(m).unwrap().len();
+    assert!(bytes(out) <= bytes(&shape) + bytes(new_tail));
+    // What the raw history would have been: larger (mc's drops and head held).
+    assert!(
+        bytes(input) > bytes(out),
+        "{} <= {}",
+        bytes(input),
+        bytes(out)
+    );
+
+    // The lock gone, the next pass is mc's own again.
+    drop(holder);
+    let next = client.pass_value(&mut served, &envelope(9, 84.0)).unwrap();
+    assert_ne!(next["pass"]["decision"], "passthrough", "{}", next["pass"]);
+    assert!(next["pass"].get("fallback").is_none());
+    served.close();
+}

@@ -21,6 +21,12 @@ pub enum Refusal {
         expected: i64,
         found: i64,
     },
+    /// A recompute's answers did not reach the end of the range it rebuilds
+    /// (the old compartments stay).
+    Incomplete {
+        through: i64,
+        reached: i64,
+    },
 }
 
 impl std::fmt::Display for Refusal {
@@ -33,6 +39,11 @@ impl std::fmt::Display for Refusal {
                 f,
                 "the session's compartments changed during the run (they ended at {expected}, \
                  now at {found}); nothing published"
+            ),
+            Refusal::Incomplete { through, reached } => write!(
+                f,
+                "the recomputed compartments end at message {reached}, short of {through} \
+                 where the old ones ended; the old compartments stay"
             ),
         }
     }
@@ -80,7 +91,7 @@ impl RunFailure {
     /// `provider_command`, `provider_harness` (the harness that ran the
     /// call reported a failure of its own), `provider_protocol`,
     /// `provider_config` (the model
-    /// chain), `answer_rejected`, `lease_lost`, `compartments_moved`,
+    /// chain), `answer_rejected`, `lease_lost`, `compartments_moved`, `recomp_incomplete`,
     /// `store_unavailable`, `store_corrupt`, `store_internal`.
     pub fn class(&self) -> &'static str {
         match self {
@@ -91,6 +102,7 @@ impl RunFailure {
             }
             RunFailure::Refused(Refusal::LeaseLost) => "lease_lost",
             RunFailure::Refused(Refusal::Moved { .. }) => "compartments_moved",
+            RunFailure::Refused(Refusal::Incomplete { .. }) => "recomp_incomplete",
             RunFailure::Store { kind, .. } => match kind {
                 ErrorKind::Unavailable => "store_unavailable",
                 ErrorKind::Corrupt => "store_corrupt",
@@ -111,6 +123,11 @@ impl RunFailure {
             RunFailure::RepairFailed { failure, .. } | RunFailure::Chunk { failure, .. } => {
                 failure.hints()
             }
+            RunFailure::Refused(Refusal::Incomplete { .. }) => vec![
+                "run mc-historian recomp again; a larger historian.chunk_tokens gives the \
+                 model more to see at once"
+                    .into(),
+            ],
             RunFailure::Refused(_) => Vec::new(),
             RunFailure::Store { hints, .. } => hints.clone(),
         }

@@ -13,14 +13,21 @@
 //!   rejected, and publish the compartments and facts in one transaction
 //!   ([`publish`]). Up to `historian.max_chunks` chunks per run, each
 //!   published on its own; every run is recorded, failures with their cause.
+//!
+//! A run does one of three [`Job`]s: the routine fold (the eligible range
+//! the trigger measures), a wrap-up ([`wrapup`]: all but the newest N raw
+//! messages, now) or a recompute ([`recomp`]: the folded range again, the
+//! old compartments replaced whole).
 
 pub mod choice;
 pub mod failure;
 pub mod parse;
 pub mod prompt;
 pub mod publish;
+pub mod recomp;
 pub mod transcript;
 pub mod validate;
+pub mod wrapup;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -224,6 +231,31 @@ pub fn check(conn: &Connection, input: &Input, transform: &TransformConfig) -> R
 // ---------------------------------------------------------------------------
 // planning
 
+/// What a run folds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "job")]
+pub enum Job {
+    /// The eligible range above the last compartment, as the trigger sees it.
+    #[default]
+    Fold,
+    /// Everything above the last compartment but the newest `keep` raw
+    /// messages, whatever the pressure.
+    Wrapup { keep: usize },
+    /// The range the compartments cover, folded again into new ones.
+    Recomp,
+}
+
+/// Where a chunk's plan starts and what it may take.
+#[derive(Debug, Clone, Copy)]
+enum Range {
+    /// Above the stored compartments, the eligible range the trigger measures.
+    Fold,
+    /// Above the stored compartments, all but the newest `keep` messages.
+    Wrapup { keep: usize },
+    /// A recompute: above `covered` (its own new compartments) up to `through`.
+    Rebuild { covered: i64, through: i64 },
+}
+
 /// The next chunk of a session, or why there is none.
 struct Plan<'a> {
     covered: i64,
@@ -241,10 +273,12 @@ fn plan<'a>(
     input: &'a Input,
     ordinals: &[Option<i64>],
     settings: &Settings<'_>,
+    range: Range,
 ) -> Result<Plan<'a>> {
-    let covered = match session {
-        Some(id) => publish::covered_through(conn, id)?,
-        None => 0,
+    let covered = match (range, session) {
+        (Range::Rebuild { covered, .. }, _) => covered,
+        (_, Some(id)) => publish::covered_through(conn, id)?,
+        (_, None) => 0,
     };
     let stored = stored_tokens(conn, session, covered)?;
     let mut tail: Vec<TailMessage<'a>> = input
@@ -266,11 +300,16 @@ fn plan<'a>(
     let pressure = trigger::pressure(&model, input.usage, &input.messages);
     let threshold = settings.transform.execute_threshold_percentage;
     let live_floor = pressure.usage_percent < measure::force_band(threshold);
-    let eligible =
-        transcript::eligible(&tail, trigger::protected_tail(pressure.window), live_floor);
+    let end = match range {
+        Range::Fold => {
+            transcript::eligible(&tail, trigger::protected_tail(pressure.window), live_floor).end
+        }
+        Range::Wrapup { keep } => wrapup::eligible_end(&tail, keep),
+        Range::Rebuild { through, .. } => tail.iter().take_while(|t| t.ordinal <= through).count(),
+    };
     let messages: Vec<(i64, &Message)> = tail
         .iter()
-        .take(eligible.end)
+        .take(end)
         .map(|t| (t.ordinal, t.message))
         .collect();
     let budget = u64::from(settings.historian.chunk_tokens);
@@ -280,7 +319,7 @@ fn plan<'a>(
         None
     } else if tail.is_empty() {
         Some("nothing_new")
-    } else if eligible.end == 0 {
+    } else if end == 0 {
         Some("protected")
     } else {
         Some("nothing_to_show")
@@ -419,7 +458,7 @@ pub fn prompt(
         return Ok(report);
     }
     let id = session.as_ref().map(|s| s.id);
-    let plan = plan(conn, id, input, &ordinals, settings)?;
+    let plan = plan(conn, id, input, &ordinals, settings, Range::Fold)?;
     let Some(chunk) = plan.chunk else {
         report.reason = plan.reason;
         return Ok(report);
@@ -493,8 +532,12 @@ pub struct HeldBack {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunReport {
     pub status: RunStatus,
+    /// What the run folded: `fold`, `wrapup` (with `keep`) or `recomp`.
+    #[serde(flatten)]
+    pub job: Job,
     /// Why nothing was done: nothing_new | protected | nothing_to_show |
-    /// subagent | lease_held.
+    /// subagent | lease_held | nothing_folded (a recompute of a session
+    /// without compartments).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<&'static str>,
     pub harness: String,
@@ -508,6 +551,9 @@ pub struct RunReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_source: Option<choice::ModelSource>,
     pub compartments: Vec<WrittenCompartment>,
+    /// A recompute: how many old compartments the new ones replaced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<usize>,
     /// Facts newly added to the project's memory.
     pub facts_promoted: usize,
     /// Every fact of the answers, new or already known.
@@ -551,6 +597,7 @@ pub enum Progress {
 /// How a run is carried out.
 pub struct RunParams<'a> {
     pub settings: Settings<'a>,
+    pub job: Job,
     /// The lease's lifetime: longer than the longest model call with retries.
     pub lease_ms: i64,
     /// This run's name in the lease (unique per process).
@@ -571,6 +618,7 @@ pub fn run(
     let now = params.now;
     let mut report = RunReport {
         status: RunStatus::NothingToDo,
+        job: params.job,
         reason: None,
         harness: input.harness.clone(),
         session_id: input.session_id.clone(),
@@ -578,6 +626,7 @@ pub fn run(
         model: None,
         model_source: None,
         compartments: Vec::new(),
+        replaced: None,
         facts_promoted: 0,
         facts: Vec::new(),
         tokens: TokenCount::default(),
@@ -620,12 +669,24 @@ pub fn run(
         report.reason = Some("subagent");
         return Ok(report);
     }
+    let staged = match params.job {
+        Job::Recomp => {
+            let through = publish::covered_through(store.conn(), session.id)?;
+            if through == 0 {
+                report.reason = Some("nothing_folded");
+                return Ok(report);
+            }
+            Some(recomp::Staged::new(through))
+        }
+        _ => None,
+    };
     let first = plan(
         store.conn(),
         Some(session.id),
         input,
         &ordinals,
         &params.settings,
+        range(params.job, staged.as_ref()),
     )?;
     if first.chunk.is_none() {
         report.reason = first.reason;
@@ -660,8 +721,12 @@ pub fn run(
         params,
         report: &mut report,
         progress,
+        staged,
     };
-    let failure = match runner.fold_chunks() {
+    let failure = match runner.fold_chunks().and_then(|failure| match failure {
+        None => runner.replace_staged(),
+        some => Ok(some),
+    }) {
         Ok(failure) => failure,
         // The store failed mid-run: record it if the store still lets us.
         Err(error) => Some(RunFailure::store(&error)),
@@ -691,6 +756,18 @@ pub fn run(
     Ok(report)
 }
 
+/// The range the next chunk is planned in.
+fn range(job: Job, staged: Option<&recomp::Staged>) -> Range {
+    match (job, staged) {
+        (_, Some(staged)) => Range::Rebuild {
+            covered: staged.covered(),
+            through: staged.through,
+        },
+        (Job::Wrapup { keep }, None) => Range::Wrapup { keep },
+        _ => Range::Fold,
+    }
+}
+
 /// One run's state while it folds chunks.
 struct Runner<'r, 'p> {
     store: &'r mut Store,
@@ -701,6 +778,8 @@ struct Runner<'r, 'p> {
     params: &'r RunParams<'p>,
     report: &'r mut RunReport,
     progress: &'r mut dyn FnMut(Progress),
+    /// A recompute's new compartments, published only when whole.
+    staged: Option<recomp::Staged>,
 }
 
 impl Runner<'_, '_> {
@@ -709,27 +788,38 @@ impl Runner<'_, '_> {
         let now = self.params.now;
         let settings = self.params.settings;
         let project = self.session.project_identity.clone();
-        for index in 1..=settings.historian.max_chunks as usize {
+        let job = self.params.job;
+        // A routine run takes a few chunks; a wrap-up or a recompute goes
+        // on until its range is folded (each chunk moves it forward).
+        let chunks = match job {
+            Job::Fold => settings.historian.max_chunks as usize,
+            Job::Wrapup { .. } | Job::Recomp => usize::MAX,
+        };
+        for index in 1..=chunks {
             let plan = plan(
                 self.store.conn(),
                 Some(self.session.id),
                 self.input,
                 self.ordinals,
                 &settings,
+                range(job, self.staged.as_ref()),
             )?;
             let Some(chunk) = plan.chunk else { break };
-            if index > 1 && chunk.remaining_tokens < MIN_CHUNK_TOKENS {
+            if job == Job::Fold && index > 1 && chunk.remaining_tokens < MIN_CHUNK_TOKENS {
                 break;
             }
             let info = ChunkInfo::of(&chunk);
             self.report.chunks.push(info.clone());
             (self.progress)(Progress::Chunk { index, info });
-            let (earlier, memories) = context(
+            let (mut earlier, memories) = context(
                 self.store.conn(),
                 Some(self.session.id),
                 project.as_deref(),
                 now(),
             )?;
+            if let Some(staged) = &self.staged {
+                earlier = staged.earlier();
+            }
             let request = prompt::prompt(
                 &chunk,
                 &earlier,
@@ -741,7 +831,8 @@ impl Runner<'_, '_> {
                 ordinals: chunk.ordinals.clone(),
                 tool_only: chunk.tool_only.clone(),
                 next_shown: chunk.next_shown(),
-                hold_back: chunk.lookahead.is_empty() && !emergency,
+                // A wrap-up or a recompute folds its range to the end.
+                hold_back: job == Job::Fold && chunk.lookahead.is_empty() && !emergency,
             };
             let validated = match self.ask(&request, &chunk, &view)? {
                 Ok(v) => v,
@@ -754,6 +845,21 @@ impl Runner<'_, '_> {
                 .iter()
                 .map(|c| new_compartment(c, &by_ordinal))
                 .collect();
+            if new.is_empty() {
+                break;
+            }
+            if let Some(staged) = &mut self.staged {
+                // A recompute keeps no facts: memory stays as curated.
+                staged.compartments.extend(new);
+                (self.progress)(Progress::Published {
+                    compartments: validated.compartments.len(),
+                    held_back: false,
+                });
+                if chunk.lookahead.is_empty() {
+                    break;
+                }
+                continue;
+            }
             let publication = publish::Publication {
                 session: self.session.id,
                 holder: &self.params.holder,
@@ -777,6 +883,35 @@ impl Runner<'_, '_> {
                 break;
             }
         }
+        Ok(None)
+    }
+
+    /// A recompute that folded its range: the new compartments replace the
+    /// old in one transaction. Returns the failure that stopped it, if any.
+    fn replace_staged(&mut self) -> Result<Option<RunFailure>> {
+        let Some(staged) = &self.staged else {
+            return Ok(None);
+        };
+        let (session, holder, now) = (self.session.id, &self.params.holder, self.params.now);
+        let old = store::load_compartments(self.store.conn(), session)?.len();
+        let replaced = self
+            .store
+            .write(|tx| recomp::replace(tx, session, holder, staged, now()))?;
+        let sequences = match replaced {
+            Ok(sequences) => sequences,
+            Err(refusal) => return Ok(Some(RunFailure::Refused(refusal))),
+        };
+        for (c, sequence) in staged.compartments.iter().zip(sequences) {
+            self.report.compartments.push(WrittenCompartment {
+                sequence,
+                start: c.start_ordinal,
+                end: c.end_ordinal,
+                title: c.title.clone(),
+                importance: c.importance,
+                episode: c.episode.clone().unwrap_or_default(),
+            });
+        }
+        self.report.replaced = Some(old);
         Ok(None)
     }
 

@@ -94,7 +94,7 @@ pub fn renew_lease(
     Ok(n > 0)
 }
 
-fn holds_lease(conn: &Connection, session: i64, holder: &str) -> Result<bool> {
+pub(crate) fn holds_lease(conn: &Connection, session: i64, holder: &str) -> Result<bool> {
     Ok(conn
         .query_row(
             "SELECT 1 FROM historian_leases WHERE session = ?1 AND holder = ?2",

@@ -84,6 +84,16 @@ fn run_with(
     model: &dyn Model,
     historian: &HistorianConfig,
 ) -> RunReport {
+    run_job(store, input, model, historian, Job::Fold)
+}
+
+fn run_job(
+    store: &mut Store,
+    input: &Input,
+    model: &dyn Model,
+    historian: &HistorianConfig,
+    job: Job,
+) -> RunReport {
     let transform = TransformConfig::default();
     let now = || NOW;
     let params = RunParams {
@@ -91,6 +101,7 @@ fn run_with(
             historian,
             transform: &transform,
         },
+        job,
         lease_ms: 60_000,
         holder: "test".into(),
         now: &now,
@@ -469,4 +480,235 @@ fn prompt_matches_what_run_sends() {
     let sent = &model.prompts.borrow()[0];
     assert_eq!(preview.system.as_deref(), Some(sent.system.as_str()));
     assert_eq!(preview.user.as_deref(), Some(sent.user.as_str()));
+}
+
+// ---------------------------------------------------------------------------
+// wrapup and recomp
+
+const A_FACT: &str =
+    "<fact category=\"CONSTRAINTS\">Tests never touch the real home directory.</fact>";
+
+/// Whole-chunk answers, each compartment titled `tag` and the range.
+fn titled(tag: &'static str) -> impl Fn(usize, &Prompt) -> std::result::Result<String, LlmError> {
+    move |_, p| {
+        let (first, last) = chunk_range(p);
+        let mid = (first + last) / 2;
+        Ok(format!(
+            "<history>\n{}{}<facts>{A_FACT}</facts>\n<unprocessed_from>{}</unprocessed_from>\n</history>",
+            compartment(first, mid, &format!("{tag} {first}-{mid}")),
+            compartment(mid + 1, last, &format!("{tag} {}-{last}", mid + 1)),
+            last + 1
+        ))
+    }
+}
+
+fn session_id(store: &Store, input: &Input) -> i64 {
+    sessions::find_session(store.conn(), &input.harness, &input.session_id)
+        .unwrap()
+        .unwrap()
+        .id
+}
+
+#[test]
+fn wrapup_folds_all_but_the_newest_n_messages_in_chunks_whatever_the_pressure() {
+    let mut store = Store::open_in_memory().unwrap();
+    let input = input("ses_wrap", 30, 1_000);
+    let model = Scripted::new(titled("Wrap"));
+    let (mut historian, _) = settings();
+    historian.chunk_tokens = 3_000;
+    // A routine run keeps the protected live tail (8k tokens, some 26
+    // messages here) and stops at historian.max_chunks.
+    let mut routine_store = Store::open_in_memory().unwrap();
+    let routine = run_with(&mut routine_store, &input, &model, &historian);
+    let routine_end = routine.compartments.last().map_or(0, |c| c.end);
+    assert!(routine_end < 60 - 20, "{routine:#?}");
+    model.prompts.borrow_mut().clear();
+
+    let report = run_job(
+        &mut store,
+        &input,
+        &model,
+        &historian,
+        Job::Wrapup { keep: 6 },
+    );
+    assert_eq!(report.status, RunStatus::Published, "{report:#?}");
+    assert_eq!(report.job, Job::Wrapup { keep: 6 });
+    // Token-capped chunks, more than historian.max_chunks of them, one after
+    // the other, each starting where the last ended.
+    assert!(
+        report.chunks.len() > historian.max_chunks as usize,
+        "{:?}",
+        report.chunks
+    );
+    assert!(
+        report.chunks.iter().all(|c| c.tokens <= 3_000),
+        "{:?}",
+        report.chunks
+    );
+    let stored = compartments(&store, &input);
+    for pair in stored.windows(2) {
+        assert_eq!(pair[0].1 + 1, pair[1].0, "{stored:?}");
+    }
+    // Everything but the newest six messages (three turns), nothing held back.
+    assert_eq!(stored.first().unwrap().0, 1);
+    assert_eq!(stored.last().unwrap().1, 60 - 6, "{stored:?}");
+    assert!(report.held_back.is_empty());
+    // Under the lease, released after.
+    let status = super::status(store.conn(), session_id(&store, &input))
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.lease, None);
+    // Again: nothing left outside the kept tail.
+    let again = run_job(
+        &mut store,
+        &input,
+        &model,
+        &historian,
+        Job::Wrapup { keep: 6 },
+    );
+    assert_eq!(again.status, RunStatus::NothingToDo, "{again:#?}");
+}
+
+#[test]
+fn recomp_rebuilds_the_folded_range_keeps_memory_and_adds_no_fact() {
+    let mut store = Store::open_in_memory().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut input = input("ses_recomp", 30, 1_000);
+    input.project_dir = Some(dir.path().to_path_buf());
+    let (mut historian, _) = settings();
+    historian.chunk_tokens = 4_000;
+    let first = Scripted::new(titled("Old"));
+    let report = run_job(
+        &mut store,
+        &input,
+        &first,
+        &historian,
+        Job::Wrapup { keep: 10 },
+    );
+    assert_eq!(report.status, RunStatus::Published, "{report:#?}");
+    let old = compartments(&store, &input);
+    let through = old.last().unwrap().1;
+    let project = project_identity(dir.path());
+    let memories = store::live_memories(store.conn(), &project, NOW).unwrap();
+    assert_eq!(memories.len(), 1);
+    // The user curates that memory; a recompute must leave it as it is.
+    store
+        .write(|tx| store::update_memory(tx, &project, memories[0].id, "Curated by hand.", NOW))
+        .unwrap();
+    let session = session_id(&store, &input);
+    let edits_before: i64 = store
+        .conn()
+        .query_row("SELECT count(*) FROM compartment_edits", [], |r| r.get(0))
+        .unwrap();
+
+    // Larger chunks this time: other boundaries, the same range.
+    historian.chunk_tokens = 9_000;
+    let model = Scripted::new(|_, p: &Prompt| {
+        let (first, last) = chunk_range(p);
+        Ok(format!(
+            "<history>\n{}<facts><fact category=\"NAMING\">A new fact.</fact></facts>\n\
+             <unprocessed_from>{}</unprocessed_from>\n</history>",
+            compartment(first, last, &format!("New {first}-{last}")),
+            last + 1
+        ))
+    });
+    let report = run_job(&mut store, &input, &model, &historian, Job::Recomp);
+    assert_eq!(report.status, RunStatus::Published, "{report:#?}");
+    assert_eq!(report.job, Job::Recomp);
+    assert_eq!(report.replaced, Some(old.len()));
+    assert_eq!((report.facts_promoted, report.facts.len()), (0, 0));
+    let new = compartments(&store, &input);
+    assert!(new.iter().all(|c| c.2.starts_with("New ")), "{new:?}");
+    assert_eq!(new.first().unwrap().0, 1);
+    assert_eq!(new.last().unwrap().1, through, "the same range, no further");
+    for pair in new.windows(2) {
+        assert_eq!(pair[0].1 + 1, pair[1].0, "{new:?}");
+    }
+    // The first prompt started at message 1 with no earlier history; later
+    // prompts show the new compartments as earlier history, never the old.
+    let prompts = model.prompts.borrow();
+    assert_eq!(chunk_range(&prompts[0]).0, 1);
+    assert!(!prompts[0].user.contains("<earlier_history>\n<compartment"));
+    assert!(prompts.iter().all(|p| !p.user.contains("Old ")));
+    if prompts.len() > 1 {
+        assert!(prompts[1].user.contains("New 1-"));
+    }
+    // Sequences go on from the old ones; memory is as curated; the edit is
+    // recorded for the head.
+    assert!(report.compartments[0].sequence > old.len() as i64);
+    let memories = store::live_memories(store.conn(), &project, NOW).unwrap();
+    assert_eq!(memories.len(), 1);
+    assert_eq!(memories[0].content, "Curated by hand.");
+    let edits: Vec<String> = store
+        .conn()
+        .prepare("SELECT kind FROM compartment_edits WHERE session = ?1 ORDER BY id")
+        .unwrap()
+        .query_map([session], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(edits.len() as i64, edits_before + 1);
+    assert_eq!(edits.last().map(String::as_str), Some("recompute"));
+}
+
+#[test]
+fn a_recomp_that_falls_short_or_fails_changes_nothing() {
+    let mut store = Store::open_in_memory().unwrap();
+    let input = input("ses_short", 30, 1_000);
+    let (mut historian, _) = settings();
+    historian.chunk_tokens = 4_000;
+    let nothing = run_job(
+        &mut store,
+        &input,
+        &Scripted::new(titled("Old")),
+        &historian,
+        Job::Recomp,
+    );
+    assert_eq!(nothing.reason, Some("nothing_folded"), "{nothing:#?}");
+    let first = Scripted::new(titled("Old"));
+    run_job(
+        &mut store,
+        &input,
+        &first,
+        &historian,
+        Job::Wrapup { keep: 10 },
+    );
+    let old = compartments(&store, &input);
+
+    // The answers fold only half of each chunk: the last chunk leaves the
+    // end of the range unfolded.
+    let half = Scripted::new(|_, p: &Prompt| {
+        let (first, last) = chunk_range(p);
+        let mid = (first + last) / 2;
+        Ok(format!(
+            "<history>\n{}<facts></facts>\n<unprocessed_from>{}</unprocessed_from>\n</history>",
+            compartment(first, mid, "Half"),
+            mid + 1
+        ))
+    });
+    let report = run_job(&mut store, &input, &half, &historian, Job::Recomp);
+    assert_eq!(report.status, RunStatus::Failed, "{report:#?}");
+    let failure = report.failure.as_ref().unwrap();
+    assert_eq!(failure.class(), "recomp_incomplete", "{failure}");
+    assert_eq!(
+        compartments(&store, &input),
+        old,
+        "the old compartments stay"
+    );
+
+    // A model that fails mid-way: nothing changes either.
+    let failing = Scripted::new(|n, p: &Prompt| {
+        if n == 0 {
+            titled("New")(n, p)
+        } else {
+            Err(LlmError::new(
+                ModelRef::parse("fake/model").as_ref(),
+                CallFailure::Transport,
+                "connection refused",
+            ))
+        }
+    });
+    let report = run_job(&mut store, &input, &failing, &historian, Job::Recomp);
+    assert_eq!(report.status, RunStatus::Failed, "{report:#?}");
+    assert_eq!(compartments(&store, &input), old);
 }

@@ -83,7 +83,7 @@ pub fn eligible(tail: &[TailMessage<'_>], protected_tokens: u64, live_floor: boo
     }
 }
 
-fn has_open_call(message: &Message) -> bool {
+pub(crate) fn has_open_call(message: &Message) -> bool {
     message
         .parts
         .iter()
