@@ -209,6 +209,7 @@ fn config(upstream: &str, limits: Limits) -> Config {
     Config {
         listen: "127.0.0.1:0".parse().unwrap(),
         upstream: Upstream::parse(upstream).unwrap(),
+        openai_upstream: Some(Upstream::parse_openai(&format!("{upstream}/oa")).unwrap()),
         limits,
         harness: "claude-code".into(),
         proxy: None,
