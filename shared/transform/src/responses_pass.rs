@@ -281,8 +281,8 @@ impl ResponsesPass {
 
 /// The body the pass's output messages make: each message that is an input
 /// message is its items as the pass left them (untouched ones byte for
-/// byte), each added one (the head) a message item; an output whose call is
-/// no longer sent goes.
+/// byte), each added one (the head) a message item after Codex's leading
+/// developer messages; an output whose call is no longer sent goes.
 fn splice_output(request: &Request<'_>, ids: &[String], output: Vec<Value>) -> Result<Vec<u8>> {
     let index_of: FxHashMap<&str, usize> = ids
         .iter()
@@ -302,6 +302,18 @@ fn splice_output(request: &Request<'_>, ids: &[String], output: Vec<Value>) -> R
             None => entries.push((None, responses::added(&message))),
         }
     }
+    // Codex's leading developer (system) messages stay first: mc's head goes
+    // after them, where Anthropic's system would be.
+    let lead = request
+        .groups
+        .iter()
+        .take_while(|g| g.side == responses::Side::Other)
+        .count();
+    let (mut first, rest): (Vec<_>, Vec<_>) = entries
+        .into_iter()
+        .partition(|(g, _)| g.is_some_and(|g| g < lead));
+    first.extend(rest);
+    let mut entries = first;
     // An output group whose calls' group is not sent right before it.
     let present: FxHashSet<usize> = entries.iter().filter_map(|(g, _)| *g).collect();
     for (origin, bytes) in &mut entries {

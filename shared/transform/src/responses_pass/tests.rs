@@ -234,6 +234,8 @@ fn drops_wait_for_a_busting_request_and_replay_after() {
     assert_eq!(report.decision, Decision::Execute, "{report:?}");
     let dropped = output_of(&items(&busted), "call_0");
     assert!(dropped.starts_with("[dropped"), "{dropped}");
+    // mc's head, when there is one, comes after Codex's developer message.
+    assert_eq!(items(&busted)[0]["id"], "msg_dev");
     // The reasoning before the call is still there, byte for byte.
     assert!(mc_base::codec::anthropic::contains(
         &busted,
