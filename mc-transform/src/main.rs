@@ -47,6 +47,12 @@ fn main() -> ExitCode {
                 Err(failure) => mc_cli::finish::<()>(NAME, Err(failure)),
             };
         }
+        Some(Command::Codex { args: codex }) => {
+            return match cmd::codex::run(&args.global, codex) {
+                Ok(code) => code,
+                Err(failure) => mc_cli::finish::<()>(NAME, Err(failure)),
+            };
+        }
         Some(Command::Gateway { listen }) => {
             return mc_cli::finish(NAME, cmd::gateway::run(&args.global, listen.as_deref()));
         }

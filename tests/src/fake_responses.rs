@@ -257,12 +257,10 @@ fn refusal(
         let call = item["call_id"].as_str().unwrap_or_default().to_string();
         match item["type"].as_str() {
             Some("function_call") => calls.push(call),
-            Some("function_call_output") => {
-                if !calls.contains(&call) {
-                    return Some(format!(
-                        "No tool call found for function call output with call_id {call}."
-                    ));
-                }
+            Some("function_call_output") if !calls.contains(&call) => {
+                return Some(format!(
+                    "No tool call found for function call output with call_id {call}."
+                ));
             }
             Some("reasoning") => {
                 let id = item["id"].as_str().unwrap_or_default();

@@ -245,3 +245,147 @@ fn a_broken_mc_database_leaves_codex_working_untouched() {
         "{stderr}"
     );
 }
+
+/// `mc-transform codex exec …` with mc's config at `config` (the gateway on
+/// `port`, forwarding to the fake), Codex's own provider the fake directly.
+fn launch(cx: &Codex, port: u16, prompt: &str) -> std::process::Output {
+    let config = cx.file("launch.jsonc");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{"gateway": {{"openai_upstream": "{}", "listen": "127.0.0.1:{port}"}}}}"#,
+            cx.provider.base_url()
+        ),
+    )
+    .unwrap();
+    let mut command = cx.command(mc_tests::bin_path("mc-transform"));
+    command
+        .env("MC_CONFIG", &config)
+        .env("MC_CODEX_BIN", mc_tests::codex::codex_bin().unwrap())
+        .env("OPENAI_API_KEY", "test-key")
+        .args(["codex", "exec", "--json", "--skip-git-repo-check"])
+        .args(["-s", "danger-full-access", prompt]);
+    mc_tests::pipe_within(&mut command, b"", std::time::Duration::from_secs(120))
+        .unwrap()
+        .expect("mc-transform codex finishes")
+}
+
+fn launcher_codex(test: &str) -> Option<Codex> {
+    let cx = Codex::start(
+        test,
+        Options {
+            auto_compact_limit: Some(10_000_000),
+            ..Options::default()
+        },
+    )?;
+    cx.provider.strict();
+    Some(cx)
+}
+
+fn end(pid: Option<u32>) {
+    if let Some(pid) = pid {
+        let _ = std::process::Command::new("kill")
+            .arg(pid.to_string())
+            .status();
+    }
+}
+
+fn started_pid(stderr: &str) -> Option<u32> {
+    stderr
+        .split("(pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|pid| pid.parse().ok())
+}
+
+#[test]
+fn the_launcher_starts_a_gateway_and_codex_goes_through_it() {
+    let Some(cx) = launcher_codex("the_launcher_starts_a_gateway_and_codex_goes_through_it") else {
+        return;
+    };
+    cx.provider.push(shell("echo via-launcher"), None);
+    cx.provider.push(Reply::Text("Launched.".into()), None);
+    let port = mc_tests::gateway::free_port();
+    let out = launch(&cx, port, "Run it.");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let pid = started_pid(&stderr);
+    end(pid);
+    assert!(out.status.success(), "{stderr}");
+    assert!(pid.is_some(), "no gateway was started: {stderr}");
+    let turns = cx.provider.turns();
+    assert_eq!(turns.len(), 2);
+    assert!(
+        outputs(&turns[1]).iter().any(|o| o.starts_with('§')),
+        "not through mc: {:?}",
+        outputs(&turns[1])
+    );
+    assert_eq!(turns[1].header("authorization"), Some("Bearer test-key"));
+    assert!(!stderr.contains("test-key"));
+    // Codex's own config was not touched.
+    let config = std::fs::read_to_string(cx.codex_home().join("config.toml")).unwrap();
+    assert!(!config.contains("mc-gateway"), "{config}");
+}
+
+#[test]
+fn a_killed_gateway_is_started_again_and_codex_carries_on() {
+    let Some(cx) = launcher_codex("a_killed_gateway_is_started_again_and_codex_carries_on") else {
+        return;
+    };
+    let port = mc_tests::gateway::free_port();
+    // A gateway of ours the launcher finds; the agent's command kills it.
+    let config = cx.file("own-gateway.jsonc");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{"gateway": {{"openai_upstream": "{}"}}}}"#,
+            cx.provider.base_url()
+        ),
+    )
+    .unwrap();
+    let mut first = mc_tests::gateway::GatewayProcess::start_with(
+        &config,
+        &cx.home(),
+        port,
+        &[("MC_DB", &cx.db)],
+    );
+    cx.provider
+        .push(shell(&format!("kill -9 {}; sleep 1", first.pid())), None);
+    cx.provider.push(Reply::Text("Still here.".into()), None);
+    let out = launch(&cx, port, "Kill it.");
+    first.kill();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let pid = started_pid(&stderr);
+    end(pid);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("had stopped; started it again"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Still here."), "{stdout}");
+    assert!(
+        cx.provider.refusals().is_empty(),
+        "{:?}",
+        cx.provider.refusals()
+    );
+}
+
+#[test]
+fn without_a_gateway_the_launcher_lets_codex_use_its_own_provider() {
+    let Some(cx) = launcher_codex("without_a_gateway_the_launcher_lets_codex_use_its_own_provider")
+    else {
+        return;
+    };
+    // Something that is not mc's gateway holds the port.
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = squatter.local_addr().unwrap().port();
+    cx.provider.push(Reply::Text("Direct.".into()), None);
+    let out = launch(&cx, port, "Hello.");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Codex runs on its own provider"),
+        "{stderr}"
+    );
+    let turns = cx.provider.turns();
+    assert_eq!(turns.len(), 1);
+    assert_eq!(turns[0].count("§"), 0, "went through mc");
+    drop(squatter);
+}

@@ -19,7 +19,7 @@ use mc_cli::{Failure, GlobalArgs};
 use crate::common::NAME;
 
 /// Whether mc's gateway answers at `addr` (not merely something listening).
-fn is_up(addr: SocketAddr) -> bool {
+pub(crate) fn is_up(addr: SocketAddr) -> bool {
     let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(300)) else {
         return false;
     };
@@ -38,7 +38,7 @@ fn is_up(addr: SocketAddr) -> bool {
 }
 
 /// Start a gateway on `addr` in the background; `Some(pid)` once it answers.
-fn start_gateway(addr: SocketAddr) -> Option<u32> {
+pub(crate) fn start_gateway(addr: SocketAddr) -> Option<u32> {
     let exe = std::env::current_exe().ok()?;
     let child = Command::new(exe)
         .args(["gateway", "--listen", &addr.to_string()])
