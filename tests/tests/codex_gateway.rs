@@ -389,3 +389,60 @@ fn without_a_gateway_the_launcher_lets_codex_use_its_own_provider() {
     assert_eq!(turns[0].count("§"), 0, "went through mc");
     drop(squatter);
 }
+
+#[test]
+fn the_doctor_says_where_the_gateway_sends_codex_and_when_the_config_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = mc_tests::gateway::free_port();
+    let config = dir.path().join("config.jsonc");
+    let write = |openai: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                r#"{{"gateway": {{"openai_upstream": "{openai}", "listen": "127.0.0.1:{port}"}}}}"#
+            ),
+        )
+        .unwrap();
+    };
+    let doctor = || {
+        let mut command = std::process::Command::new(mc_tests::bin_path("mc-doctor"));
+        mc_tests::env::seal_at_home(&mut command, dir.path())
+            .env("MC_CONFIG", &config)
+            .env("MC_DB", dir.path().join("ctx.db"))
+            .arg("--json");
+        let out = mc_tests::pipe_within(&mut command, b"", std::time::Duration::from_secs(60))
+            .unwrap()
+            .expect("mc-doctor finishes");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "gateway")
+            .cloned()
+            .unwrap_or_else(|| panic!("no gateway check: {doc:#}"))
+    };
+    write("http://127.0.0.1:9/v1");
+    let mut gateway = mc_tests::gateway::GatewayProcess::start(&config, dir.path(), port);
+    let up = doctor();
+    assert_eq!(up["status"], "pass", "{up}");
+    assert!(
+        up["what"]
+            .as_str()
+            .unwrap()
+            .contains("Codex's /openai to http://127.0.0.1:9/v1"),
+        "{up}"
+    );
+    // The config now names another upstream than the running gateway's.
+    write("https://chatgpt.com/backend-api/codex");
+    let moved = doctor();
+    gateway.kill();
+    assert_eq!(moved["status"], "warn", "{moved}");
+    assert!(
+        moved["what"]
+            .as_str()
+            .unwrap()
+            .contains("gateway.openai_upstream is https://chatgpt.com/backend-api/codex"),
+        "{moved}"
+    );
+}

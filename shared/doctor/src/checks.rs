@@ -89,7 +89,8 @@ pub fn run(env: &Env, options: &Options) -> Vec<Check> {
 }
 
 /// Whether mc's gateway answers at `gateway.listen`, and where it forwards.
-/// Not running is no failure: `mc-transform claude` starts it on demand.
+/// Not running is no failure: `mc-transform claude` and `mc-transform codex`
+/// start it on demand.
 fn gateway(config: &Config) -> Check {
     let listen = &config.gateway.listen;
     let url = format!("http://{listen}{}", mc_gateway::STATUS_PATH);
@@ -111,8 +112,9 @@ fn gateway(config: &Config) -> Check {
         return Check::pass(
             "gateway",
             format!(
-                "no gateway on {listen} (`mc-transform claude` starts one; Claude Code \
-                 started otherwise talks to its provider directly)"
+                "no gateway on {listen} (`mc-transform claude` and `mc-transform codex` \
+                 start one; Claude Code and Codex started otherwise talk to their providers \
+                 directly)"
             ),
         );
     };
@@ -121,17 +123,35 @@ fn gateway(config: &Config) -> Check {
         .and_then(Value::as_str)
         .unwrap_or("?");
     let served = status.get("served").and_then(Value::as_u64).unwrap_or(0);
-    let what =
+    let openai = status.get("openai_upstream").and_then(Value::as_str);
+    let mut what =
         format!("gateway up on {listen}, forwarding to {upstream}, {served} requests served");
-    if upstream.trim_end_matches('/') == config.gateway.anthropic_upstream.trim_end_matches('/') {
+    if let Some(openai) = openai {
+        what.push_str(&format!(
+            "; Codex's {} to {openai}",
+            mc_gateway::OPENAI_PREFIX
+        ));
+    }
+    let same = |a: &str, b: &str| a.trim_end_matches('/') == b.trim_end_matches('/');
+    let mut stale = Vec::new();
+    if !same(upstream, &config.gateway.anthropic_upstream) {
+        stale.push(format!(
+            "gateway.anthropic_upstream is {}",
+            config.gateway.anthropic_upstream
+        ));
+    }
+    if openai.is_some_and(|o| !same(o, &config.gateway.openai_upstream)) {
+        stale.push(format!(
+            "gateway.openai_upstream is {}",
+            config.gateway.openai_upstream
+        ));
+    }
+    if stale.is_empty() {
         Check::pass("gateway", what)
     } else {
         Check::warn(
             "gateway",
-            format!(
-                "{what}; gateway.anthropic_upstream is {}",
-                config.gateway.anthropic_upstream
-            ),
+            format!("{what}; {}", stale.join(", ")),
             "restart the gateway so it reads the config again",
         )
     }
