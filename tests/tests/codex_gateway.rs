@@ -446,3 +446,78 @@ fn the_doctor_says_where_the_gateway_sends_codex_and_when_the_config_moved() {
         "{moved}"
     );
 }
+
+#[test]
+fn codex_s_own_compaction_passes_untouched_and_pins_stay_exactly_once() {
+    const ALPHA: &str = "PIN-ALPHA: always run the lock test before committing.";
+    const BRAVO: &str = "PIN-BRAVO: the parser lives in src/parse.rs.";
+    let restore = format!(
+        "'{}' restore --harness codex",
+        mc_tests::bin_path("mc-pin").display()
+    );
+    let Some(cx) = Codex::start(
+        "codex_s_own_compaction_passes_untouched_and_pins_stay_exactly_once",
+        Options {
+            hooks: vec![("SessionStart".into(), None, restore)],
+            auto_compact_limit: Some(50_000),
+            gateway: true,
+            ..Options::default()
+        },
+    ) else {
+        return;
+    };
+    cx.provider.strict();
+    let p = &cx.provider;
+    let over = Some(Usage {
+        input: 60_000,
+        cached: 0,
+        output: 10,
+    });
+    let pin = |thread: &str, last: &str| {
+        cx.mc_json(
+            "mc-pin",
+            &[
+                "pin",
+                "--harness",
+                "codex",
+                "--session",
+                thread,
+                "--last",
+                last,
+            ],
+        )
+    };
+    p.push(Reply::Text("Understood.".into()), None);
+    let t = cx.exec(None, ALPHA).thread_id;
+    pin(&t, "user");
+    p.push(Reply::Text(BRAVO.into()), over);
+    cx.exec(Some(&t), "Write the parser.");
+    pin(&t, "assistant");
+    for round in 1..=2 {
+        let n = p.turns().len();
+        p.push(Reply::Text(format!("Round {round} done.")), over);
+        cx.exec(Some(&t), &format!("Round {round}."));
+        assert_eq!(p.compactions(), round, "Codex compacted");
+        for text in [ALPHA, BRAVO] {
+            assert_eq!(
+                p.turns()[n].count(text),
+                1,
+                "after compaction {round}: {text:?} not exactly once:\n{}",
+                p.turns()[n].body
+            );
+        }
+    }
+    // Codex's compaction requests went as Codex wrote them: no tag of mc's.
+    let compactions: Vec<Recorded> = p
+        .requests()
+        .into_iter()
+        .filter(Recorded::is_compaction)
+        .collect();
+    assert_eq!(compactions.len(), 2);
+    for c in &compactions {
+        assert_eq!(c.count("§"), 0, "a compaction request was changed");
+    }
+    // The turns did go through mc.
+    assert!(p.turns().iter().any(|r| r.count("§") > 0));
+    assert!(p.refusals().is_empty(), "{:?}", p.refusals());
+}
