@@ -11,13 +11,12 @@
 
 use std::net::SocketAddr;
 use std::process::{Command, ExitCode};
-use std::time::{Duration, Instant};
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 
 use mc_cli::{Failure, GlobalArgs};
 
-use super::claude::{is_up, start_gateway};
+use super::claude::{is_up, start_gateway, supervise};
 use crate::common::NAME;
 
 /// The provider id the launcher gives Codex for its run.
@@ -72,34 +71,12 @@ pub fn run(global: &GlobalArgs, args: &[String]) -> Result<ExitCode, Failure> {
         command.args(overrides(addr, api_key));
     }
     command.args(args);
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("cannot run {}", codex.to_string_lossy()))
-        .map_err(|e| {
-            Failure::runtime(e).with_hints([
-                "set MC_CODEX_BIN to Codex's binary, or put codex on PATH".to_string(),
-            ])
-        })?;
-    let mut checked = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().map_err(|e| Failure::runtime(e.into()))? {
-            let code = status.code().unwrap_or(1);
-            return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
-        }
-        if route && checked.elapsed() >= Duration::from_secs(1) {
-            checked = Instant::now();
-            if !is_up(addr) {
-                match start_gateway(addr) {
-                    Some(pid) => eprintln!(
-                        "{NAME}: the gateway on {gateway_url} had stopped; started it again (pid {pid})"
-                    ),
-                    None => eprintln!(
-                        "{NAME}: warning: the gateway on {gateway_url} stopped and cannot be \
-                         started again; Codex waits for it"
-                    ),
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let hint = "set MC_CODEX_BIN to Codex's binary, or put codex on PATH";
+    supervise(
+        command,
+        &codex,
+        hint,
+        route.then_some(addr),
+        "Codex waits for it",
+    )
 }
