@@ -99,8 +99,8 @@ pub enum Command {
         #[arg(long, value_name = "N", default_value_t = mc_transform_core::incremental::DEFAULT_SESSIONS)]
         sessions: usize,
     },
-    /// Serve as Claude Code's provider: a local HTTP server that forwards
-    /// every request to one upstream and streams the answer back
+    /// Serve as Claude Code's and Codex's provider: a local HTTP server that
+    /// forwards every request to its upstream and streams the answer back
     ///
     /// Point Claude Code at it with ANTHROPIC_BASE_URL=http://ADDRESS. Every
     /// request goes to gateway.anthropic_upstream (mc's user config; default
@@ -110,7 +110,12 @@ pub enum Command {
     /// calls (POST /v1/messages) go through mc's pass first; any failure in it
     /// sends the original bytes. It listens on loopback only, refuses targets
     /// that name another host, bodies over 32 MiB (413) and, when every
-    /// worker is busy, answers 503. Runs until killed; a taken port exits 1.
+    /// worker is busy, answers 503. Codex's provider has base_url
+    /// http://ADDRESS/openai: paths under /openai go, the prefix taken off, to
+    /// gateway.openai_upstream (default https://api.openai.com/v1; with a
+    /// ChatGPT login https://chatgpt.com/backend-api/codex), and POST
+    /// /openai/responses through mc's pass for the Responses API. Runs until
+    /// killed; a taken port exits 1.
     ///
     /// With --ensure it returns at once instead: 0 when mc's gateway answers
     /// at the address, the one there or one it started in the background
@@ -137,6 +142,28 @@ pub enum Command {
     /// Exits with Claude Code's exit code.
     Claude {
         /// Claude Code's own arguments
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
+    /// Run Codex through the gateway, or on its own provider when no gateway
+    /// can be had
+    ///
+    /// Finds mc's gateway at gateway.listen, starts one in the background when
+    /// none answers, and runs `codex ARGS…` (MC_CODEX_BIN, else codex on PATH)
+    /// with a provider of mc's for this run only: `-c` overrides selecting
+    /// model_providers.mc-gateway (wire_api "responses", base_url the
+    /// gateway's /openai, the key from OPENAI_API_KEY when set, else the
+    /// ChatGPT login). Requests go on to gateway.openai_upstream. Codex's
+    /// config is not written; when no gateway can be started, Codex runs as
+    /// configured, with a warning. While Codex runs, a gateway that stopped is
+    /// started again (Codex waits for a closed port rather than failing).
+    /// Exits with Codex's exit code.
+    Codex {
+        /// Codex's own arguments
         #[arg(
             trailing_var_arg = true,
             allow_hyphen_values = true,

@@ -56,6 +56,12 @@ fn main() -> ExitCode {
                 Err(failure) => mc_cli::finish::<()>(NAME, Err(failure)),
             };
         }
+        Some(Command::Codex { args: codex }) => {
+            return match cmd::codex::run(&args.global, codex) {
+                Ok(code) => code,
+                Err(failure) => mc_cli::finish::<()>(NAME, Err(failure)),
+            };
+        }
         Some(Command::Gateway {
             listen,
             ensure: false,

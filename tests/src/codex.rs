@@ -40,6 +40,13 @@ pub struct Options {
     pub mcp: bool,
     /// `model_auto_compact_token_limit`.
     pub auto_compact_limit: Option<u64>,
+    /// Codex's provider is mc's gateway (`mc-transform gateway`, base URL
+    /// `…/openai`, `gateway.openai_upstream` the fake), with the API key as
+    /// `env_key`; the gateway's database is this one when given, else mc's.
+    pub gateway: bool,
+    pub gateway_db: Option<PathBuf>,
+    /// mc's `transform` section (a JSON object), if not the defaults.
+    pub transform: Option<Value>,
 }
 
 /// The result of one `codex exec`.
@@ -61,6 +68,8 @@ pub struct Codex {
     pub historian: FakeProvider,
     pub project: PathBuf,
     pub db: PathBuf,
+    /// mc's gateway in front of the fake, with [`Options::gateway`].
+    pub gateway: Option<crate::gateway::GatewayProcess>,
 }
 
 impl Codex {
@@ -76,13 +85,14 @@ impl Codex {
         std::fs::create_dir_all(&project).unwrap();
         std::fs::create_dir_all(dir.path().join("home/.codex")).unwrap();
         let db = dir.path().join("ctx.db");
-        let codex = Codex {
+        let mut codex = Codex {
             bin,
             dir,
             provider,
             historian,
             project,
             db,
+            gateway: None,
         };
         codex.git(&["init", "-q"]);
         codex.git(&[
@@ -103,10 +113,18 @@ impl Codex {
         if let Some(limit) = options.auto_compact_limit {
             config.push_str(&format!("model_auto_compact_token_limit = {limit}\n"));
         }
+        let port = crate::gateway::free_port();
+        let (base_url, env_key) = if options.gateway {
+            (
+                format!("http://127.0.0.1:{port}/openai"),
+                "env_key = \"OPENAI_API_KEY\"\n",
+            )
+        } else {
+            (codex.provider.base_url(), "")
+        };
         config.push_str(&format!(
-            "\n[model_providers.mock]\nname = \"mock\"\nbase_url = \"{}\"\nwire_api = \"responses\"\n\
-             request_max_retries = 0\nstream_max_retries = 0\n\n[features]\nhooks = true\n",
-            codex.provider.base_url()
+            "\n[model_providers.mock]\nname = \"mock\"\nbase_url = \"{base_url}\"\nwire_api = \"responses\"\n\
+             {env_key}request_max_retries = 0\nstream_max_retries = 0\n\n[features]\nhooks = true\n"
         ));
         if options.mcp {
             config.push_str(&format!(
@@ -145,10 +163,25 @@ impl Codex {
             codex.mc_config(),
             format!(
                 r#"{{"providers": {{"fake": {{"kind": "anthropic", "base_url": "{root}"}}}},
-                    "historian": {{"model": "fake/mock-historian", "retries": 0, "timeout_ms": 30000}}}}"#
+                    "historian": {{"model": "fake/mock-historian", "retries": 0, "timeout_ms": 30000}},
+                    "gateway": {{"openai_upstream": "{}"}}, "transform": {}}}"#,
+                codex.provider.base_url(),
+                options.transform.clone().unwrap_or_else(|| json!({}))
             ),
         )
         .unwrap();
+        if options.gateway {
+            let db = options
+                .gateway_db
+                .clone()
+                .unwrap_or_else(|| codex.db.clone());
+            codex.gateway = Some(crate::gateway::GatewayProcess::start_with(
+                &codex.mc_config(),
+                &codex.home(),
+                port,
+                &[("MC_DB", &db)],
+            ));
+        }
         Some(codex)
     }
 
@@ -198,9 +231,9 @@ impl Codex {
         );
     }
 
-    /// `codex exec --json` with `prompt`, in a new thread or `resume`d.
-    /// Fails the test when Codex fails or runs over two minutes.
-    pub fn exec(&self, resume: Option<&str>, prompt: &str) -> Exec {
+    /// `codex exec --json` with `prompt`, in a new thread or `resume`d,
+    /// whatever its outcome. Fails the test when it runs over two minutes.
+    pub fn exec_output(&self, resume: Option<&str>, prompt: &str) -> Output {
         let mut command = self.command(&self.bin);
         command
             .env("OPENAI_API_KEY", "test-key")
@@ -212,9 +245,15 @@ impl Codex {
             command.args(["resume", thread]);
         }
         command.arg(prompt);
-        let out = crate::pipe_within(&mut command, b"", Duration::from_secs(120))
+        crate::pipe_within(&mut command, b"", Duration::from_secs(120))
             .unwrap_or_else(|e| panic!("running codex: {e}"))
-            .expect("codex exec was still running after 120 s");
+            .expect("codex exec was still running after 120 s")
+    }
+
+    /// `codex exec --json` with `prompt`, in a new thread or `resume`d.
+    /// Fails the test when Codex fails or runs over two minutes.
+    pub fn exec(&self, resume: Option<&str>, prompt: &str) -> Exec {
+        let out = self.exec_output(resume, prompt);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),

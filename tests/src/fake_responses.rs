@@ -4,6 +4,14 @@
 //! wants reported); every request is recorded so tests can assert on the
 //! exact bytes Codex sent.
 //!
+//! [`FakeResponses::strict`] makes it refuse what the real API refuses: an
+//! output without its call, a call without its output, a reasoning item whose
+//! `encrypted_content` is not byte for byte what it sent (400, recorded in
+//! [`FakeResponses::refusals`]); its reasoning replies put a reasoning item
+//! before each call, and it reports cached tokens by the common prefix of the
+//! body with the previous one (a byte a quarter token), as a provider's
+//! prefix cache would.
+//!
 //! Codex's own compaction request (its last user message asks for a "CONTEXT
 //! CHECKPOINT COMPACTION", and `x-codex-turn-metadata` says
 //! `request_kind: compaction`, observed with 0.169.0) gets a summary and does
@@ -34,6 +42,11 @@ pub enum Reply {
         name: String,
         arguments: Value,
     },
+    /// An error answer: the status and the JSON body, as sent.
+    Error {
+        status: u16,
+        body: String,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -44,9 +57,19 @@ pub struct Recorded {
     pub turn_metadata: Value,
     pub body: Value,
     pub raw: Vec<u8>,
+    /// Every header, lower-cased names, in the order received.
+    pub headers: Vec<(String, String)>,
 }
 
 impl Recorded {
+    /// The first value of a header.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
     /// Codex's compaction request.
     pub fn is_compaction(&self) -> bool {
         self.turn_metadata["request_kind"] == "compaction"
@@ -96,6 +119,11 @@ struct State {
     usage: Usage,
     requests: Vec<Recorded>,
     calls: u64,
+    strict: bool,
+    /// The `encrypted_content` of every reasoning item sent, by item id.
+    reasoning: std::collections::BTreeMap<String, String>,
+    refusals: Vec<String>,
+    previous: Vec<u8>,
 }
 
 pub struct FakeResponses {
@@ -129,7 +157,18 @@ impl FakeResponses {
                         .find(|h| h.field.equiv("x-codex-turn-metadata"))
                         .and_then(|h| serde_json::from_str(h.value.as_str()).ok())
                         .unwrap_or(Value::Null);
+                    let headers = request
+                        .headers()
+                        .iter()
+                        .map(|h| {
+                            (
+                                h.field.as_str().as_str().to_ascii_lowercase(),
+                                h.value.as_str().to_string(),
+                            )
+                        })
+                        .collect();
                     let recorded = Recorded {
+                        headers,
                         method: request.method().as_str().to_string(),
                         path: request.url().to_string(),
                         turn_metadata,
@@ -141,9 +180,13 @@ impl FakeResponses {
                         let _ = request.respond(Response::empty(404));
                         continue;
                     }
-                    let body = respond(&state, recorded);
-                    let header = Header::from_bytes("Content-Type", "text/event-stream").unwrap();
-                    let _ = request.respond(Response::from_string(body).with_header(header));
+                    let (status, kind, body) = respond(&state, recorded);
+                    let header = Header::from_bytes("Content-Type", kind).unwrap();
+                    let _ = request.respond(
+                        Response::from_string(body)
+                            .with_status_code(status)
+                            .with_header(header),
+                    );
                 }
             })
         };
@@ -177,6 +220,17 @@ impl FakeResponses {
             .collect()
     }
 
+    /// Refuse unpaired calls and changed reasoning, answer calls with a
+    /// reasoning item first, report cached tokens by common prefix.
+    pub fn strict(&self) {
+        self.state.lock().unwrap().strict = true;
+    }
+
+    /// What a strict fake refused, and why.
+    pub fn refusals(&self) -> Vec<String> {
+        self.state.lock().unwrap().refusals.clone()
+    }
+
     pub fn compactions(&self) -> usize {
         self.requests().iter().filter(|r| r.is_compaction()).count()
     }
@@ -191,9 +245,95 @@ impl Drop for FakeResponses {
     }
 }
 
-/// The SSE body answering one request.
-fn respond(state: &Mutex<State>, recorded: Recorded) -> String {
+/// Why the real API would refuse this input, if it would: an output with
+/// no call before it, a call with no output after it, a reasoning item not
+/// as it was sent.
+fn refusal(
+    input: &[Value],
+    reasoning: &std::collections::BTreeMap<String, String>,
+) -> Option<String> {
+    let mut calls = Vec::new();
+    for item in input {
+        let call = item["call_id"].as_str().unwrap_or_default().to_string();
+        match item["type"].as_str() {
+            Some("function_call") => calls.push(call),
+            Some("function_call_output") if !calls.contains(&call) => {
+                return Some(format!(
+                    "No tool call found for function call output with call_id {call}."
+                ));
+            }
+            Some("reasoning") => {
+                let id = item["id"].as_str().unwrap_or_default();
+                if let Some(sent) = reasoning.get(id)
+                    && item["encrypted_content"].as_str() != Some(sent.as_str())
+                {
+                    return Some(format!(
+                        "The encrypted content for item {id} could not be verified."
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    let outputs: Vec<&str> = input
+        .iter()
+        .filter(|i| i["type"] == "function_call_output")
+        .filter_map(|i| i["call_id"].as_str())
+        .collect();
+    calls
+        .iter()
+        .find(|c| !outputs.contains(&c.as_str()))
+        .map(|c| format!("No tool output found for function call {c}."))
+}
+
+/// The status, content type and body answering one request.
+fn respond(state: &Mutex<State>, recorded: Recorded) -> (u16, &'static str, String) {
     let mut state = state.lock().unwrap();
+    let strict = state.strict;
+    if strict {
+        let input = recorded.body["input"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if let Some(why) = refusal(&input, &state.reasoning) {
+            state.refusals.push(why.clone());
+            state.requests.push(recorded);
+            let body = json!({"error": {"message": why, "type": "invalid_request_error",
+                                        "param": "input", "code": null}});
+            return (400, "application/json", body.to_string());
+        }
+    }
+    if !recorded.is_compaction()
+        && matches!(state.script.front(), Some((Reply::Error { .. }, _)))
+        && let Some((Reply::Error { status, body }, _)) = state.script.pop_front()
+    {
+        state.requests.push(recorded);
+        return (status, "application/json", body);
+    }
+    let prefix_usage = strict.then(|| {
+        let common = state
+            .previous
+            .iter()
+            .zip(&recorded.raw)
+            .take_while(|(a, b)| a == b)
+            .count();
+        state.previous = recorded.raw.clone();
+        Usage {
+            input: recorded.raw.len() as u64 / 4,
+            cached: common as u64 / 4,
+            output: 10,
+        }
+    });
+    (
+        200,
+        "text/event-stream",
+        sse(&mut state, recorded, prefix_usage),
+    )
+}
+
+/// The SSE body answering one request (`prefix_usage`: the usage a strict
+/// fake reports instead of the script's).
+fn sse(state: &mut State, recorded: Recorded, prefix_usage: Option<Usage>) -> String {
     state.calls += 1;
     let n = state.calls;
     let compaction = recorded.is_compaction();
@@ -208,18 +348,22 @@ fn respond(state: &Mutex<State>, recorded: Recorded) -> String {
             },
         )
     } else {
-        let usage = state.usage;
+        // A scripted usage wins; else a strict fake's by common prefix.
+        let usage = prefix_usage.unwrap_or(state.usage);
         state
             .script
             .pop_front()
             .map(|(r, u)| (r, u.unwrap_or(usage)))
             .unwrap_or((Reply::Text("ok".into()), usage))
     };
-    let item = match reply {
-        Reply::Text(text) => {
+    let mut items = Vec::new();
+    match reply {
+        // Answered before the stream (see `respond`).
+        Reply::Error { body, .. } => return body,
+        Reply::Text(text) => items.push({
             json!({"type": "message", "role": "assistant", "id": format!("msg_fake_{n}"),
                                     "content": [{"type": "output_text", "text": text}]})
-        }
+        }),
         Reply::Call {
             namespace,
             name,
@@ -231,17 +375,28 @@ fn respond(state: &Mutex<State>, recorded: Recorded) -> String {
             if let Some(ns) = namespace {
                 item["namespace"] = json!(ns);
             }
-            item
+            if state.strict {
+                let id = format!("rs_fake_{n}");
+                let sealed = format!("gAAAAB{n}+sealed/reasoning=={n}");
+                state.reasoning.insert(id.clone(), sealed.clone());
+                items.push(json!({"type": "reasoning", "id": id,
+                    "summary": [{"type": "summary_text", "text": "thinking"}],
+                    "encrypted_content": sealed}));
+            }
+            items.push(item);
         }
-    };
-    let events = [
-        json!({"type": "response.created", "response": {"id": format!("resp_fake_{n}")}}),
-        json!({"type": "response.output_item.done", "item": item}),
+    }
+    let mut events =
+        vec![json!({"type": "response.created", "response": {"id": format!("resp_fake_{n}")}})];
+    for item in items {
+        events.push(json!({"type": "response.output_item.done", "item": item}));
+    }
+    events.push(
         json!({"type": "response.completed", "response": {"id": format!("resp_fake_{n}"), "usage": {
             "input_tokens": usage.input, "input_tokens_details": {"cached_tokens": usage.cached},
             "output_tokens": usage.output, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": usage.input + usage.output}}}),
-    ];
+    );
     events
         .iter()
         .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))

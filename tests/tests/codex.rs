@@ -286,6 +286,7 @@ fn the_historian_folds_a_rollout_and_mc_s_record_comes_back_once_after_a_compact
             hooks: vec![restore, ("Stop".into(), None, fold)],
             mcp: true,
             auto_compact_limit: Some(50_000),
+            ..Options::default()
         },
     ) else {
         return;

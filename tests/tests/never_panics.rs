@@ -1743,6 +1743,73 @@ fn anthropic_requests_over_arbitrary_and_mutated_bodies() {
     );
 }
 
+/// A Responses request's messages decoded and encoded back untouched: its
+/// own bytes.
+fn responses_round_trip(body: &[u8]) -> Result<(), TestCaseError> {
+    use mc_base::codec::anthropic::Piece;
+    use mc_base::codec::responses::Request;
+    let Ok(request) = Request::parse(body) else {
+        return Ok(());
+    };
+    let encoded: Vec<Vec<u8>> = request
+        .message_ids()
+        .iter()
+        .enumerate()
+        .map(|(g, id)| request.encode(g, &request.decode(g, id, "s", Some(NOW))))
+        .collect();
+    let pieces: Vec<Piece<'_>> = encoded.iter().map(|b| Piece::Bytes(b)).collect();
+    let back = request.assemble(&pieces);
+    prop_assert_eq!(
+        String::from_utf8_lossy(&back),
+        String::from_utf8_lossy(body)
+    );
+    for bytes in &encoded {
+        let _ = Request::without_results(bytes);
+    }
+    Ok(())
+}
+
+#[test]
+fn responses_requests_over_arbitrary_and_mutated_bodies() {
+    use mc_base::domain::gateway::{Api, Call, Forward};
+    use mc_transform_core::responses_pass::ResponsesPass;
+    const SAMPLE: &str = include_str!("../testdata/codex/02-call-output.body.json");
+    let sample: Value = serde_json::from_str(SAMPLE).expect("the Codex sample is JSON");
+    let pass = ResponsesPass::new(
+        Store::open_in_memory().expect("an in-memory store"),
+        TransformConfig::default(),
+    );
+    let headers = vec![(
+        "x-codex-turn-metadata".to_string(),
+        r#"{"request_kind":"turn"}"#.to_string(),
+    )];
+    property(
+        "responses_requests_over_arbitrary_and_mutated_bodies",
+        128,
+        (bytes_text(), fuzz::changes(6), fuzz::edits(4)),
+        |(arbitrary, changes, edits)| {
+            let mutated = changes.apply(&sample).to_string();
+            let edited = fuzz::edit(SAMPLE, &edits);
+            for body in [arbitrary, mutated, edited] {
+                responses_round_trip(body.as_bytes())?;
+                let call = Call {
+                    api: Api::OpenAiResponses,
+                    harness: "codex",
+                    session_id: Some("s"),
+                    path: "/openai/responses",
+                    headers: &headers,
+                    body: body.as_bytes(),
+                    now_ms: NOW,
+                };
+                if let Ok(Forward::Body(out)) = pass.run(&call).map(|(f, _)| f) {
+                    prop_assert!(serde_json::from_slice::<Value>(&out).is_ok());
+                }
+            }
+            Ok(())
+        },
+    );
+}
+
 #[test]
 fn claude_transcripts_over_arbitrary_bytes() {
     property(

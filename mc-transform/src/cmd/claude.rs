@@ -60,30 +60,52 @@ pub fn run(global: &GlobalArgs, args: &[String]) -> Result<ExitCode, Failure> {
     if route {
         command.env("ANTHROPIC_BASE_URL", &gateway_url);
     }
+    let hint = "set MC_CLAUDE_BIN to Claude Code's binary, or put claude on PATH";
+    let stopped = "Claude Code's calls fail until it is back";
+    supervise(
+        global,
+        command,
+        &claude,
+        hint,
+        route.then_some(addr),
+        stopped,
+    )
+}
+
+/// Run the harness `command` (the program `program`, `hint` when it cannot
+/// be run) to its end, its exit code ours; while it runs, a gateway at
+/// `addr` that stopped is started again (`stopped`: what the harness does
+/// meanwhile when it cannot be).
+pub(crate) fn supervise(
+    global: &GlobalArgs,
+    mut command: Command,
+    program: &std::ffi::OsStr,
+    hint: &str,
+    addr: Option<SocketAddr>,
+    stopped: &str,
+) -> Result<ExitCode, Failure> {
     let mut child = command
         .spawn()
-        .with_context(|| format!("cannot run {}", claude.to_string_lossy()))
-        .map_err(|e| {
-            Failure::runtime(e).with_hints([
-                "set MC_CLAUDE_BIN to Claude Code's binary, or put claude on PATH".to_string(),
-            ])
-        })?;
+        .with_context(|| format!("cannot run {}", program.to_string_lossy()))
+        .map_err(|e| Failure::runtime(e).with_hints([hint.to_string()]))?;
     let mut checked = Instant::now();
     loop {
         if let Some(status) = child.try_wait().map_err(|e| Failure::runtime(e.into()))? {
             let code = status.code().unwrap_or(1);
             return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
         }
-        if route && checked.elapsed() >= Duration::from_secs(1) {
+        if let Some(addr) = addr
+            && checked.elapsed() >= Duration::from_secs(1)
+        {
             checked = Instant::now();
             if !is_up(addr) {
                 match start_gateway(global, addr) {
                     Some(pid) => eprintln!(
-                        "{NAME}: the gateway on {gateway_url} had stopped; started it again (pid {pid})"
+                        "{NAME}: the gateway on http://{addr} had stopped; started it again (pid {pid})"
                     ),
                     None => eprintln!(
-                        "{NAME}: warning: the gateway on {gateway_url} stopped and cannot be \
-                         started again; Claude Code's calls fail until it is back"
+                        "{NAME}: warning: the gateway on http://{addr} stopped and cannot be \
+                         started again; {stopped}"
                     ),
                 }
             }

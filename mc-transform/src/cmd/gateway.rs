@@ -1,5 +1,6 @@
 //! `mc-transform gateway`: the resident server Claude Code uses as its
-//! provider's base URL (mc-gateway). Thin: the user config's `gateway.*`,
+//! provider's base URL, and Codex as its provider's (under `/openai`)
+//! (mc-gateway). Thin: the user config's `gateway.*`,
 //! `--listen`, the clock, and the pass the server runs.
 
 use std::net::SocketAddr;
@@ -9,28 +10,31 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::anyhow;
 
 use mc_base::config::Config;
-use mc_base::domain::gateway::{Identity, Pass};
+use mc_base::domain::gateway::{ByApi, Identity, Pass};
 use mc_base::store::StoreOptions;
 use mc_cli::{Failure, GlobalArgs, Wait};
 use mc_gateway::{Gateway, Limits, Upstream};
 use mc_transform_core::gateway::TransformPass;
+use mc_transform_core::responses_pass::ResponsesPass;
 
 use crate::common::NAME;
 
-/// The pass the gateway runs on each Messages call: mc's transform over the
-/// store `--db` (else `MC_DB`, else the default) names. A store that cannot
-/// be opened leaves the gateway forwarding every request untouched, with a
-/// warning: Claude Code keeps working without mc rather than not at all.
+/// The pass the gateway runs on each Messages and Responses call: mc's
+/// transform over the store `--db` (else `MC_DB`, else the default) names,
+/// one pass per wire. A store that cannot be opened leaves the gateway
+/// forwarding every request untouched, with a warning: Claude Code and
+/// Codex keep working without mc rather than not at all.
 fn pass_for(global: &GlobalArgs, config: &Config) -> (Arc<dyn Pass>, Option<String>) {
     let opened = mc_cli::db_path(global.db.as_deref()).and_then(|path| {
         let options = StoreOptions {
             busy_timeout: Wait::Hook.timeout(config),
         };
-        Ok(TransformPass::open(
-            &path,
-            &options,
-            config.transform.clone(),
-        )?)
+        let anthropic = TransformPass::open(&path, &options, config.transform.clone())?;
+        let responses = ResponsesPass::open(&path, &options, config.transform.clone())?;
+        Ok(ByApi {
+            anthropic: Arc::new(anthropic),
+            responses: Arc::new(responses),
+        })
     });
     match opened {
         Ok(pass) => (Arc::new(pass), None),
@@ -61,11 +65,13 @@ pub fn run(global: &GlobalArgs, listen: Option<&str>) -> Result<(), Failure> {
         ))
     })?;
     let upstream = Upstream::parse(&config.gateway.anthropic_upstream)?;
+    let openai_upstream = Upstream::parse_openai(&config.gateway.openai_upstream)?;
     let (pass, warning) = pass_for(global, &config);
     let gateway = Gateway::start(
         mc_gateway::Config {
             listen,
             upstream: upstream.clone(),
+            openai_upstream: Some(openai_upstream.clone()),
             limits: Limits::default(),
             harness: "claude-code".into(),
             proxy: None,
@@ -73,11 +79,13 @@ pub fn run(global: &GlobalArgs, listen: Option<&str>) -> Result<(), Failure> {
         },
         pass,
     )?;
+    let addr = gateway.addr();
+    let prefix = mc_gateway::OPENAI_PREFIX;
     eprintln!(
-        "{NAME}: gateway on http://{} forwarding to {} (set ANTHROPIC_BASE_URL=http://{})",
-        gateway.addr(),
+        "{NAME}: gateway on http://{addr} forwarding to {} (set ANTHROPIC_BASE_URL=http://{addr}), \
+         and http://{addr}{prefix} to {} (a Codex provider's base_url)",
         upstream.base(),
-        gateway.addr()
+        openai_upstream.base(),
     );
     if let Some(warning) = warning {
         eprintln!("{warning}");

@@ -2,6 +2,7 @@
 //! (the resident `serve` calls the same functions as the one-shot commands).
 
 pub mod claude;
+pub mod codex;
 pub mod ensure;
 pub mod gateway;
 pub mod overflow;

@@ -262,6 +262,9 @@ pub struct GatewayConfig {
     /// The provider every request is forwarded to (default
     /// `https://api.anthropic.com`).
     pub anthropic_upstream: String,
+    /// Where Codex's Responses requests (the gateway's `/openai/…` paths)
+    /// go (default `https://api.openai.com/v1`).
+    pub openai_upstream: String,
     /// Where the gateway listens: a loopback address (default `127.0.0.1:4141`).
     pub listen: String,
 }
@@ -358,6 +361,7 @@ impl Default for Config {
             },
             gateway: GatewayConfig {
                 anthropic_upstream: String::new(),
+                openai_upstream: String::new(),
                 listen: String::new(),
             },
             providers: BTreeMap::new(),

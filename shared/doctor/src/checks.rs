@@ -147,15 +147,33 @@ fn gateway(env: &Env, config: &Config) -> Check {
         .and_then(Value::as_str)
         .unwrap_or("?");
     let served = status.get("served").and_then(Value::as_u64).unwrap_or(0);
-    let what =
+    let openai = status.get("openai_upstream").and_then(Value::as_str);
+    let mut what =
         format!("gateway up on {listen}, forwarding to {upstream}, {served} requests served");
-    if upstream.trim_end_matches('/') != config.gateway.anthropic_upstream.trim_end_matches('/') {
+    if let Some(openai) = openai {
+        what.push_str(&format!(
+            "; Codex's {} to {openai}",
+            mc_gateway::OPENAI_PREFIX
+        ));
+    }
+    let same = |a: &str, b: &str| a.trim_end_matches('/') == b.trim_end_matches('/');
+    let mut stale = Vec::new();
+    if !same(upstream, &config.gateway.anthropic_upstream) {
+        stale.push(format!(
+            "gateway.anthropic_upstream is {}",
+            config.gateway.anthropic_upstream
+        ));
+    }
+    if openai.is_some_and(|o| !same(o, &config.gateway.openai_upstream)) {
+        stale.push(format!(
+            "gateway.openai_upstream is {}",
+            config.gateway.openai_upstream
+        ));
+    }
+    if !stale.is_empty() {
         return Check::warn(
             "gateway",
-            format!(
-                "{what}; gateway.anthropic_upstream is {}",
-                config.gateway.anthropic_upstream
-            ),
+            format!("{what}; {}", stale.join(", ")),
             "restart the gateway so it reads the config again",
         );
     }

@@ -20,9 +20,22 @@ impl Upstream {
     /// Check an upstream URL (`gateway.anthropic_upstream`): `http` or
     /// `https`, a host, no credentials, no query or fragment.
     pub fn parse(text: &str) -> Result<Upstream> {
+        Upstream::parse_key(
+            text,
+            "gateway.anthropic_upstream",
+            "https://api.anthropic.com",
+        )
+    }
+
+    /// [`Upstream::parse`] of `gateway.openai_upstream`, Codex's.
+    pub fn parse_openai(text: &str) -> Result<Upstream> {
+        Upstream::parse_key(text, "gateway.openai_upstream", "https://api.openai.com/v1")
+    }
+
+    fn parse_key(text: &str, key: &str, example: &str) -> Result<Upstream> {
         let bad = |why: &str| {
             Error::Config(format!(
-                "gateway.anthropic_upstream is {text:?}: {why}; give a base URL such as https://api.anthropic.com"
+                "{key} is {text:?}: {why}; give a base URL such as {example}"
             ))
         };
         let rest = text
@@ -116,6 +129,9 @@ impl Default for Limits {
 pub struct Config {
     pub listen: SocketAddr,
     pub upstream: Upstream,
+    /// Where requests under [`OPENAI_PREFIX`] go (Codex's Responses calls),
+    /// the prefix taken off; `None`: those paths go to `upstream` too.
+    pub openai_upstream: Option<Upstream>,
     pub limits: Limits,
     /// The harness the requests come from (`claude-code`), for the pass.
     pub harness: String,
@@ -124,6 +140,11 @@ pub struct Config {
     /// Now, in milliseconds since the epoch.
     pub clock: Arc<dyn Fn() -> i64 + Send + Sync>,
 }
+
+/// The path prefix of Codex's requests: its provider's base URL is the
+/// gateway's address and this prefix, so `POST /openai/responses` is a
+/// Responses call, and every other path an Anthropic one.
+pub const OPENAI_PREFIX: &str = "/openai";
 
 /// Refuse a listening address that is not loopback: the gateway carries the
 /// user's credentials and must not be reachable from the network.
@@ -168,6 +189,19 @@ mod tests {
             let err = Upstream::parse(bad).unwrap_err().to_string();
             assert!(err.contains("gateway.anthropic_upstream"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn the_openai_upstream_names_its_own_key() {
+        let up = Upstream::parse_openai("https://api.openai.com/v1/").unwrap();
+        assert_eq!(
+            up.url_for("/responses").unwrap(),
+            "https://api.openai.com/v1/responses"
+        );
+        let err = Upstream::parse_openai("https://k@x")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("gateway.openai_upstream"), "{err}");
     }
 
     #[test]

@@ -28,6 +28,6 @@ mod server;
 mod upstream;
 mod usage;
 
-pub use config::{Config, Limits, Upstream, check_listen};
+pub use config::{Config, Limits, OPENAI_PREFIX, Upstream, check_listen};
 pub use server::{Gateway, STATUS_PATH, Stats};
 pub use usage::UsageScanner;

@@ -14,7 +14,7 @@ use std::time::Duration;
 use mc_base::domain::gateway::{Answer, Api, Call, Forward, Pass};
 use mc_base::{Error, Result};
 
-use crate::config::{Config, check_listen};
+use crate::config::{Config, OPENAI_PREFIX, check_listen};
 use crate::http::{self, Framing, Head, HeadError};
 use crate::upstream;
 use crate::usage::UsageScanner;
@@ -235,6 +235,7 @@ fn serve(mut stream: TcpStream, shared: &Shared) {
             "gateway": "mc",
             "version": env!("CARGO_PKG_VERSION"),
             "upstream": shared.config.upstream.base(),
+            "openai_upstream": shared.config.openai_upstream.as_ref().map(|u| u.base()),
             "served": counters.served.load(Ordering::Relaxed),
             "busy": counters.busy.load(Ordering::Relaxed),
             "pass_failed": counters.pass_failed.load(Ordering::Relaxed),
@@ -258,7 +259,7 @@ fn serve(mut stream: TcpStream, shared: &Shared) {
         let _ = stream.shutdown(Shutdown::Write);
         return;
     }
-    let Some(url) = shared.config.upstream.url_for(&head.target) else {
+    let Some((api, url)) = route(&shared.config, &head.target) else {
         let message = "the request target must be a path (/v1/messages): the gateway forwards \
                        only to its configured upstream and is not a proxy";
         return refuse(&mut stream, 400, "invalid_request_error", message);
@@ -293,7 +294,25 @@ fn serve(mut stream: TcpStream, shared: &Shared) {
             return refuse(&mut stream, 400, "invalid_request_error", &message);
         }
     };
-    forward(stream, shared, &head, &url, body);
+    forward(stream, shared, &head, api, &url, body);
+}
+
+/// Which wire a request target speaks and its upstream URL: under
+/// [`OPENAI_PREFIX`] Codex's (the prefix off, to the OpenAI upstream), else
+/// Anthropic's. `None`: not a path.
+fn route(config: &Config, target: &str) -> Option<(Api, String)> {
+    if let Some(openai) = &config.openai_upstream
+        && let Some(rest) = target.strip_prefix(OPENAI_PREFIX)
+        && (rest.starts_with('/') || rest.starts_with('?'))
+    {
+        let rest = if rest.starts_with('?') {
+            format!("/{rest}")
+        } else {
+            rest.to_string()
+        };
+        return Some((Api::OpenAiResponses, openai.url_for(&rest)?));
+    }
+    Some((Api::AnthropicMessages, config.upstream.url_for(target)?))
 }
 
 fn content_length(head: &Head) -> std::result::Result<u64, String> {
@@ -353,10 +372,15 @@ fn drain(stream: &mut TcpStream, length: u64) {
     }
 }
 
-/// Whether a request is a Messages call the pass sees (not a token count).
-fn is_messages(method: &str, target: &str) -> bool {
+/// Whether a request is a call the pass sees: a Messages call (not a
+/// token count), or a Responses one.
+fn sees_pass(api: Api, method: &str, target: &str) -> bool {
     let path = target.split('?').next().unwrap_or_default();
-    method == "POST" && path == "/v1/messages"
+    method == "POST"
+        && match api {
+            Api::AnthropicMessages => path == "/v1/messages",
+            Api::OpenAiResponses => path.strip_prefix(OPENAI_PREFIX) == Some("/responses"),
+        }
 }
 
 /// Header names and their raw values.
@@ -401,23 +425,45 @@ fn run_pass(shared: &Shared, call: &Call<'_>) -> Option<Vec<u8>> {
     }
 }
 
-fn forward(mut stream: TcpStream, shared: &Shared, head: &Head, url: &str, original: Vec<u8>) {
+fn forward(
+    mut stream: TcpStream,
+    shared: &Shared,
+    head: &Head,
+    api: Api,
+    url: &str,
+    original: Vec<u8>,
+) {
     let counters = &shared.counters;
     let (upstream_headers, pass_headers) = request_headers(head);
-    let sees_pass = is_messages(&head.method, &head.target);
+    let sees_pass = sees_pass(api, &head.method, &head.target);
+    let (harness, session_id) = match api {
+        Api::AnthropicMessages => (
+            shared.config.harness.as_str(),
+            head.header("x-claude-code-session-id"),
+        ),
+        // Codex 0.169 names the session `session-id`; older builds `session_id`.
+        Api::OpenAiResponses => (
+            "codex",
+            head.header("session-id")
+                .or_else(|| head.header("session_id")),
+        ),
+    };
     let call = Call {
-        api: Api::AnthropicMessages,
-        harness: &shared.config.harness,
-        session_id: head.header("x-claude-code-session-id"),
+        api,
+        harness,
+        session_id,
         path: &head.target,
         headers: &pass_headers,
         body: &original,
         now_ms: (shared.config.clock)(),
     };
     let rewritten = if sees_pass {
-        counters
-            .last_messages_ms
-            .fetch_max(call.now_ms, Ordering::Relaxed);
+        // What the doctor compares with Claude Code's newest turn.
+        if matches!(api, Api::AnthropicMessages) {
+            counters
+                .last_messages_ms
+                .fetch_max(call.now_ms, Ordering::Relaxed);
+        }
         run_pass(shared, &call)
     } else {
         None
@@ -539,7 +585,11 @@ fn forward(mut stream: TcpStream, shared: &Shared, head: &Head, url: &str, origi
         let answer = Answer {
             status,
             usage,
-            error_body: (status >= 400).then_some(kept.as_slice()),
+            error_body: if status >= 400 {
+                Some(kept.as_slice())
+            } else {
+                scanner.failure()
+            },
         };
         let _ = catch_unwind(AssertUnwindSafe(|| shared.pass.answered(&call, &answer)));
     }

@@ -1,7 +1,9 @@
-//! The usage an Anthropic answer reports, read as the bytes pass by: from a
+//! The usage an answer reports, read as the bytes pass by. Anthropic: a
 //! stream's `message_start` (input, cache read, cache write) and
-//! `message_delta` (output, and any figure it repeats), or from a whole JSON
-//! message's `usage`.
+//! `message_delta` (output, and any figure it repeats). OpenAI Responses: a
+//! stream's `response.completed` (`input_tokens`, cached ones included, and
+//! `input_tokens_details.cached_tokens`, `output_tokens`), and the error of
+//! a `response.failed`. Or a whole JSON message's `usage`.
 
 use mc_base::domain::envelope::Usage;
 use serde_json::Value;
@@ -17,6 +19,8 @@ pub struct UsageScanner {
     /// The current line grew past [`MAX_LINE`]: drop it up to its end.
     skipping: bool,
     usage: Option<Usage>,
+    /// The `error` of a Responses stream's `response.failed` event.
+    failure: Option<Vec<u8>>,
 }
 
 impl UsageScanner {
@@ -60,7 +64,9 @@ impl UsageScanner {
         };
         // Only the two events that carry usage are parsed.
         let interesting = memchr::memmem::find(data, b"\"message_start\"").is_some()
-            || memchr::memmem::find(data, b"\"message_delta\"").is_some();
+            || memchr::memmem::find(data, b"\"message_delta\"").is_some()
+            || memchr::memmem::find(data, b"\"response.completed\"").is_some()
+            || memchr::memmem::find(data, b"\"response.failed\"").is_some();
         if !interesting {
             return;
         }
@@ -70,6 +76,14 @@ impl UsageScanner {
         let usage = match event.get("type").and_then(Value::as_str) {
             Some("message_start") => event.get("message").and_then(|m| m.get("usage")),
             Some("message_delta") => event.get("usage"),
+            Some("response.completed") => event.get("response").and_then(|r| r.get("usage")),
+            Some("response.failed") => {
+                self.failure = event
+                    .get("response")
+                    .and_then(|r| r.get("error"))
+                    .map(|e| serde_json::json!({ "error": e }).to_string().into_bytes());
+                None
+            }
             _ => None,
         };
         if let Some(usage) = usage {
@@ -83,6 +97,19 @@ impl UsageScanner {
         }
         let mut current = self.usage.unwrap_or_default();
         let field = |name: &str| usage.get(name).and_then(Value::as_u64);
+        if let Some(details) = usage.get("input_tokens_details") {
+            // OpenAI: the input counts the cached tokens too.
+            let cached = details
+                .get("cached_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            let input = field("input_tokens").unwrap_or(0);
+            current.input = input.saturating_sub(cached);
+            current.cache_read = cached;
+            current.output = field("output_tokens").unwrap_or(current.output);
+            self.usage = Some(current);
+            return;
+        }
         if let Some(n) = field("input_tokens") {
             current.input = n;
         }
@@ -104,6 +131,12 @@ impl UsageScanner {
         let mut scanner = UsageScanner::default();
         scanner.merge(message.get("usage")?);
         scanner.usage
+    }
+
+    /// The error of a failed Responses stream, as an error body
+    /// (`{"error": …}`), if the stream said it failed.
+    pub fn failure(&self) -> Option<&[u8]> {
+        self.failure.as_deref()
     }
 
     /// The usage seen so far, if the answer reported any.
@@ -150,6 +183,31 @@ mod tests {
         assert_eq!(UsageScanner::from_message(body), Some(expected()));
         assert_eq!(UsageScanner::from_message(b"not json"), None);
         assert_eq!(UsageScanner::from_message(b"{\"type\":\"error\"}"), None);
+    }
+
+    #[test]
+    fn a_responses_stream_gives_its_usage_and_its_failure() {
+        let stream = "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\"}}\n\n\
+            event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"response.completed\"}\n\n\
+            event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"usage\":{\"input_tokens\":5000,\"input_tokens_details\":{\"cached_tokens\":4096},\"output_tokens\":33,\"total_tokens\":5033}}}\n\n";
+        for size in [1, 5, stream.len()] {
+            let mut scanner = UsageScanner::default();
+            for piece in stream.as_bytes().chunks(size) {
+                scanner.feed(piece);
+            }
+            let expected = Usage {
+                input: 904,
+                cache_read: 4096,
+                cache_write: 0,
+                output: 33,
+            };
+            assert_eq!(scanner.usage(), Some(expected), "pieces of {size}");
+            assert_eq!(scanner.failure(), None);
+        }
+        let mut scanner = UsageScanner::default();
+        scanner.feed(b"data: {\"type\":\"response.failed\",\"response\":{\"error\":{\"code\":\"context_length_exceeded\",\"message\":\"Your input exceeds the context window of this model.\"}}}\n");
+        let failure: Value = serde_json::from_slice(scanner.failure().unwrap()).unwrap();
+        assert_eq!(failure["error"]["code"], "context_length_exceeded");
     }
 
     #[test]

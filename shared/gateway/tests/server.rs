@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mc_base::domain::envelope::Usage;
-use mc_base::domain::gateway::{Answer, Call, Forward, Identity, Pass};
+use mc_base::domain::gateway::{Answer, Api, Call, Forward, Identity, Pass};
 use mc_gateway::{Config, Gateway, Limits, Upstream};
 
 /// A request as the fake upstream received it: head and body.
@@ -177,6 +177,8 @@ fn events() -> Vec<String> {
 #[derive(Default)]
 struct Recorder {
     seen: Mutex<Vec<Seen>>,
+    /// The wire and harness of each call shown.
+    wires: Mutex<Vec<(Api, String)>>,
     answers: Mutex<Vec<Learned>>,
     /// What `request` does: 0 untouched, 1 rewrite, 2 error, 3 panic.
     mode: AtomicUsize,
@@ -188,6 +190,10 @@ impl Pass for Recorder {
             .lock()
             .unwrap()
             .push((call.session_id.map(str::to_string), call.headers.to_vec()));
+        self.wires
+            .lock()
+            .unwrap()
+            .push((call.api, call.harness.to_string()));
         match self.mode.load(Ordering::SeqCst) {
             1 => Ok(Forward::Body(b"{\"rewritten\":true}".to_vec())),
             2 => Err(mc_base::Error::Internal("the pass failed".into())),
@@ -209,6 +215,7 @@ fn config(upstream: &str, limits: Limits) -> Config {
     Config {
         listen: "127.0.0.1:0".parse().unwrap(),
         upstream: Upstream::parse(upstream).unwrap(),
+        openai_upstream: Some(Upstream::parse_openai(&format!("{upstream}/oa")).unwrap()),
         limits,
         harness: "claude-code".into(),
         proxy: None,
@@ -493,6 +500,101 @@ fn token_counts_and_other_paths_are_forwarded_without_the_pass() {
     );
     assert!(requests[1].0.starts_with("HEAD / "));
     assert!(pass.seen.lock().unwrap().is_empty());
+}
+
+#[test]
+fn codex_s_responses_calls_go_to_the_openai_upstream_through_the_pass() {
+    let completed = r#"{"type":"response.completed","response":{"id":"r","usage":{"input_tokens":5000,"input_tokens_details":{"cached_tokens":4096},"output_tokens":33}}}"#;
+    let upstream = FakeUpstream::start(Behaviour::Stream {
+        events: vec![
+            sse("response.created", r#"{"type":"response.created"}"#),
+            sse("response.completed", completed),
+        ],
+        gap: Duration::ZERO,
+    });
+    let pass = Arc::new(Recorder::default());
+    let gateway = start(&upstream, pass.clone());
+    let body = br#"{"model":"gpt-5","input":[],"stream":true}"#;
+    let mut raw = format!(
+        "POST /openai/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nauthorization: Bearer {KEY}\r\n\
+         session-id: thread-1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    raw.extend_from_slice(body);
+    let answer = exchange(gateway.addr(), &raw);
+    assert_eq!(status(&answer), 200, "{answer}");
+    assert!(answer.contains("response.completed"), "{answer}");
+    // Codex's models list goes the same way, without the pass.
+    let models = exchange(
+        gateway.addr(),
+        b"GET /openai/models?client_version=0.169.0 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+    );
+    assert_eq!(status(&models), 200, "{models}");
+    // An Anthropic call on the same gateway still goes to its own upstream.
+    exchange(gateway.addr(), &request("/v1/messages", BODY, ""));
+    drop(gateway);
+    let requests = upstream.requests();
+    assert!(
+        requests[0].0.starts_with("POST /oa/responses "),
+        "{}",
+        requests[0].0
+    );
+    assert!(
+        requests[0]
+            .0
+            .contains(&format!("authorization: Bearer {KEY}"))
+    );
+    assert_eq!(requests[0].1, body);
+    assert!(
+        requests[1]
+            .0
+            .starts_with("GET /oa/models?client_version=0.169.0 ")
+    );
+    assert!(requests[2].0.starts_with("POST /v1/messages "));
+    let wires = pass.wires.lock().unwrap().clone();
+    assert_eq!(
+        wires,
+        [
+            (Api::OpenAiResponses, "codex".to_string()),
+            (Api::AnthropicMessages, "claude-code".to_string())
+        ]
+    );
+    let seen = pass.seen.lock().unwrap().clone();
+    assert_eq!(seen[0].0.as_deref(), Some("thread-1"));
+    assert!(seen[0].1.iter().all(|(n, _)| n != "authorization"));
+    let answers = pass.answers.lock().unwrap().clone();
+    let usage = Usage {
+        input: 904,
+        cache_read: 4096,
+        cache_write: 0,
+        output: 33,
+    };
+    assert_eq!(answers[0], (200, Some(usage), None));
+}
+
+#[test]
+fn a_failed_responses_stream_teaches_the_pass_its_error() {
+    let failed = r#"{"type":"response.failed","response":{"error":{"code":"context_length_exceeded","message":"Your input exceeds the context window of this model."}}}"#;
+    let upstream = FakeUpstream::start(Behaviour::Stream {
+        events: vec![sse("response.failed", failed)],
+        gap: Duration::ZERO,
+    });
+    let pass = Arc::new(Recorder::default());
+    let gateway = start(&upstream, pass.clone());
+    let body = br#"{"input":[]}"#;
+    let mut raw = format!(
+        "POST /openai/responses HTTP/1.1\r\nHost: x\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    raw.extend_from_slice(body);
+    let answer = exchange(gateway.addr(), &raw);
+    assert!(answer.contains("context_length_exceeded"), "{answer}");
+    drop(gateway);
+    let answers = pass.answers.lock().unwrap().clone();
+    let error: serde_json::Value = serde_json::from_slice(answers[0].2.as_ref().unwrap()).unwrap();
+    assert_eq!(error["error"]["code"], "context_length_exceeded");
 }
 
 #[test]

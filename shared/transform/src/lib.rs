@@ -25,6 +25,7 @@ pub mod recount;
 pub mod reduce;
 pub mod render;
 pub mod report;
+pub mod responses_pass;
 pub mod scheduler;
 pub mod state;
 pub mod status;

@@ -105,7 +105,7 @@ pub enum Piece<'b> {
     Bytes(&'b [u8]),
 }
 
-fn span_of(body: &[u8], raw: &RawValue) -> Result<Span> {
+pub(crate) fn span_of(body: &[u8], raw: &RawValue) -> Result<Span> {
     let text = raw.get();
     let start = (text.as_ptr() as usize)
         .checked_sub(body.as_ptr() as usize)
@@ -123,7 +123,7 @@ fn bad(what: &str, e: serde_json::Error) -> Error {
     ))
 }
 
-type RawMap<'a> = BTreeMap<String, &'a RawValue>;
+pub(crate) type RawMap<'a> = BTreeMap<String, &'a RawValue>;
 
 impl<'a> Request<'a> {
     /// Read a request body. An error means: not a Messages request mc can
@@ -665,15 +665,15 @@ pub fn result_text(content: Option<&Value>) -> String {
     }
 }
 
-fn field<'v>(value: &'v Value, key: &str) -> &'v str {
+pub(crate) fn field<'v>(value: &'v Value, key: &str) -> &'v str {
     value.get(key).and_then(Value::as_str).unwrap_or_default()
 }
 
-fn to_bytes(value: &Value) -> Vec<u8> {
+pub(crate) fn to_bytes(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
 }
 
-fn join_array<'x>(items: impl Iterator<Item = &'x [u8]>) -> Vec<u8> {
+pub(crate) fn join_array<'x>(items: impl Iterator<Item = &'x [u8]>) -> Vec<u8> {
     let mut out = vec![b'['];
     for (n, item) in items.enumerate() {
         if n > 0 {
@@ -686,7 +686,7 @@ fn join_array<'x>(items: impl Iterator<Item = &'x [u8]>) -> Vec<u8> {
 }
 
 /// `outer`'s bytes with `inner` (inside it) replaced by `new`.
-fn splice(body: &[u8], outer: Span, inner: Span, new: &[u8]) -> Vec<u8> {
+pub(crate) fn splice(body: &[u8], outer: Span, inner: Span, new: &[u8]) -> Vec<u8> {
     let head = body.get(outer.start..inner.start).unwrap_or_default();
     let tail = body.get(inner.end..outer.end).unwrap_or_default();
     let mut out = Vec::with_capacity(head.len() + new.len() + tail.len());

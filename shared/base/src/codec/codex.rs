@@ -222,9 +222,58 @@ pub fn newest_compaction(lines: &[Line]) -> Option<Compaction> {
     })
 }
 
+/// A Responses call item's (`function_call`, `custom_tool_call`,
+/// `local_shell_call`) call id, tool name and input as an object: what a
+/// rollout line and a request's `input` item both carry.
+pub(crate) fn call_parts(p: &Value) -> (String, String, Value) {
+    let call_id = p
+        .get("call_id")
+        .or_else(|| p.get("id"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let name = p
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or(
+            if p.get("type").and_then(Value::as_str) == Some("local_shell_call") {
+                "shell"
+            } else {
+                ""
+            },
+        )
+        .to_string();
+    let input = match p.get("arguments").or_else(|| p.get("input")) {
+        Some(Value::String(raw)) => match serde_json::from_str::<Value>(raw) {
+            Ok(v @ Value::Object(_)) => v,
+            _ => json!({"input": raw}),
+        },
+        Some(v @ Value::Object(_)) => v.clone(),
+        _ => p.get("action").cloned().unwrap_or_else(|| json!({})),
+    };
+    (call_id, name, input)
+}
+
+/// A Responses output item's (`function_call_output`,
+/// `custom_tool_call_output`) text, and whether it says the call failed.
+pub(crate) fn output_text(p: &Value) -> (String, bool) {
+    match p.get("output") {
+        Some(Value::String(text)) => (text.clone(), false),
+        Some(Value::Object(o)) => (
+            match o.get("content") {
+                Some(Value::String(text)) => text.clone(),
+                other => content_text(other),
+            },
+            o.get("success").and_then(Value::as_bool) == Some(false),
+        ),
+        Some(Value::Array(_)) => (content_text(p.get("output")), false),
+        _ => (String::new(), false),
+    }
+}
+
 /// The text of a message's content: its `input_text` / `output_text` /
 /// `text` items, trimmed, joined by a blank line.
-fn content_text(content: Option<&Value>) -> String {
+pub(crate) fn content_text(content: Option<&Value>) -> String {
     match content {
         Some(Value::String(text)) => text.trim().to_string(),
         Some(Value::Array(items)) => items
@@ -495,30 +544,7 @@ impl Builder<'_> {
     }
 
     fn call(&mut self, line: &Line, id: &str) {
-        let p = &line.payload;
-        let call_id = p
-            .get("call_id")
-            .or_else(|| p.get("id"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let name = p
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or(if line.item_type() == Some("local_shell_call") {
-                "shell"
-            } else {
-                ""
-            })
-            .to_string();
-        let input = match p.get("arguments").or_else(|| p.get("input")) {
-            Some(Value::String(raw)) => match serde_json::from_str::<Value>(raw) {
-                Ok(v @ Value::Object(_)) => v,
-                _ => json!({"input": raw}),
-            },
-            Some(v @ Value::Object(_)) => v.clone(),
-            _ => p.get("action").cloned().unwrap_or_else(|| json!({})),
-        };
+        let (call_id, name, input) = call_parts(&line.payload);
         let index = self.assistant(line, id);
         let mut state = Map::new();
         state.insert("status".into(), json!("pending"));
@@ -549,18 +575,7 @@ impl Builder<'_> {
         let Some(&(index, part)) = self.calls.get(call_id) else {
             return;
         };
-        let (text, failed) = match p.get("output") {
-            Some(Value::String(text)) => (text.clone(), false),
-            Some(Value::Object(o)) => (
-                match o.get("content") {
-                    Some(Value::String(text)) => text.clone(),
-                    other => content_text(other),
-                },
-                o.get("success").and_then(Value::as_bool) == Some(false),
-            ),
-            Some(Value::Array(_)) => (content_text(p.get("output")), false),
-            _ => (String::new(), false),
-        };
+        let (text, failed) = output_text(p);
         if let Some(grouped) = self.out.get_mut(index) {
             grouped.uuids.push(id.to_string());
         }

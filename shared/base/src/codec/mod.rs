@@ -11,6 +11,7 @@ pub mod codex;
 pub mod jsonl;
 pub mod opencode;
 pub mod pi;
+pub mod responses;
 
 pub use opencode::{Message, Part, PartKind, Role};
 

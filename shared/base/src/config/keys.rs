@@ -1146,6 +1146,21 @@ pub(super) const KEYS: &[KeyDef] = &[
         },
     },
     KeyDef {
+        path: "gateway.openai_upstream",
+        kind: Kind::Url,
+        default: Val::Text(Cow::Borrowed("https://api.openai.com/v1")),
+        trust: Trust::UserOnly,
+        description: "Where the gateway sends Codex's requests (its /openai/ paths, the \
+                      prefix taken off and the rest appended); with a ChatGPT login, \
+                      https://chatgpt.com/backend-api/codex. The gateway forwards nowhere else.",
+        get: |c| Val::Text(Cow::Owned(c.gateway.openai_upstream.clone())),
+        set: |c, v| {
+            if let Some(t) = v.text() {
+                c.gateway.openai_upstream = t;
+            }
+        },
+    },
+    KeyDef {
         path: "gateway.listen",
         kind: Kind::Loopback,
         default: Val::Text(Cow::Borrowed("127.0.0.1:4141")),

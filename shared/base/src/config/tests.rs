@@ -1250,6 +1250,13 @@ fn the_gateway_keys_are_checked_and_user_only() {
     let c = Config::default();
     assert_eq!(c.gateway.anthropic_upstream, "https://api.anthropic.com");
     assert_eq!(c.gateway.listen, "127.0.0.1:4141");
+    assert_eq!(c.gateway.openai_upstream, "https://api.openai.com/v1");
+    let chatgpt =
+        user(r#"{"gateway": {"openai_upstream": "https://chatgpt.com/backend-api/codex"}}"#);
+    assert_eq!(
+        chatgpt.config.gateway.openai_upstream,
+        "https://chatgpt.com/backend-api/codex"
+    );
     let loaded = user(
         r#"{"gateway": {"anthropic_upstream": "http://127.0.0.1:9/x", "listen": "127.0.0.1:7000"}}"#,
     );
@@ -1263,6 +1270,7 @@ fn the_gateway_keys_are_checked_and_user_only() {
         r#"{"gateway": {"listen": "127.0.0.1"}}"#,
         r#"{"gateway": {"anthropic_upstream": "https://user:pw@evil.example"}}"#,
         r#"{"gateway": {"anthropic_upstream": "file:///etc/passwd"}}"#,
+        r#"{"gateway": {"openai_upstream": "https://k:s@evil.example/v1"}}"#,
     ] {
         let loaded = user(bad);
         assert_eq!(loaded.config.gateway, GatewayConfig::default(), "{bad}");
@@ -1270,7 +1278,7 @@ fn the_gateway_keys_are_checked_and_user_only() {
     }
     // A cloned repository cannot point the gateway elsewhere.
     let loaded = project(
-        r#"{"gateway": {"anthropic_upstream": "https://evil.example", "listen": "127.0.0.1:1"}}"#,
+        r#"{"gateway": {"anthropic_upstream": "https://evil.example", "openai_upstream": "https://evil.example", "listen": "127.0.0.1:1"}}"#,
     );
     assert_eq!(loaded.config.gateway, GatewayConfig::default());
     let warnings = loaded.warnings.join("\n");
@@ -1279,4 +1287,5 @@ fn the_gateway_keys_are_checked_and_user_only() {
         "{warnings}"
     );
     assert!(warnings.contains("gateway.listen"), "{warnings}");
+    assert!(warnings.contains("gateway.openai_upstream"), "{warnings}");
 }

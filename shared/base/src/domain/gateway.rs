@@ -98,3 +98,28 @@ impl Pass for Identity {
 
     fn answered(&self, _call: &Call<'_>, _answer: &Answer<'_>) {}
 }
+
+/// One gateway, two wires: each call goes to the pass of its [`Api`].
+pub struct ByApi {
+    pub anthropic: std::sync::Arc<dyn Pass>,
+    pub responses: std::sync::Arc<dyn Pass>,
+}
+
+impl ByApi {
+    fn of(&self, api: Api) -> &dyn Pass {
+        match api {
+            Api::AnthropicMessages => self.anthropic.as_ref(),
+            Api::OpenAiResponses => self.responses.as_ref(),
+        }
+    }
+}
+
+impl Pass for ByApi {
+    fn request(&self, call: &Call<'_>) -> crate::Result<Forward> {
+        self.of(call.api).request(call)
+    }
+
+    fn answered(&self, call: &Call<'_>, answer: &Answer<'_>) {
+        self.of(call.api).answered(call, answer);
+    }
+}

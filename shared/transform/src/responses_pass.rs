@@ -1,0 +1,349 @@
+//! mc's pass behind the gateway for Codex (OpenAI Responses): a request's
+//! `input` becomes mc's messages ([`mc_base::codec::responses`]), runs
+//! through the same pass as every other harness's, and is spliced back into
+//! the body it came in. The Anthropic side is [`crate::gateway`]; the two
+//! share the store, the pass and the overflow report, not their memory.
+//!
+//! **Whose call.** The session is the `session-id` header (`session_id` in
+//! older builds): the thread id Codex names its rollout, its hooks' input and
+//! its MCP calls by, so `ctx_reduce`, pins and the historian's compartments
+//! meet the pass in one session. A request without it, Codex's own
+//! compaction (`x-codex-turn-metadata` `request_kind` other than `turn`, or
+//! no tools) and anything but `POST …/responses` go upstream untouched.
+//!
+//! **Codex's own compaction.** After it, Codex resends a new, shorter
+//! history under a new window (`x-codex-window-id` `<thread>:<n>`, `n`
+//! grown). mc notices it by that number and by the items: the messages mc
+//! had tagged are gone, so the pass sees a smaller input; nothing of mc's is
+//! rewritten for it — the compaction request itself is never changed, and
+//! the turn after it is a miss at the provider anyway.
+//!
+//! **Usage and errors.** The answer's `response.completed` usage (input,
+//! cached, output) is the session's usage on its next pass; an error body
+//! (an HTTP error, or a stream's `response.failed`) goes to the overflow
+//! report, which learns the window from a `context_length_exceeded`.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde_json::Value;
+
+use mc_base::codec::Message;
+use mc_base::codec::anthropic::Piece;
+use mc_base::codec::responses::{self, Request};
+use mc_base::config::TransformConfig;
+use mc_base::domain::envelope::{Envelope, ModelInfo, Usage};
+use mc_base::domain::gateway::{Answer, Api, Call, Forward, Pass};
+use mc_base::error::{Error, Result};
+use mc_base::store::{Store, StoreOptions};
+
+use crate::overflow::{self, OverflowRequest};
+use crate::pass::{Resident, run_pass_on};
+use crate::report::PassReport;
+
+/// The harness whose sessions Codex's calls belong to.
+pub const HARNESS: &str = "codex";
+/// The window when nothing better is known (Codex's GPT-5 models; an
+/// overflow error teaches the real one).
+pub const DEFAULT_WINDOW: u64 = 272_000;
+/// Sessions kept in memory, least recently used dropped first.
+const KEPT_SESSIONS: usize = 16;
+/// Calls whose answer is still to come.
+const PENDING_CALLS: usize = 64;
+
+#[derive(Default)]
+struct Kept {
+    /// When each assistant message was first seen (requests carry no times).
+    seen: FxHashMap<String, i64>,
+    usage: Option<Usage>,
+    /// The window number of Codex's last turn (`x-codex-window-id`).
+    window: Option<u64>,
+    last_used: u64,
+}
+
+#[derive(Default)]
+struct Memory {
+    sessions: FxHashMap<String, Kept>,
+    /// Body fingerprint → (session, model) of calls the pass worked on.
+    pending: Vec<(u64, String, Option<String>)>,
+    clock: u64,
+}
+
+/// Why a call is not Codex's main conversation, if it is not.
+pub fn side_reason(call: &Call<'_>, request: &Request<'_>) -> Option<&'static str> {
+    if call.api != Api::OpenAiResponses {
+        return Some("not an OpenAI Responses call");
+    }
+    let path = call.path.split('?').next().unwrap_or_default();
+    if !path.ends_with("/responses") {
+        return Some("not POST …/responses");
+    }
+    if call.session_id.is_none_or(str::is_empty) {
+        return Some("no session-id header");
+    }
+    if let Some(kind) = request_kind(call)
+        && kind != "turn"
+    {
+        return Some("Codex's own compaction or another side request");
+    }
+    if request.tools == 0 {
+        return Some("no tools: Codex's compaction or another side request");
+    }
+    if request.groups.is_empty() {
+        return Some("no input items");
+    }
+    None
+}
+
+/// `request_kind` of `x-codex-turn-metadata`.
+fn request_kind(call: &Call<'_>) -> Option<String> {
+    let meta: Value = serde_json::from_str(call.header("x-codex-turn-metadata")?).ok()?;
+    meta.get("request_kind")?.as_str().map(str::to_string)
+}
+
+/// The window number of `x-codex-window-id` (`<thread>:<n>`).
+fn window_number(call: &Call<'_>) -> Option<u64> {
+    call.header("x-codex-window-id")?
+        .rsplit_once(':')?
+        .1
+        .parse()
+        .ok()
+}
+
+fn print(bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(bytes)
+}
+
+/// mc's transform as the gateway's pass for Codex.
+pub struct ResponsesPass {
+    store: Mutex<Store>,
+    config: TransformConfig,
+    memory: Mutex<Memory>,
+}
+
+impl ResponsesPass {
+    /// Open (creating and migrating it if needed) mc's database.
+    pub fn open(
+        store_path: &Path,
+        options: &StoreOptions,
+        config: TransformConfig,
+    ) -> Result<ResponsesPass> {
+        Ok(ResponsesPass::new(
+            Store::open(store_path, options)?,
+            config,
+        ))
+    }
+
+    pub fn new(store: Store, config: TransformConfig) -> ResponsesPass {
+        ResponsesPass {
+            store: Mutex::new(store),
+            config,
+            memory: Mutex::new(Memory::default()),
+        }
+    }
+
+    /// [`Pass::request`], with the pass's report when a pass ran.
+    pub fn run(&self, call: &Call<'_>) -> Result<(Forward, Option<PassReport>)> {
+        if call.api != Api::OpenAiResponses {
+            return Ok((Forward::Untouched, None));
+        }
+        let request = Request::parse(call.body)?;
+        if side_reason(call, &request).is_some() {
+            return Ok((Forward::Untouched, None));
+        }
+        let Some(key) = call.session_id.filter(|s| !s.is_empty()) else {
+            return Ok((Forward::Untouched, None));
+        };
+        let ids = request.message_ids();
+        let (usage, messages) = {
+            let mut memory = self.memory.lock().map_err(|_| {
+                Error::input("the gateway pass's memory is poisoned; forward unchanged")
+            })?;
+            memory.clock += 1;
+            let clock = memory.clock;
+            if !memory.sessions.contains_key(key) && memory.sessions.len() >= KEPT_SESSIONS {
+                let oldest = memory
+                    .sessions
+                    .iter()
+                    .min_by_key(|(k, s)| (s.last_used, (*k).clone()))
+                    .map(|(k, _)| k.clone());
+                if let Some(oldest) = oldest {
+                    memory.sessions.remove(&oldest);
+                }
+            }
+            let body_print = print(call.body);
+            memory.pending.retain(|(p, _, _)| *p != body_print);
+            if memory.pending.len() >= PENDING_CALLS {
+                memory.pending.remove(0);
+            }
+            memory
+                .pending
+                .push((body_print, key.to_string(), request.model.clone()));
+            let kept = memory.sessions.entry(key.to_string()).or_default();
+            kept.last_used = clock;
+            let window = window_number(call);
+            if window.is_some() && kept.window != window {
+                // Codex compacted (or this is a new thread): the usage of the
+                // old window says nothing about the new one.
+                if kept.window.is_some() {
+                    kept.usage = None;
+                }
+                kept.window = window;
+            }
+            let messages: Vec<Message> = ids
+                .iter()
+                .enumerate()
+                .map(|(g, id)| {
+                    let seen = (request.role(g) == "assistant")
+                        .then(|| *kept.seen.entry(id.clone()).or_insert(call.now_ms));
+                    request.decode(g, id, key, seen)
+                })
+                .collect();
+            let live: FxHashSet<&str> = ids.iter().map(String::as_str).collect();
+            kept.seen.retain(|id, _| live.contains(id.as_str()));
+            (kept.usage, messages)
+        };
+        let envelope = Envelope {
+            harness: HARNESS.into(),
+            session_id: Some(key.to_string()),
+            project_dir: None,
+            model: ModelInfo {
+                provider: Some("openai".into()),
+                id: request.model.clone(),
+                context_limit: Some(DEFAULT_WINDOW),
+                output_limit: None,
+            },
+            usage,
+            now_ms: Some(call.now_ms),
+            subagent: false,
+            wait_for_fold: false,
+            system: None,
+            messages: Vec::new(),
+        };
+        let resident = Resident {
+            decoded: Some(messages),
+            replay: None,
+        };
+        let output = {
+            let mut store = self.store.lock().map_err(|_| {
+                Error::input("the gateway pass's store is poisoned; forward unchanged")
+            })?;
+            run_pass_on(&mut store, envelope, resident, &self.config, call.now_ms)?
+        };
+        let body = splice_output(&request, &ids, output.messages)?;
+        let forward = if body == call.body {
+            Forward::Untouched
+        } else {
+            Forward::Body(body)
+        };
+        Ok((forward, Some(output.pass)))
+    }
+
+    /// [`Pass::answered`], with what it learned: `true` when an overflow
+    /// error was recognised.
+    pub fn learn(&self, call: &Call<'_>, answer: &Answer<'_>) -> Result<bool> {
+        let body_print = print(call.body);
+        let mut memory = self
+            .memory
+            .lock()
+            .map_err(|_| Error::input("the gateway pass's memory is poisoned"))?;
+        let Some(at) = memory.pending.iter().position(|(p, _, _)| *p == body_print) else {
+            return Ok(false);
+        };
+        let (_, key, model) = memory.pending.remove(at);
+        let Some(error) = answer.error_body else {
+            if let (Some(usage), Some(kept)) = (answer.usage, memory.sessions.get_mut(&key))
+                && (200..300).contains(&answer.status)
+            {
+                kept.usage = Some(usage);
+            }
+            return Ok(false);
+        };
+        drop(memory);
+        let request = OverflowRequest {
+            harness: HARNESS.into(),
+            session_id: Some(key),
+            model: ModelInfo {
+                provider: Some("openai".into()),
+                id: model,
+                ..ModelInfo::default()
+            },
+            error: Value::String(String::from_utf8_lossy(error).into_owned()),
+        };
+        let mut store = self
+            .store
+            .lock()
+            .map_err(|_| Error::input("the gateway pass's store is poisoned"))?;
+        Ok(overflow::report(&mut store, &request, call.now_ms)?.recognised)
+    }
+}
+
+/// The body the pass's output messages make: each message that is an input
+/// message is its items as the pass left them (untouched ones byte for
+/// byte), each added one (the head) a message item after Codex's leading
+/// developer messages; an output whose call is no longer sent goes.
+fn splice_output(request: &Request<'_>, ids: &[String], output: Vec<Value>) -> Result<Vec<u8>> {
+    let index_of: FxHashMap<&str, usize> = ids
+        .iter()
+        .enumerate()
+        .map(|(g, id)| (id.as_str(), g))
+        .collect();
+    let mut entries: Vec<(Option<usize>, Vec<u8>)> = Vec::with_capacity(output.len());
+    for value in output {
+        if value.is_number() {
+            return Err(Error::input(
+                "the pass replayed a message it was not asked to",
+            ));
+        }
+        let message = Message::decode(value)?;
+        match message.id().and_then(|id| index_of.get(id)).copied() {
+            Some(g) => entries.push((Some(g), request.encode(g, &message))),
+            None => entries.push((None, responses::added(&message))),
+        }
+    }
+    // Codex's leading developer (system) messages stay first: mc's head goes
+    // after them, where Anthropic's system would be.
+    let lead = request
+        .groups
+        .iter()
+        .take_while(|g| g.side == responses::Side::Other)
+        .count();
+    let (mut first, rest): (Vec<_>, Vec<_>) = entries
+        .into_iter()
+        .partition(|(g, _)| g.is_some_and(|g| g < lead));
+    first.extend(rest);
+    let mut entries = first;
+    // An output group whose calls' group is not sent right before it.
+    let present: FxHashSet<usize> = entries.iter().filter_map(|(g, _)| *g).collect();
+    for (origin, bytes) in &mut entries {
+        if let Some(g) = *origin
+            && request.has_results(g)
+            && (g == 0 || !present.contains(&(g - 1)))
+            && let Some(stripped) = Request::without_results(bytes)
+        {
+            *bytes = stripped;
+        }
+    }
+    let pieces: Vec<Piece<'_>> = entries
+        .iter()
+        .map(|(origin, bytes)| match origin {
+            Some(g) if request.group_bytes(*g) == bytes.as_slice() => Piece::Original(*g),
+            _ => Piece::Bytes(bytes),
+        })
+        .collect();
+    Ok(request.assemble(&pieces))
+}
+
+impl Pass for ResponsesPass {
+    fn request(&self, call: &Call<'_>) -> Result<Forward> {
+        self.run(call).map(|(forward, _)| forward)
+    }
+
+    fn answered(&self, call: &Call<'_>, answer: &Answer<'_>) {
+        let _ = self.learn(call, answer);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,523 @@
+//! The real Codex (npm `@openai/codex` 0.169.0, pinned in `tests/e2e`)
+//! through `mc-transform gateway`: its provider's base URL is the gateway's
+//! `/openai`, `gateway.openai_upstream` a strict fake Responses API of ours
+//! on 127.0.0.1 (refuses unpaired calls and changed reasoning, reports
+//! cached tokens by common prefix). A test is skipped (with a note) only
+//! where the binary is not installed, never under CI.
+
+use mc_base::codec::responses::Request;
+use mc_tests::codex::{Codex, Options};
+use mc_tests::fake_responses::{Recorded, Reply, Usage};
+use serde_json::json;
+
+fn start(test: &str, gateway_db: Option<std::path::PathBuf>) -> Option<Codex> {
+    start_with(test, gateway_db, None)
+}
+
+fn start_with(
+    test: &str,
+    gateway_db: Option<std::path::PathBuf>,
+    transform: Option<serde_json::Value>,
+) -> Option<Codex> {
+    let cx = Codex::start(
+        test,
+        Options {
+            gateway: true,
+            gateway_db,
+            transform,
+            // Codex's own compaction only where a test asks for it.
+            auto_compact_limit: Some(10_000_000),
+            ..Options::default()
+        },
+    )?;
+    cx.provider.strict();
+    Some(cx)
+}
+
+fn shell(cmd: &str) -> Reply {
+    Reply::Call {
+        namespace: None,
+        name: "exec_command".into(),
+        arguments: json!({ "cmd": cmd }),
+    }
+}
+
+fn outputs(request: &Recorded) -> Vec<String> {
+    request.call_outputs().into_iter().map(|(_, o)| o).collect()
+}
+
+fn item_bytes(raw: &[u8]) -> Vec<Vec<u8>> {
+    let req = Request::parse(raw).unwrap();
+    req.items
+        .iter()
+        .map(|i| req.bytes(i.span).to_vec())
+        .collect()
+}
+
+fn assert_no_secret(cx: &Codex) {
+    let stderr = cx.gateway.as_ref().unwrap().stderr();
+    assert!(
+        !stderr.contains("test-key"),
+        "the key was printed: {stderr}"
+    );
+}
+
+#[test]
+fn codex_through_the_gateway_gets_tags_its_reasoning_back_and_its_key_upstream() {
+    let Some(cx) = start(
+        "codex_through_the_gateway_gets_tags_its_reasoning_back_and_its_key_upstream",
+        None,
+    ) else {
+        return;
+    };
+    let p = &cx.provider;
+    p.push(shell("echo first-output"), None);
+    p.push(Reply::Text("It printed first-output.".into()), None);
+    let thread = cx.exec(None, "Run echo.").thread_id;
+    p.push(shell("echo second-output"), None);
+    p.push(Reply::Text("Done again.".into()), None);
+    cx.exec(Some(&thread), "Once more.");
+    assert!(p.refusals().is_empty(), "{:?}", p.refusals());
+    let turns = p.turns();
+    assert_eq!(turns.len(), 4, "{turns:?}");
+    // Tags on the wire: the tool output the model sees is tagged.
+    let out = outputs(&turns[1]);
+    assert!(
+        out.iter()
+            .any(|o| o.starts_with('§') && o.contains("first-output")),
+        "{out:?}"
+    );
+    // The reasoning item Codex sent back reached the fake byte for byte
+    // (the strict fake refuses anything else), and it is there.
+    assert_eq!(turns[1].count("sealed/reasoning"), 1, "{}", turns[1].body);
+    // Each request repeats the previous one's items byte for byte, then grows.
+    for pair in turns.windows(2) {
+        let (a, b) = (item_bytes(&pair[0].raw), item_bytes(&pair[1].raw));
+        assert!(b.len() > a.len());
+        assert_eq!(b[..a.len()], a[..], "an earlier item changed");
+    }
+    // Codex's key reached the provider as it sent it, and nowhere else.
+    for turn in &turns {
+        assert_eq!(turn.header("authorization"), Some("Bearer test-key"));
+        assert_eq!(turn.path, "/v1/responses");
+        assert_eq!(turn.header("session-id"), Some(thread.as_str()));
+    }
+    assert_no_secret(&cx);
+    // The pass ran in Codex's own session, the one its hooks and MCP name.
+    let db = rusqlite::Connection::open(&cx.db).unwrap();
+    let sessions: Vec<(String, String)> = db
+        .prepare("SELECT harness, session_id FROM sessions")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(sessions, [("codex".to_string(), thread.clone())]);
+}
+
+#[test]
+fn a_queued_drop_waits_for_a_busting_request_then_replays() {
+    // Only the newest tag is protected, so a short session can drop one.
+    let Some(cx) = start_with(
+        "a_queued_drop_waits_for_a_busting_request_then_replays",
+        None,
+        Some(json!({"protected_tags": 1})),
+    ) else {
+        return;
+    };
+    let p = &cx.provider;
+    let big = "x".repeat(3000);
+    p.push(shell(&format!("echo {big}")), None);
+    p.push(Reply::Text("Long output seen.".into()), None);
+    let thread = cx.exec(None, "Print something long.").thread_id;
+    let tagged = outputs(&p.turns()[1]);
+    let tag: i64 = tagged
+        .iter()
+        .find(|o| o.contains(&big))
+        .and_then(|o| o.strip_prefix('§'))
+        .and_then(|o| o.split('§').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no tagged output: {tagged:?}"));
+    let reduce = cx.mc(
+        "mc-transform",
+        &["reduce"],
+        &json!({"harness": "codex", "session_id": thread, "drop": [tag]}).to_string(),
+    );
+    assert!(
+        reduce.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reduce.stderr)
+    );
+    // A deferring request keeps the output; its answer puts the window over
+    // mc's threshold (65 % of 272k) and under Codex's own compaction (90 % of 200k).
+    let full = Usage {
+        input: 179_000,
+        cached: 0,
+        output: 10,
+    };
+    p.push(Reply::Text("Noted.".into()), Some(full));
+    cx.exec(Some(&thread), "Go on.");
+    let deferred = p.turns().last().unwrap().clone();
+    let holding = |r: &Recorded| outputs(r).iter().filter(|o| o.contains(&big)).count();
+    assert_eq!(holding(&deferred), 1, "dropped on a deferring request");
+    // The next request busts: the drop applies, the call keeps its output item.
+    p.push(Reply::Text("Next.".into()), None);
+    cx.exec(Some(&thread), "And now?");
+    let busted = p.turns().last().unwrap().clone();
+    // mc's head comes after Codex's developer message, never before.
+    assert_eq!(
+        busted.body["input"][0]["role"], "developer",
+        "{}",
+        busted.body
+    );
+    assert_eq!(holding(&busted), 0, "{}", busted.body);
+    let kinds: Vec<String> = busted.body["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            format!(
+                "{} {} {}",
+                i["type"],
+                i["role"],
+                i.to_string().chars().take(150).collect::<String>()
+            )
+        })
+        .collect();
+    assert!(
+        outputs(&busted).iter().any(|o| o.starts_with("[dropped")),
+        "{:#?}",
+        kinds
+    );
+    // And replayed on the one after, byte for byte up to its new tail.
+    p.push(Reply::Text("Again.".into()), None);
+    cx.exec(Some(&thread), "Again?");
+    let replayed = p.turns().last().unwrap().clone();
+    let (a, b) = (item_bytes(&busted.raw), item_bytes(&replayed.raw));
+    assert_eq!(b[..a.len()], a[..]);
+    assert!(p.refusals().is_empty(), "{:?}", p.refusals());
+}
+
+#[test]
+fn an_upstream_error_reaches_codex_unchanged() {
+    let Some(cx) = start("an_upstream_error_reaches_codex_unchanged", None) else {
+        return;
+    };
+    let body = json!({"error": {"message": "Your input exceeds the context window of this model. Please adjust your input and try again.",
+        "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}});
+    cx.provider.push(
+        Reply::Error {
+            status: 400,
+            body: body.to_string(),
+        },
+        None,
+    );
+    let out = cx.exec_output(None, "Hello.");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("exceeds the context window") || stdout.contains("context window"),
+        "Codex did not show the provider's error: {stdout}"
+    );
+    assert_no_secret(&cx);
+}
+
+#[test]
+fn a_broken_mc_database_leaves_codex_working_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    // A folder where the database should be: the store cannot open.
+    let Some(cx) = start(
+        "a_broken_mc_database_leaves_codex_working_untouched",
+        Some(dir.path().to_path_buf()),
+    ) else {
+        return;
+    };
+    cx.provider.push(shell("echo untouched"), None);
+    cx.provider.push(Reply::Text("Fine.".into()), None);
+    let exec = cx.exec(None, "Run it.");
+    assert_eq!(exec.message, "Fine.");
+    let turns = cx.provider.turns();
+    assert_eq!(turns.len(), 2);
+    let out = outputs(&turns[1]);
+    assert!(out.iter().all(|o| !o.starts_with('§')), "{out:?}");
+    let stderr = cx.gateway.as_ref().unwrap().stderr();
+    assert!(
+        stderr.contains("forwards every request untouched"),
+        "{stderr}"
+    );
+}
+
+/// `mc-transform codex exec …` with mc's config at `config` (the gateway on
+/// `port`, forwarding to the fake), Codex's own provider the fake directly.
+fn launch(cx: &Codex, port: u16, prompt: &str) -> std::process::Output {
+    let config = cx.file("launch.jsonc");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{"gateway": {{"openai_upstream": "{}", "listen": "127.0.0.1:{port}"}}}}"#,
+            cx.provider.base_url()
+        ),
+    )
+    .unwrap();
+    let mut command = cx.command(mc_tests::bin_path("mc-transform"));
+    command
+        .env("MC_CONFIG", &config)
+        .env("MC_CODEX_BIN", mc_tests::codex::codex_bin().unwrap())
+        .env("OPENAI_API_KEY", "test-key")
+        .args(["codex", "exec", "--json", "--skip-git-repo-check"])
+        .args(["-s", "danger-full-access", prompt]);
+    mc_tests::pipe_within(&mut command, b"", std::time::Duration::from_secs(120))
+        .unwrap()
+        .expect("mc-transform codex finishes")
+}
+
+fn launcher_codex(test: &str) -> Option<Codex> {
+    let cx = Codex::start(
+        test,
+        Options {
+            auto_compact_limit: Some(10_000_000),
+            ..Options::default()
+        },
+    )?;
+    cx.provider.strict();
+    Some(cx)
+}
+
+fn end(pid: Option<u32>) {
+    if let Some(pid) = pid {
+        let _ = std::process::Command::new("kill")
+            .arg(pid.to_string())
+            .status();
+    }
+}
+
+fn started_pid(stderr: &str) -> Option<u32> {
+    stderr
+        .split("(pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|pid| pid.parse().ok())
+}
+
+#[test]
+fn the_launcher_starts_a_gateway_and_codex_goes_through_it() {
+    let Some(cx) = launcher_codex("the_launcher_starts_a_gateway_and_codex_goes_through_it") else {
+        return;
+    };
+    cx.provider.push(shell("echo via-launcher"), None);
+    cx.provider.push(Reply::Text("Launched.".into()), None);
+    let port = mc_tests::gateway::free_port();
+    let out = launch(&cx, port, "Run it.");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let pid = started_pid(&stderr);
+    end(pid);
+    assert!(out.status.success(), "{stderr}");
+    assert!(pid.is_some(), "no gateway was started: {stderr}");
+    let turns = cx.provider.turns();
+    assert_eq!(turns.len(), 2);
+    assert!(
+        outputs(&turns[1]).iter().any(|o| o.starts_with('§')),
+        "not through mc: {:?}",
+        outputs(&turns[1])
+    );
+    assert_eq!(turns[1].header("authorization"), Some("Bearer test-key"));
+    assert!(!stderr.contains("test-key"));
+    // Codex's own config was not touched.
+    let config = std::fs::read_to_string(cx.codex_home().join("config.toml")).unwrap();
+    assert!(!config.contains("mc-gateway"), "{config}");
+}
+
+#[test]
+fn a_killed_gateway_is_started_again_and_codex_carries_on() {
+    let Some(cx) = launcher_codex("a_killed_gateway_is_started_again_and_codex_carries_on") else {
+        return;
+    };
+    let port = mc_tests::gateway::free_port();
+    // A gateway of ours the launcher finds; the agent's command kills it.
+    let config = cx.file("own-gateway.jsonc");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{"gateway": {{"openai_upstream": "{}"}}}}"#,
+            cx.provider.base_url()
+        ),
+    )
+    .unwrap();
+    let mut first = mc_tests::gateway::GatewayProcess::start_with(
+        &config,
+        &cx.home(),
+        port,
+        &[("MC_DB", &cx.db)],
+    );
+    cx.provider
+        .push(shell(&format!("kill -9 {}; sleep 1", first.pid())), None);
+    cx.provider.push(Reply::Text("Still here.".into()), None);
+    let out = launch(&cx, port, "Kill it.");
+    first.kill();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let pid = started_pid(&stderr);
+    end(pid);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("had stopped; started it again"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Still here."), "{stdout}");
+    assert!(
+        cx.provider.refusals().is_empty(),
+        "{:?}",
+        cx.provider.refusals()
+    );
+}
+
+#[test]
+fn without_a_gateway_the_launcher_lets_codex_use_its_own_provider() {
+    let Some(cx) = launcher_codex("without_a_gateway_the_launcher_lets_codex_use_its_own_provider")
+    else {
+        return;
+    };
+    // Something that is not mc's gateway holds the port.
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = squatter.local_addr().unwrap().port();
+    cx.provider.push(Reply::Text("Direct.".into()), None);
+    let out = launch(&cx, port, "Hello.");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Codex runs on its own provider"),
+        "{stderr}"
+    );
+    let turns = cx.provider.turns();
+    assert_eq!(turns.len(), 1);
+    assert_eq!(turns[0].count("§"), 0, "went through mc");
+    drop(squatter);
+}
+
+#[test]
+fn the_doctor_says_where_the_gateway_sends_codex_and_when_the_config_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = mc_tests::gateway::free_port();
+    let config = dir.path().join("config.jsonc");
+    let write = |openai: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                r#"{{"gateway": {{"openai_upstream": "{openai}", "listen": "127.0.0.1:{port}"}}}}"#
+            ),
+        )
+        .unwrap();
+    };
+    let doctor = || {
+        let mut command = std::process::Command::new(mc_tests::bin_path("mc-doctor"));
+        mc_tests::env::seal_at_home(&mut command, dir.path())
+            .env("MC_CONFIG", &config)
+            .env("MC_DB", dir.path().join("ctx.db"))
+            .arg("--json");
+        let out = mc_tests::pipe_within(&mut command, b"", std::time::Duration::from_secs(60))
+            .unwrap()
+            .expect("mc-doctor finishes");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "gateway")
+            .cloned()
+            .unwrap_or_else(|| panic!("no gateway check: {doc:#}"))
+    };
+    write("http://127.0.0.1:9/v1");
+    let mut gateway = mc_tests::gateway::GatewayProcess::start(&config, dir.path(), port);
+    let up = doctor();
+    assert_eq!(up["status"], "pass", "{up}");
+    assert!(
+        up["what"]
+            .as_str()
+            .unwrap()
+            .contains("Codex's /openai to http://127.0.0.1:9/v1"),
+        "{up}"
+    );
+    // The config now names another upstream than the running gateway's.
+    write("https://chatgpt.com/backend-api/codex");
+    let moved = doctor();
+    gateway.kill();
+    assert_eq!(moved["status"], "warn", "{moved}");
+    assert!(
+        moved["what"]
+            .as_str()
+            .unwrap()
+            .contains("gateway.openai_upstream is https://chatgpt.com/backend-api/codex"),
+        "{moved}"
+    );
+}
+
+#[test]
+fn codex_s_own_compaction_passes_untouched_and_pins_stay_exactly_once() {
+    const ALPHA: &str = "PIN-ALPHA: always run the lock test before committing.";
+    const BRAVO: &str = "PIN-BRAVO: the parser lives in src/parse.rs.";
+    let restore = format!(
+        "'{}' restore --harness codex",
+        mc_tests::bin_path("mc-pin").display()
+    );
+    let Some(cx) = Codex::start(
+        "codex_s_own_compaction_passes_untouched_and_pins_stay_exactly_once",
+        Options {
+            hooks: vec![("SessionStart".into(), None, restore)],
+            auto_compact_limit: Some(50_000),
+            gateway: true,
+            ..Options::default()
+        },
+    ) else {
+        return;
+    };
+    cx.provider.strict();
+    let p = &cx.provider;
+    let over = Some(Usage {
+        input: 60_000,
+        cached: 0,
+        output: 10,
+    });
+    let pin = |thread: &str, last: &str| {
+        cx.mc_json(
+            "mc-pin",
+            &[
+                "pin",
+                "--harness",
+                "codex",
+                "--session",
+                thread,
+                "--last",
+                last,
+            ],
+        )
+    };
+    p.push(Reply::Text("Understood.".into()), None);
+    let t = cx.exec(None, ALPHA).thread_id;
+    pin(&t, "user");
+    p.push(Reply::Text(BRAVO.into()), over);
+    cx.exec(Some(&t), "Write the parser.");
+    pin(&t, "assistant");
+    for round in 1..=2 {
+        let n = p.turns().len();
+        p.push(Reply::Text(format!("Round {round} done.")), over);
+        cx.exec(Some(&t), &format!("Round {round}."));
+        assert_eq!(p.compactions(), round, "Codex compacted");
+        for text in [ALPHA, BRAVO] {
+            assert_eq!(
+                p.turns()[n].count(text),
+                1,
+                "after compaction {round}: {text:?} not exactly once:\n{}",
+                p.turns()[n].body
+            );
+        }
+    }
+    // Codex's compaction requests went as Codex wrote them: no tag of mc's.
+    let compactions: Vec<Recorded> = p
+        .requests()
+        .into_iter()
+        .filter(Recorded::is_compaction)
+        .collect();
+    assert_eq!(compactions.len(), 2);
+    for c in &compactions {
+        assert_eq!(c.count("§"), 0, "a compaction request was changed");
+    }
+    // The turns did go through mc.
+    assert!(p.turns().iter().any(|r| r.count("§") > 0));
+    assert!(p.refusals().is_empty(), "{:?}", p.refusals());
+}
