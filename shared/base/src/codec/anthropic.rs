@@ -841,15 +841,28 @@ impl<'a> Request<'a> {
         if unchanged {
             return self.body.to_vec();
         }
-        let array = join_array(pieces.iter().map(|p| match p {
-            Piece::Original(i) => self.item_bytes(*i),
-            Piece::Bytes(b) => b,
-        }));
-        let whole = Span {
-            start: 0,
-            end: self.body.len(),
-        };
-        splice(self.body, whole, messages, &array)
+        // Written once, straight into the new body.
+        fn bytes<'x>(request: &Request<'x>, p: &Piece<'x>) -> &'x [u8] {
+            match *p {
+                Piece::Original(i) => request.item_bytes(i),
+                Piece::Bytes(b) => b,
+            }
+        }
+        let head = self.body.get(..messages.start).unwrap_or_default();
+        let tail = self.body.get(messages.end..).unwrap_or_default();
+        let size: usize = pieces.iter().map(|p| bytes(self, p).len() + 1).sum();
+        let mut out = Vec::with_capacity(head.len() + size + 1 + tail.len());
+        out.extend_from_slice(head);
+        out.push(b'[');
+        for (n, piece) in pieces.iter().enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(bytes(self, piece));
+        }
+        out.push(b']');
+        out.extend_from_slice(tail);
+        out
     }
 }
 
