@@ -261,6 +261,13 @@ impl ClaudeCode {
         gateway
     }
 
+    /// [`ClaudeCode::prompt_as_configured`] in an existing session when
+    /// `session` is given: Claude Code with its own tools only (a benchmark's
+    /// run without mc and its run through the gateway differ in nothing else).
+    pub fn prompt_plain(&self, session: Option<&str>, text: &str) -> Value {
+        self.prompt_with(session, text, &[], false)
+    }
+
     /// Send Claude Code's model calls to `url` (`http://127.0.0.1:PORT`, a
     /// gateway) instead of straight to the fake provider.
     pub fn use_base_url(&self, url: &str) {

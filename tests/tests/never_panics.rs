@@ -1705,6 +1705,33 @@ fn anthropic_round_trip(body: &[u8]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// Read after `before` (as a resident gateway reads a session's next
+/// request), a body reads as it does whole: the same spans, or an error both ways.
+fn anthropic_reread(body: &[u8], before: &[u8]) -> Result<(), TestCaseError> {
+    use mc_base::codec::anthropic::Request;
+    let Ok(previous) = Request::parse(before) else {
+        return Ok(());
+    };
+    let whole = Request::parse(body);
+    let after = Request::parse_after(body, before, &previous.layout());
+    match (whole, after) {
+        (Ok(whole), Ok((after, _))) => {
+            prop_assert_eq!(
+                format!("{:?}", whole.layout()),
+                format!("{:?}", after.layout())
+            );
+        }
+        (Err(_), Err(_)) => {}
+        (whole, after) => prop_assert!(
+            false,
+            "read whole: {:?}; read after the previous body: {:?}",
+            whole.map(|r| r.items.len()),
+            after.map(|(r, _)| r.items.len())
+        ),
+    }
+    Ok(())
+}
+
 #[test]
 fn anthropic_requests_over_arbitrary_and_mutated_bodies() {
     use mc_base::domain::gateway::{Api, Call, Forward};
@@ -1725,6 +1752,10 @@ fn anthropic_requests_over_arbitrary_and_mutated_bodies() {
             let edited = fuzz::edit(mc_base::testkit::ANTHROPIC_REQUEST, &edits);
             for body in [arbitrary, mutated, edited] {
                 anthropic_round_trip(body.as_bytes())?;
+                anthropic_reread(
+                    body.as_bytes(),
+                    mc_base::testkit::ANTHROPIC_REQUEST.as_bytes(),
+                )?;
                 let call = Call {
                     api: Api::AnthropicMessages,
                     harness: "claude-code",

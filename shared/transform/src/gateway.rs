@@ -10,13 +10,18 @@
 //! a session of its own, `<session>/agent/<agent id>`. Everything else is a
 //! side request and goes upstream untouched (see [`side_reason`]).
 //!
-//! **Work in proportion to what is new.** Each session keeps, in memory, its
-//! last request's message identities and fingerprints, the decoded messages
-//! the pass did not render again, the pass's renderings and the output
-//! bytes of every message sent. A message whose bytes are the previous
-//! request's is not decoded again; one whose render is the same again is
-//! the previous output's bytes (`render::render_replaying`), so a defer pass
-//! repeats the previous forwarded request up to its new tail.
+//! **Work in proportion to what is new.** Each session keeps, in memory
+//! ([`memory`]), its last request's bytes and spans, its messages'
+//! identities and fingerprints, the decoded messages the pass did not render
+//! again, the pass's renderings and the output bytes of every message sent.
+//! A request that repeats the previous one's messages byte for byte up to a
+//! new tail (Claude Code's usual call) is read from where they end
+//! (`Request::parse_after`); a message whose bytes are the previous
+//! request's is not fingerprinted or decoded again; one whose render is the
+//! same again is the previous output's bytes (`render::render_replaying`),
+//! so a defer pass repeats the previous forwarded request up to its new
+//! tail. Anything else (a rewrite by Claude Code, a first call, a forgotten
+//! session) is read whole, with the same answer.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -25,7 +30,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::Value;
 
 use mc_base::codec::Message;
-use mc_base::codec::anthropic::{self, Piece, Request};
+use mc_base::codec::anthropic::{self, Layout, Piece, Request};
 use mc_base::config::TransformConfig;
 use mc_base::domain::envelope::{Envelope, ModelInfo, Usage};
 use mc_base::domain::gateway::{Answer, Api, Call, Forward, Pass};
@@ -34,128 +39,43 @@ use mc_base::store::{Store, StoreOptions};
 
 use crate::overflow::{self, OverflowRequest};
 use crate::pass::{Resident, run_pass_on};
-use crate::render::{ForNextPass, Replay};
+use crate::render::Replay;
 use crate::report::PassReport;
+
+pub(crate) mod memory;
+
+use memory::{Identified, Kept, Mark, Memory, Wire, identify};
+pub use memory::{KEPT_SESSIONS, PENDING_CALLS};
 
 /// The harness whose sessions the gateway's calls belong to.
 pub const HARNESS: &str = "claude-code";
-/// Sessions kept in memory, least recently used dropped first (a dropped
-/// one costs one whole decode and render, never a wrong answer).
-pub const KEPT_SESSIONS: usize = 16;
 /// The prompt of Claude Code's own compaction-summary call (its `/compact`
 /// and auto-compaction), as the pinned version words it.
 pub const COMPACTION_PROMPT: &str =
     "Your task is to create a detailed summary of the conversation so far";
-/// Calls whose answer is still to come, remembered to learn from it.
-const PENDING_CALLS: usize = 64;
 /// The window of Claude models when nothing better is known (an overflow
 /// error teaches the real one).
 pub const DEFAULT_WINDOW: u64 = 200_000;
 
-/// What one session keeps between its calls.
-#[derive(Default)]
-struct Kept {
-    /// The previous request's message ids and byte fingerprints, by position.
-    ids: Vec<String>,
-    prints: Vec<u64>,
-    /// Decoded messages the pass did not render again, by id.
-    unused: FxHashMap<Box<str>, Message>,
-    for_next: Option<ForNextPass>,
-    /// The previous forwarded messages' bytes, and the input message each
-    /// one is (by id), by output position.
-    output: Vec<Vec<u8>>,
-    origins: Vec<Option<Box<str>>>,
-    /// When each assistant message was first seen (requests carry no times).
-    seen: FxHashMap<String, i64>,
-    /// The usage the provider reported for the session's last call.
-    usage: Option<Usage>,
-    last_used: u64,
-}
-
-#[derive(Default)]
-struct Memory {
-    sessions: FxHashMap<String, Kept>,
-    /// Body fingerprint → (session key, model) of calls the pass worked on.
-    pending: Vec<(u64, String, Option<String>)>,
-    clock: u64,
-}
-
-impl Memory {
-    /// Count a call, make room for its session (the least recently used one
-    /// goes), and remember the body as one the pass worked on; the call's
-    /// clock tick.
-    fn admit(&mut self, key: &str, body_print: u64, model: Option<String>) -> u64 {
-        self.clock += 1;
-        let clock = self.clock;
-        if !self.sessions.contains_key(key) && self.sessions.len() >= KEPT_SESSIONS {
-            let oldest = self
-                .sessions
-                .iter()
-                .min_by_key(|(k, s)| (s.last_used, (*k).clone()))
-                .map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                self.sessions.remove(&oldest);
-            }
-        }
-        self.pending.retain(|(p, _, _)| *p != body_print);
-        if self.pending.len() >= PENDING_CALLS {
-            self.pending.remove(0);
-        }
-        self.pending.push((body_print, key.to_string(), model));
-        clock
+impl Wire for Request<'_> {
+    fn len(&self) -> usize {
+        self.items.len()
     }
-}
 
-/// What a request's messages are, measured against the previous request.
-struct Identified {
-    ids: Vec<String>,
-    prints: Vec<u64>,
-    changed: FxHashSet<Box<str>>,
-    messages: Vec<Message>,
-}
-
-/// Each message's identity (kept while its bytes are the same at the same
-/// position), the decoded message (reused when unchanged), and the ids that
-/// changed.
-fn identify(request: &Request<'_>, kept: &mut Kept, key: &str, now_ms: i64) -> Identified {
-    let n = request.items.len();
-    let mut ids = Vec::with_capacity(n);
-    let mut prints = Vec::with_capacity(n);
-    let mut changed: FxHashSet<Box<str>> = FxHashSet::default();
-    let mut messages = Vec::with_capacity(n);
-    for i in 0..n {
-        let p = print(request.item_bytes(i));
-        let same = kept.prints.get(i) == Some(&p);
-        let id = match kept.ids.get(i) {
-            Some(id) if same => id.clone(),
-            _ => request.message_id(i),
-        };
-        let reused = if same {
-            kept.unused.remove(id.as_str())
-        } else {
-            None
-        };
-        if !same {
-            changed.insert(id.as_str().into());
-        }
-        let message = match reused {
-            Some(message) => message,
-            None => {
-                let seen =
-                    request.items.get(i).and_then(|it| it.role.as_deref()) == Some("assistant");
-                let seen_ms = seen.then(|| *kept.seen.entry(id.clone()).or_insert(now_ms));
-                request.decode(i, &id, key, seen_ms)
-            }
-        };
-        messages.push(message);
-        ids.push(id);
-        prints.push(p);
+    fn item_bytes(&self, i: usize) -> &[u8] {
+        Request::item_bytes(self, i)
     }
-    Identified {
-        ids,
-        prints,
-        changed,
-        messages,
+
+    fn message_id(&self, i: usize) -> String {
+        Request::message_id(self, i)
+    }
+
+    fn is_assistant(&self, i: usize) -> bool {
+        self.items.get(i).and_then(|it| it.role.as_deref()) == Some("assistant")
+    }
+
+    fn decode(&self, i: usize, id: &str, key: &str, seen_ms: Option<i64>) -> Message {
+        Request::decode(self, i, id, key, seen_ms)
     }
 }
 
@@ -202,11 +122,89 @@ fn strip_orphaned_results(request: &Request<'_>, entries: &mut [(Option<usize>, 
     }
 }
 
+/// The bytes of every message the pass output (`values`: a message, or the
+/// index of a previous output message replayed), each with the input
+/// message it is, if any; the head's messages first, the breakpoint mc may
+/// add on the last of them. A replayed message's bytes move out of
+/// `previous` (a copy only if one is replayed twice).
+fn sent_messages(
+    request: &Request<'_>,
+    values: Vec<Value>,
+    previous: Vec<Vec<u8>>,
+    previous_origins: &[Option<Box<str>>],
+    index_of: &FxHashMap<&str, usize>,
+) -> Result<Vec<(Option<usize>, Vec<u8>)>> {
+    let mut previous: Vec<Option<Vec<u8>>> = previous.into_iter().map(Some).collect();
+    // Where each replayed message went, for a second replay of it.
+    let mut moved: FxHashMap<usize, usize> = FxHashMap::default();
+    let mut entries: Vec<(Option<usize>, Vec<u8>)> = Vec::with_capacity(values.len());
+    let mut pending_head: Vec<Message> = Vec::new();
+    let head_cache = request.head_cache();
+    let flush_head =
+        |head: &mut Vec<Message>, entries: &mut Vec<(Option<usize>, Vec<u8>)>, first: bool| {
+            let last = head.len().saturating_sub(1);
+            for (k, m) in head.drain(..).enumerate() {
+                let cache = (first && k == last)
+                    .then_some(head_cache.as_ref())
+                    .flatten();
+                entries.push((None, anthropic::added(&m, cache)));
+            }
+        };
+    let mut seen_original = false;
+    for value in values {
+        match value {
+            Value::Number(n) => {
+                let at = n
+                    .as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|&n| n < previous.len())
+                    .ok_or_else(|| Error::input("the pass replayed a message it never sent"))?;
+                let bytes = match previous.get_mut(at).and_then(Option::take) {
+                    Some(bytes) => bytes,
+                    None => moved
+                        .get(&at)
+                        .and_then(|&e| entries.get(e))
+                        .map(|(_, b)| b.clone())
+                        .unwrap_or_default(),
+                };
+                let origin = previous_origins
+                    .get(at)
+                    .and_then(Option::as_deref)
+                    .and_then(|id| index_of.get(id))
+                    .copied();
+                if origin.is_some() {
+                    flush_head(&mut pending_head, &mut entries, !seen_original);
+                    seen_original = true;
+                }
+                moved.entry(at).or_insert(entries.len());
+                entries.push((origin, bytes));
+            }
+            value => {
+                let message = Message::decode(value)?;
+                match message.id().and_then(|id| index_of.get(id)).copied() {
+                    Some(i) => {
+                        flush_head(&mut pending_head, &mut entries, !seen_original);
+                        seen_original = true;
+                        entries.push((Some(i), request.encode(i, &message)));
+                    }
+                    None if !seen_original => pending_head.push(message),
+                    None => entries.push((None, anthropic::added(&message, None))),
+                }
+            }
+        }
+    }
+    flush_head(&mut pending_head, &mut entries, !seen_original);
+    Ok(entries)
+}
+
 /// mc's transform as a gateway pass.
 pub struct TransformPass {
     store: Mutex<Store>,
     config: TransformConfig,
-    memory: Mutex<Memory>,
+    memory: Mutex<Memory<Layout>>,
+    /// Read a request from where it stops repeating the previous one (off:
+    /// every request read whole, the reference the reuse is tested against).
+    reuse_bytes: bool,
 }
 
 /// Why a call is not the main conversation's (or a subagent's), if it is not.
@@ -252,10 +250,6 @@ fn session_key(call: &Call<'_>) -> Option<(String, bool)> {
     })
 }
 
-fn print(bytes: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(bytes)
-}
-
 impl TransformPass {
     /// Open (creating and migrating it if needed) mc's database at
     /// `store_path` and serve the gateway's calls with `config` (the user's
@@ -278,16 +272,21 @@ impl TransformPass {
             store: Mutex::new(store),
             config,
             memory: Mutex::new(Memory::default()),
+            reuse_bytes: true,
         }
+    }
+
+    /// The same pass reading every request whole: what the reuse of a
+    /// request's repeated bytes must answer exactly like.
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn reading_whole(mut self) -> TransformPass {
+        self.reuse_bytes = false;
+        self
     }
 
     /// [`Pass::request`], with the pass's report when a pass ran.
     pub fn run(&self, call: &Call<'_>) -> Result<(Forward, Option<PassReport>)> {
         if call.api != Api::AnthropicMessages {
-            return Ok((Forward::Untouched, None));
-        }
-        let request = Request::parse(call.body)?;
-        if side_reason(call, &request).is_some() {
             return Ok((Forward::Untouched, None));
         }
         let Some((key, subagent)) = session_key(call) else {
@@ -296,10 +295,27 @@ impl TransformPass {
         let mut memory = self.memory.lock().map_err(|_| {
             Error::input("the gateway pass's memory is poisoned; forward unchanged")
         })?;
+        // Read from where the session's previous request stops being repeated.
+        let (request, repeated) = match memory.sessions.get(&key) {
+            Some(Kept {
+                body,
+                layout: Some(layout),
+                ..
+            }) if self.reuse_bytes => Request::parse_after(call.body, body, layout)?,
+            _ => (Request::parse(call.body)?, 0),
+        };
+        if side_reason(call, &request).is_some() {
+            return Ok((Forward::Untouched, None));
+        }
         let model = request.model.clone();
-        let clock = memory.admit(&key, print(call.body), model.clone());
-        let kept = memory.sessions.entry(key.clone()).or_default();
-        kept.last_used = clock;
+        // The newest message marks the call, to learn from its answer.
+        if let Some(last) = request.items.last() {
+            let print = memory::fingerprint(request.bytes(last.span));
+            let mark = Mark::new(call.body, last.span.start, last.span.end, print);
+            memory.expect_answer(mark, &key, model.clone());
+        }
+        let kept = memory.admit(&key);
+        let clock = kept.last_used;
 
         // Identities and what changed since the previous request.
         let Identified {
@@ -307,7 +323,10 @@ impl TransformPass {
             prints,
             changed,
             messages,
-        } = identify(&request, kept, &key, call.now_ms);
+        } = identify(&request, repeated, kept, &key, call.now_ms);
+        kept.body.clear();
+        kept.body.extend_from_slice(call.body);
+        kept.layout = Some(request.layout());
         let index_of: FxHashMap<&str, usize> = ids
             .iter()
             .enumerate()
@@ -337,11 +356,7 @@ impl TransformPass {
             Ok(output) => output,
             Err(e) => {
                 // Nothing kept is trusted after a failed pass.
-                *kept = Kept {
-                    usage: kept.usage,
-                    last_used: clock,
-                    ..Kept::default()
-                };
+                kept.reset(clock);
                 return Err(e);
             }
         };
@@ -349,55 +364,13 @@ impl TransformPass {
         // Each output message's bytes and the input message it is, if any.
         let previous = std::mem::take(&mut kept.output);
         let previous_origins = std::mem::take(&mut kept.origins);
-        let mut entries: Vec<(Option<usize>, Vec<u8>)> = Vec::with_capacity(output.messages.len());
-        let mut pending_head: Vec<Message> = Vec::new();
-        let head_cache = request.head_cache();
-        let flush_head =
-            |head: &mut Vec<Message>, entries: &mut Vec<(Option<usize>, Vec<u8>)>, first: bool| {
-                let last = head.len().saturating_sub(1);
-                for (k, m) in head.drain(..).enumerate() {
-                    let cache = (first && k == last)
-                        .then_some(head_cache.as_ref())
-                        .flatten();
-                    entries.push((None, anthropic::added(&m, cache)));
-                }
-            };
-        let mut seen_original = false;
-        for value in output.messages {
-            match value {
-                Value::Number(n) => {
-                    let at = n
-                        .as_u64()
-                        .and_then(|n| usize::try_from(n).ok())
-                        .filter(|&n| n < previous.len())
-                        .ok_or_else(|| Error::input("the pass replayed a message it never sent"))?;
-                    let bytes = previous.get(at).cloned().unwrap_or_default();
-                    let origin = previous_origins
-                        .get(at)
-                        .and_then(Option::as_deref)
-                        .and_then(|id| index_of.get(id))
-                        .copied();
-                    if origin.is_some() {
-                        flush_head(&mut pending_head, &mut entries, !seen_original);
-                        seen_original = true;
-                    }
-                    entries.push((origin, bytes));
-                }
-                value => {
-                    let message = Message::decode(value)?;
-                    match message.id().and_then(|id| index_of.get(id)).copied() {
-                        Some(i) => {
-                            flush_head(&mut pending_head, &mut entries, !seen_original);
-                            seen_original = true;
-                            entries.push((Some(i), request.encode(i, &message)));
-                        }
-                        None if !seen_original => pending_head.push(message),
-                        None => entries.push((None, anthropic::added(&message, None))),
-                    }
-                }
-            }
-        }
-        flush_head(&mut pending_head, &mut entries, !seen_original);
+        let mut entries = sent_messages(
+            &request,
+            std::mem::take(&mut output.messages),
+            previous,
+            &previous_origins,
+            &index_of,
+        )?;
 
         // A result whose call is no longer sent (the head covers it) goes too.
         strip_orphaned_results(&request, &mut entries);
@@ -437,15 +410,16 @@ impl TransformPass {
     /// [`Pass::answered`], with what it learned: `true` when an overflow
     /// error was recognised.
     pub fn learn(&self, call: &Call<'_>, answer: &Answer<'_>) -> Result<bool> {
-        let body_print = print(call.body);
+        let Some((key, _)) = session_key(call) else {
+            return Ok(false);
+        };
         let mut memory = self
             .memory
             .lock()
             .map_err(|_| Error::input("the gateway pass's memory is poisoned"))?;
-        let Some(at) = memory.pending.iter().position(|(p, _, _)| *p == body_print) else {
+        let Some((key, model)) = memory.answered(&key, call.body) else {
             return Ok(false);
         };
-        let (_, key, model) = memory.pending.remove(at);
         if (200..300).contains(&answer.status) {
             if let (Some(usage), Some(kept)) = (answer.usage, memory.sessions.get_mut(&key)) {
                 kept.usage = Some(usage);
@@ -485,5 +459,7 @@ impl Pass for TransformPass {
     }
 }
 
+#[cfg(test)]
+mod reuse_tests;
 #[cfg(test)]
 mod tests;

@@ -72,6 +72,8 @@ pub struct Item {
     pub text_content: bool,
     /// The content blocks, when `content` is an array.
     pub blocks: Vec<Span>,
+    /// Whether a block is (or holds) a `tool_result`.
+    pub results: bool,
 }
 
 /// One `cache_control` of the body: where it is and whether its TTL is 1 hour.
@@ -94,6 +96,22 @@ pub struct Request<'a> {
     pub tools_span: Option<Span>,
     pub system: Option<Span>,
     pub items: Vec<Item>,
+    /// Every top-level key and its value, in body order.
+    pub keys: Vec<(String, Span)>,
+}
+
+/// What [`Request::parse`] read of a body, without the body: what a
+/// resident gateway keeps of a session's previous request to read the next
+/// one by what it adds ([`Request::parse_after`]).
+#[derive(Debug, Clone, Default)]
+pub struct Layout {
+    pub model: Option<String>,
+    pub tools: usize,
+    pub messages: Option<Span>,
+    pub tools_span: Option<Span>,
+    pub system: Option<Span>,
+    pub items: Vec<Item>,
+    pub keys: Vec<(String, Span)>,
 }
 
 /// One output message for [`Request::assemble`].
@@ -125,18 +143,127 @@ fn bad(what: &str, e: serde_json::Error) -> Error {
 
 pub(crate) type RawMap<'a> = BTreeMap<String, &'a RawValue>;
 
+/// A JSON object's entries in body order, a key given twice kept twice.
+struct RawEntries<'a>(Vec<(String, &'a RawValue)>);
+
+impl<'de> serde::Deserialize<'de> for RawEntries<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = RawEntries<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> std::result::Result<Self::Value, M::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = map.next_entry::<String, &'de RawValue>()? {
+                    out.push(entry);
+                }
+                Ok(RawEntries(out))
+            }
+        }
+        deserializer.deserialize_map(Entries)
+    }
+}
+
+/// One message of `messages`, read as spans.
+fn item<'a>(body: &'a [u8], raw: &'a RawValue) -> Result<Item> {
+    let map: RawMap<'a> = serde_json::from_str(raw.get()).map_err(|e| bad("message", e))?;
+    let role = map
+        .get("role")
+        .and_then(|r| serde_json::from_str::<String>(r.get()).ok());
+    let mut item = Item {
+        span: span_of(body, raw)?,
+        role,
+        content: None,
+        text_content: false,
+        blocks: Vec::new(),
+        results: false,
+    };
+    if let Some(content) = map.get("content") {
+        item.content = Some(span_of(body, content)?);
+        match content.get().as_bytes().first() {
+            Some(b'"') => item.text_content = true,
+            Some(b'[') => {
+                let blocks: Vec<&'a RawValue> =
+                    serde_json::from_str(content.get()).map_err(|e| bad("content", e))?;
+                for block in blocks {
+                    item.results |= contains(block.get().as_bytes(), b"\"tool_result\"");
+                    item.blocks.push(span_of(body, block)?);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(item)
+}
+
+/// How many tools a `tools` value declares (none unless it is an array).
+fn count_tools(text: &str) -> usize {
+    serde_json::from_str::<Vec<&RawValue>>(text).map_or(0, |t| t.len())
+}
+
+/// The value starting at `at` and where it ends.
+fn raw_at(body: &[u8], at: usize) -> Option<(&RawValue, usize)> {
+    let rest = body.get(at..)?;
+    let mut reader = serde_json::Deserializer::from_slice(rest);
+    let raw: &RawValue = serde::Deserialize::deserialize(&mut reader).ok()?;
+    let end = span_of(body, raw).ok()?.end;
+    Some((raw, end))
+}
+
+fn skip_space(body: &[u8], mut at: usize) -> usize {
+    while matches!(body.get(at), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+        at += 1;
+    }
+    at
+}
+
+/// `Some` when no key is given twice.
+fn distinct(keys: &[(String, Span)]) -> Option<()> {
+    let mut names: Vec<&str> = keys.iter().map(|(k, _)| k.as_str()).collect();
+    names.sort_unstable();
+    let before = names.len();
+    names.dedup();
+    (names.len() == before).then_some(())
+}
+
+/// How many leading bytes `a` and `b` share (compared a block at a time).
+pub fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    const BLOCK: usize = 256;
+    let n = a.len().min(b.len());
+    let mut at = 0;
+    while at + BLOCK <= n && a.get(at..at + BLOCK) == b.get(at..at + BLOCK) {
+        at += BLOCK;
+    }
+    while at < n && a.get(at) == b.get(at) {
+        at += 1;
+    }
+    at
+}
+
 impl<'a> Request<'a> {
     /// Read a request body. An error means: not a Messages request mc can
     /// work on (the caller forwards it as it came).
     pub fn parse(body: &'a [u8]) -> Result<Request<'a>> {
-        let top: RawMap<'a> = serde_json::from_slice(body).map_err(|e| bad("body", e))?;
+        let entries: Vec<(String, &'a RawValue)> = serde_json::from_slice::<RawEntries<'a>>(body)
+            .map_err(|e| bad("body", e))?
+            .0;
+        let mut keys = Vec::with_capacity(entries.len());
+        for (key, raw) in &entries {
+            keys.push((key.clone(), span_of(body, raw)?));
+        }
+        // A key given twice counts as its last value, as a map reads it.
+        let top: RawMap<'a> = entries.into_iter().collect();
         let model = top
             .get("model")
             .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok());
-        let tools = top
-            .get("tools")
-            .and_then(|raw| serde_json::from_str::<Vec<&RawValue>>(raw.get()).ok())
-            .map_or(0, |t| t.len());
+        let tools = top.get("tools").map_or(0, |raw| count_tools(raw.get()));
         let mut request = Request {
             body,
             model,
@@ -145,6 +272,7 @@ impl<'a> Request<'a> {
             tools_span: top.get("tools").map(|r| span_of(body, r)).transpose()?,
             system: top.get("system").map(|r| span_of(body, r)).transpose()?,
             items: Vec::new(),
+            keys,
         };
         let Some(messages) = top.get("messages") else {
             return Ok(request);
@@ -154,34 +282,132 @@ impl<'a> Request<'a> {
             serde_json::from_str(messages.get()).map_err(|e| bad("messages", e))?;
         request.items.reserve(list.len());
         for raw in list {
-            let map: RawMap<'a> = serde_json::from_str(raw.get()).map_err(|e| bad("message", e))?;
-            let role = map
-                .get("role")
-                .and_then(|r| serde_json::from_str::<String>(r.get()).ok());
-            let mut item = Item {
-                span: span_of(body, raw)?,
-                role,
-                content: None,
-                text_content: false,
-                blocks: Vec::new(),
-            };
-            if let Some(content) = map.get("content") {
-                item.content = Some(span_of(body, content)?);
-                match content.get().as_bytes().first() {
-                    Some(b'"') => item.text_content = true,
-                    Some(b'[') => {
-                        let blocks: Vec<&'a RawValue> =
-                            serde_json::from_str(content.get()).map_err(|e| bad("content", e))?;
-                        for block in blocks {
-                            item.blocks.push(span_of(body, block)?);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            request.items.push(item);
+            request.items.push(item(body, raw)?);
         }
         Ok(request)
+    }
+
+    /// [`Request::parse`] of `body` for a resident reader that kept the
+    /// previous request of the same conversation (`before`, read from
+    /// `before_body`): the messages whose bytes `body` repeats at the same
+    /// place are taken as they were read, and only what follows them is
+    /// read. The answer is the one [`Request::parse`] gives, with how many
+    /// of its first messages are the previous request's, byte for byte at
+    /// the same place; anything this cannot vouch for (another start, a key
+    /// given twice, no message in common) is read whole (and counts none).
+    pub fn parse_after(
+        body: &'a [u8],
+        before_body: &[u8],
+        before: &Layout,
+    ) -> Result<(Request<'a>, usize)> {
+        match Request::parse_tail(body, before_body, before) {
+            Some(read) => Ok(read),
+            None => Ok((Request::parse(body)?, 0)),
+        }
+    }
+
+    fn parse_tail(
+        body: &'a [u8],
+        before_body: &[u8],
+        before: &Layout,
+    ) -> Option<(Request<'a>, usize)> {
+        let messages = before.messages?;
+        let common = common_prefix(body, before_body);
+        let reused = before
+            .items
+            .iter()
+            .take_while(|it| it.span.end <= common)
+            .count();
+        let at = before
+            .keys
+            .iter()
+            .position(|(k, span)| k == "messages" && *span == messages)?;
+        if reused == 0 || distinct(&before.keys).is_none() {
+            return None;
+        }
+        let mut items: Vec<Item> = before.items.get(..reused)?.to_vec();
+        let mut p = items.last()?.span.end;
+        // The rest of `messages`, one item after another.
+        loop {
+            p = skip_space(body, p);
+            match body.get(p)? {
+                b',' => {
+                    let (raw, end) = raw_at(body, skip_space(body, p + 1))?;
+                    items.push(item(body, raw).ok()?);
+                    p = end;
+                }
+                b']' => break,
+                _ => return None,
+            }
+        }
+        let messages = Span {
+            start: messages.start,
+            end: p + 1,
+        };
+        let mut keys: Vec<(String, Span)> = before.keys.get(..at)?.to_vec();
+        keys.push(("messages".into(), messages));
+        // The rest of the body: `, "key": value` … `}`, then only space.
+        p = messages.end;
+        loop {
+            p = skip_space(body, p);
+            match body.get(p)? {
+                b',' => {
+                    let (raw, end) = raw_at(body, skip_space(body, p + 1))?;
+                    let key: String = serde_json::from_str(raw.get()).ok()?;
+                    p = skip_space(body, end);
+                    if body.get(p) != Some(&b':') {
+                        return None;
+                    }
+                    let (raw, end) = raw_at(body, skip_space(body, p + 1))?;
+                    keys.push((key, span_of(body, raw).ok()?));
+                    p = end;
+                }
+                b'}' => break,
+                _ => return None,
+            }
+        }
+        if skip_space(body, p + 1) != body.len() {
+            return None;
+        }
+        distinct(&keys)?;
+        let value = |name: &str| keys.iter().find(|(k, _)| k == name).map(|(_, s)| *s);
+        let bytes = |span: Span| body.get(span.start..span.end);
+        // What lies before `messages` is the previous body's, byte for byte.
+        let reuse = |span: Span| span.end <= messages.start;
+        let model = match value("model") {
+            Some(span) if reuse(span) => before.model.clone(),
+            Some(span) => serde_json::from_slice::<String>(bytes(span)?).ok(),
+            None => None,
+        };
+        let tools = match value("tools") {
+            Some(span) if reuse(span) => before.tools,
+            Some(span) => count_tools(std::str::from_utf8(bytes(span)?).ok()?),
+            None => 0,
+        };
+        let request = Request {
+            body,
+            model,
+            tools,
+            messages: Some(messages),
+            tools_span: value("tools"),
+            system: value("system"),
+            items,
+            keys,
+        };
+        Some((request, reused))
+    }
+
+    /// What a resident reader keeps of this request for the next one.
+    pub fn layout(&self) -> Layout {
+        Layout {
+            model: self.model.clone(),
+            tools: self.tools,
+            messages: self.messages,
+            tools_span: self.tools_span,
+            system: self.system,
+            items: self.items.clone(),
+            keys: self.keys.clone(),
+        }
     }
 
     /// The bytes of a span.
@@ -296,11 +522,7 @@ impl<'a> Request<'a> {
                     ));
                 }
             } else {
-                let uses = if item
-                    .blocks
-                    .iter()
-                    .any(|b| memchr::memmem::find(self.bytes(*b), b"\"tool_result\"").is_some())
-                {
+                let uses = if item.results {
                     self.tool_uses(i.wrapping_sub(1))
                 } else {
                     BTreeMap::new()
@@ -530,11 +752,7 @@ impl<'a> Request<'a> {
 
     /// Whether input message `i` holds a `tool_result`.
     pub fn has_results(&self, i: usize) -> bool {
-        self.items.get(i).is_some_and(|item| {
-            item.blocks
-                .iter()
-                .any(|b| memchr::memmem::find(self.bytes(*b), b"\"tool_result\"").is_some())
-        })
+        self.items.get(i).is_some_and(|item| item.results)
     }
 
     /// Every `cache_control` of the body in the order Anthropic reads them:
@@ -623,15 +841,28 @@ impl<'a> Request<'a> {
         if unchanged {
             return self.body.to_vec();
         }
-        let array = join_array(pieces.iter().map(|p| match p {
-            Piece::Original(i) => self.item_bytes(*i),
-            Piece::Bytes(b) => b,
-        }));
-        let whole = Span {
-            start: 0,
-            end: self.body.len(),
-        };
-        splice(self.body, whole, messages, &array)
+        // Written once, straight into the new body.
+        fn bytes<'x>(request: &Request<'x>, p: &Piece<'x>) -> &'x [u8] {
+            match *p {
+                Piece::Original(i) => request.item_bytes(i),
+                Piece::Bytes(b) => b,
+            }
+        }
+        let head = self.body.get(..messages.start).unwrap_or_default();
+        let tail = self.body.get(messages.end..).unwrap_or_default();
+        let size: usize = pieces.iter().map(|p| bytes(self, p).len() + 1).sum();
+        let mut out = Vec::with_capacity(head.len() + size + 1 + tail.len());
+        out.extend_from_slice(head);
+        out.push(b'[');
+        for (n, piece) in pieces.iter().enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(bytes(self, piece));
+        }
+        out.push(b']');
+        out.extend_from_slice(tail);
+        out
     }
 }
 

@@ -1,0 +1,261 @@
+//! What a gateway pass keeps of each session between its calls, whatever
+//! the wire (Anthropic Messages here; a Responses pass keeps the same): the
+//! previous request's bytes and what its codec read of them (`L`, the
+//! codec's layout), each message's identity and fingerprint, the decoded
+//! messages the pass did not render again, the pass's renderings, and the
+//! output bytes of every message sent. With them a call costs what its new
+//! messages cost: the bytes it repeats are compared, not read again.
+//!
+//! **Bounded.** At most [`KEPT_SESSIONS`] sessions, the least recently used
+//! one forgotten first (its next call is read whole, the same answer), and
+//! at most [`PENDING_CALLS`] calls waiting for their answer.
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use mc_base::codec::Message;
+use mc_base::domain::envelope::Usage;
+
+use crate::render::ForNextPass;
+
+/// Sessions kept in memory, least recently used dropped first (a dropped
+/// one costs one whole decode and render, never a wrong answer).
+pub const KEPT_SESSIONS: usize = 16;
+/// Calls whose answer is still to come, remembered to learn from it.
+pub const PENDING_CALLS: usize = 64;
+
+/// What one session keeps between its calls; `L` is what the codec read of
+/// the previous request (its spans), kept with the bytes it was read from.
+pub struct Kept<L> {
+    /// The previous request's body, as it came, and the codec's reading of it.
+    pub body: Vec<u8>,
+    pub layout: Option<L>,
+    /// The previous request's message ids and byte fingerprints, by position.
+    pub ids: Vec<String>,
+    pub prints: Vec<u64>,
+    /// Decoded messages the pass did not render again, by id.
+    pub unused: FxHashMap<Box<str>, Message>,
+    pub for_next: Option<ForNextPass>,
+    /// The previous forwarded messages' bytes, and the input message each
+    /// one is (by id), by output position.
+    pub output: Vec<Vec<u8>>,
+    pub origins: Vec<Option<Box<str>>>,
+    /// When each assistant message was first seen (requests carry no times).
+    pub seen: FxHashMap<String, i64>,
+    /// The usage the provider reported for the session's last call.
+    pub usage: Option<Usage>,
+    pub last_used: u64,
+}
+
+impl<L> Default for Kept<L> {
+    fn default() -> Self {
+        Kept {
+            body: Vec::new(),
+            layout: None,
+            ids: Vec::new(),
+            prints: Vec::new(),
+            unused: FxHashMap::default(),
+            for_next: None,
+            output: Vec::new(),
+            origins: Vec::new(),
+            seen: FxHashMap::default(),
+            usage: None,
+            last_used: 0,
+        }
+    }
+}
+
+impl<L> Kept<L> {
+    /// Forget everything but the usage (after a failed pass nothing kept is
+    /// trusted).
+    pub fn reset(&mut self, clock: u64) {
+        *self = Kept {
+            usage: self.usage,
+            last_used: clock,
+            ..Kept::default()
+        };
+    }
+}
+
+/// Which call an answer belongs to, without hashing the body again: its
+/// length and the fingerprint of one span of it (the newest message, which
+/// every call of a conversation changes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    len: usize,
+    start: usize,
+    end: usize,
+    print: u64,
+}
+
+impl Mark {
+    /// The mark of `body` by its bytes `start..end`, fingerprinted as `print`.
+    pub fn new(body: &[u8], start: usize, end: usize, print: u64) -> Mark {
+        Mark {
+            len: body.len(),
+            start,
+            end,
+            print,
+        }
+    }
+
+    fn matches(&self, body: &[u8]) -> bool {
+        body.len() == self.len
+            && body
+                .get(self.start..self.end)
+                .is_some_and(|bytes| fingerprint(bytes) == self.print)
+    }
+}
+
+/// A call the pass worked on, waiting for its answer.
+struct Pending {
+    mark: Mark,
+    key: String,
+    model: Option<String>,
+}
+
+/// Every session's [`Kept`] and the calls waiting for their answer.
+pub struct Memory<L> {
+    pub sessions: FxHashMap<String, Kept<L>>,
+    pending: Vec<Pending>,
+    clock: u64,
+}
+
+impl<L> Default for Memory<L> {
+    fn default() -> Self {
+        Memory {
+            sessions: FxHashMap::default(),
+            pending: Vec::new(),
+            clock: 0,
+        }
+    }
+}
+
+impl<L> Memory<L> {
+    /// Count a call of session `key` and make room for it (the least
+    /// recently used session goes); its [`Kept`], stamped with the call's
+    /// clock tick.
+    pub fn admit(&mut self, key: &str) -> &mut Kept<L> {
+        self.clock += 1;
+        if !self.sessions.contains_key(key) && self.sessions.len() >= KEPT_SESSIONS {
+            let oldest = self
+                .sessions
+                .iter()
+                .min_by_key(|(k, s)| (s.last_used, (*k).clone()))
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                self.sessions.remove(&oldest);
+            }
+        }
+        let kept = self.sessions.entry(key.to_string()).or_default();
+        kept.last_used = self.clock;
+        kept
+    }
+
+    /// Remember that the pass worked on the call `mark` names, of session
+    /// `key` for `model`, to learn from its answer.
+    pub fn expect_answer(&mut self, mark: Mark, key: &str, model: Option<String>) {
+        self.pending
+            .retain(|p| !(p.mark == mark && p.key.as_str() == key));
+        if self.pending.len() >= PENDING_CALLS {
+            self.pending.remove(0);
+        }
+        self.pending.push(Pending {
+            mark,
+            key: key.to_string(),
+            model,
+        });
+    }
+
+    /// The session and model of the call of session `key` whose body is
+    /// `body`, if the pass worked on it (it is then no longer waited for).
+    pub fn answered(&mut self, key: &str, body: &[u8]) -> Option<(String, Option<String>)> {
+        let at = self
+            .pending
+            .iter()
+            .rposition(|p| p.key.as_str() == key && p.mark.matches(body))?;
+        let pending = self.pending.remove(at);
+        Some((pending.key, pending.model))
+    }
+}
+
+/// The fingerprint of a message's bytes.
+pub fn fingerprint(bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(bytes)
+}
+
+/// A request's messages as a wire's codec reads them, for [`identify`].
+pub trait Wire {
+    fn len(&self) -> usize;
+    /// Message `i`'s bytes as they came.
+    fn item_bytes(&self, i: usize) -> &[u8];
+    /// Its identity when it is new (stable while its bytes are).
+    fn message_id(&self, i: usize) -> String;
+    fn is_assistant(&self, i: usize) -> bool;
+    /// Message `i` as mc's message `id` of session `key`, first seen at `seen_ms`.
+    fn decode(&self, i: usize, id: &str, key: &str, seen_ms: Option<i64>) -> Message;
+}
+
+/// What a request's messages are, measured against the previous request.
+pub struct Identified {
+    pub ids: Vec<String>,
+    pub prints: Vec<u64>,
+    pub changed: FxHashSet<Box<str>>,
+    pub messages: Vec<Message>,
+}
+
+/// Each message's identity (kept while its bytes are the same at the same
+/// position), the decoded message (reused when unchanged), and the ids that
+/// changed. The first `repeated` messages are known to be the previous
+/// request's, byte for byte at the same place: their fingerprints are not
+/// computed again.
+pub fn identify<L, W: Wire>(
+    wire: &W,
+    repeated: usize,
+    kept: &mut Kept<L>,
+    key: &str,
+    now_ms: i64,
+) -> Identified {
+    let n = wire.len();
+    let mut ids = Vec::with_capacity(n);
+    let mut prints = Vec::with_capacity(n);
+    let mut changed: FxHashSet<Box<str>> = FxHashSet::default();
+    let mut messages = Vec::with_capacity(n);
+    for i in 0..n {
+        let known = kept.prints.get(i).copied();
+        let p = match known {
+            Some(p) if i < repeated => p,
+            _ => fingerprint(wire.item_bytes(i)),
+        };
+        let same = known == Some(p);
+        let id = match kept.ids.get(i) {
+            Some(id) if same => id.clone(),
+            _ => wire.message_id(i),
+        };
+        let reused = if same {
+            kept.unused.remove(id.as_str())
+        } else {
+            None
+        };
+        if !same {
+            changed.insert(id.as_str().into());
+        }
+        let message = match reused {
+            Some(message) => message,
+            None => {
+                let seen_ms = wire
+                    .is_assistant(i)
+                    .then(|| *kept.seen.entry(id.clone()).or_insert(now_ms));
+                wire.decode(i, &id, key, seen_ms)
+            }
+        };
+        messages.push(message);
+        ids.push(id);
+        prints.push(p);
+    }
+    Identified {
+        ids,
+        prints,
+        changed,
+        messages,
+    }
+}
