@@ -607,7 +607,12 @@ fn mutate(
     };
     mutation.apply_pending()?;
     if let Some(sample) = mutations.emergency_sample {
-        mutation.emergency_drop(facts.prompt_tokens, facts.ceiling)?;
+        let min_saving = if facts.overflow.is_some() {
+            0
+        } else {
+            emergency::MIN_SAVING
+        };
+        mutation.emergency_drop(facts.prompt_tokens, facts.ceiling, min_saving)?;
         session.last_emergency_sample = Some(sample);
     }
     if mutations.heuristics {
@@ -1591,7 +1596,7 @@ impl Mutation<'_, '_> {
     }
 
     /// The tiered emergency drop, at or above the force band.
-    fn emergency_drop(&mut self, current: u64, ceiling: u64) -> Result<()> {
+    fn emergency_drop(&mut self, current: u64, ceiling: u64, min_saving: u64) -> Result<()> {
         if ceiling == 0 {
             return Ok(());
         }
@@ -1629,7 +1634,7 @@ impl Mutation<'_, '_> {
             .iter()
             .filter_map(|&i| Some((self.tag(i)?.number, i)))
             .collect();
-        for number in emergency::plan(&candidates, needed) {
+        for number in emergency::plan(&candidates, needed, min_saving) {
             self.drop_tag(
                 number,
                 TagKind::Tool,

@@ -571,7 +571,7 @@ fn recount_replaces_estimates_with_exact_counts_once() {
 #[test]
 fn the_emergency_band_executes_mid_turn_and_warns() {
     let mut store = Store::open_in_memory().unwrap();
-    let mut messages = session(8);
+    let mut messages = session(12);
     messages.pop(); // mid-turn
     start(&mut store, &messages);
     queue(&mut store, &[2]);
@@ -597,6 +597,29 @@ fn the_emergency_band_executes_mid_turn_and_warns() {
         (Decision::Execute, "force_band")
     );
     assert!(forced.pass.warnings.is_empty());
+}
+
+#[test]
+fn an_emergency_drop_that_would_give_back_under_2k_tokens_is_skipped() {
+    let mut store = Store::open_in_memory().unwrap();
+    // Twenty tool outputs of ~50 tokens each: all of them together are
+    // about 1,000 tokens, under the minimum saving.
+    let mut messages = session(10);
+    for m in messages.iter_mut() {
+        if m["parts"][2]["type"] == "tool" {
+            m["parts"][2]["state"]["output"] = json!("short output line ".repeat(10));
+        }
+    }
+    start(&mut store, &messages);
+    let before = defer(&mut store, &messages);
+    let out = pass(&mut store, &messages, 96, warm_now(&messages));
+    assert_eq!(
+        (out.pass.decision, out.pass.reason),
+        (Decision::Execute, "emergency")
+    );
+    assert!(out.pass.dropped.is_empty(), "{:?}", out.pass.dropped);
+    assert_eq!(out.pass.bust, Bust::None, "nothing changed, nothing busted");
+    assert_eq!(bytes(&out.messages), bytes(&before.messages));
 }
 
 #[test]
