@@ -20,6 +20,7 @@ pub mod incremental;
 pub mod nudge;
 pub mod overflow;
 pub mod pass;
+pub mod reasoning;
 pub mod recount;
 pub mod reduce;
 pub mod render;

@@ -25,7 +25,7 @@ use super::render::{
 use super::report::{Bust, Decision, PassOutput, PassReport};
 use super::scheduler::{self, Schedule, SchedulerInput};
 use super::state;
-use super::{caveman, emergency, nudge, overflow, system, temporal};
+use super::{caveman, emergency, nudge, overflow, reasoning, system, temporal};
 use mc_base::domain::content;
 use mc_base::domain::envelope::{Envelope, ModelInfo, Usage};
 use mc_base::domain::measure;
@@ -1503,15 +1503,19 @@ impl Mutation<'_, '_> {
         Ok(())
     }
 
-    /// Advance the reasoning watermark to `newest tag − clear_reasoning_age`;
+    /// Advance the reasoning watermark to `newest tag − clear_reasoning_age`,
+    /// or further to where `keep_reasoning_tokens` runs out (`reasoning`);
     /// pinned messages it passes keep their reasoning. Returns the new watermark.
     fn clear_reasoning(&mut self, old: i64, keep: &mut [bool]) -> Result<Option<i64>> {
         let newest = self.tags.iter().map(|t| t.number).max().unwrap_or(0);
-        let cutoff = newest - i64::from(self.config.clear_reasoning_age);
+        let ages = age_tags(self.tags, self.bindings);
+        let by_age = newest - i64::from(self.config.clear_reasoning_age);
+        let by_budget =
+            reasoning::budget_watermark(self.messages, &ages, self.config.keep_reasoning_tokens);
+        let cutoff = by_age.max(by_budget);
         if cutoff <= old {
             return Ok(None);
         }
-        let ages = age_tags(self.tags, self.bindings);
         for (index, (message, &age)) in self.messages.iter().zip(&ages).enumerate() {
             if age <= old || age > cutoff || keep.get(index).copied().unwrap_or(false) {
                 continue;

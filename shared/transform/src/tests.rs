@@ -403,6 +403,56 @@ fn reasoning_is_cleared_by_age_and_replayed() {
     assert_eq!(bytes(&replay.messages), bytes(&out.messages));
 }
 
+/// The ids of the output's messages that still carry reasoning.
+fn with_reasoning(out: &PassOutput) -> Vec<String> {
+    out.messages
+        .iter()
+        .filter(|m| {
+            m["parts"]
+                .as_array()
+                .is_some_and(|parts| parts.iter().any(|p| p["type"] == "reasoning"))
+        })
+        .map(|m| m["info"]["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn reasoning_beyond_the_token_budget_is_cleared_and_replayed() {
+    let mut store = Store::open_in_memory().unwrap();
+    let config = TransformConfig {
+        clear_reasoning_age: 100_000, // the age rule never reaches
+        keep_reasoning_tokens: 1_600,
+        tool_reclaim: false,
+        ..config()
+    };
+    // Each tool step thinks for 500 tokens: the last turn's two steps (1,000)
+    // and the step before them (1,500) fit the budget, older ones do not.
+    let mut messages = session(6);
+    for m in messages.iter_mut() {
+        if m["parts"][1]["type"] == "reasoning" {
+            m["parts"][1]["text"] = json!("t".repeat(2_000));
+        }
+    }
+    let now = warm_now(&messages);
+    let out = run_pass(&mut store, envelope(&messages, 70, now), &config, now).unwrap();
+    assert_eq!(out.pass.decision, Decision::Execute);
+    assert_eq!(
+        with_reasoning(&out),
+        ["msg_004_s1", "msg_005_s0", "msg_005_s1"]
+    );
+    let replay = run_pass(&mut store, envelope(&messages, 30, now), &config, now).unwrap();
+    assert_eq!(replay.pass.decision, Decision::Defer);
+    assert_eq!(bytes(&replay.messages), bytes(&out.messages));
+    // With the default budget (10,000 tokens) all of it stays.
+    let mut fresh = Store::open_in_memory().unwrap();
+    let roomy = TransformConfig {
+        keep_reasoning_tokens: TransformConfig::default().keep_reasoning_tokens,
+        ..config
+    };
+    let out = run_pass(&mut fresh, envelope(&messages, 70, now), &roomy, now).unwrap();
+    assert_eq!(with_reasoning(&out).len(), 12);
+}
+
 #[test]
 fn mid_turn_execute_is_deferred_then_owed() {
     let mut store = Store::open_in_memory().unwrap();
