@@ -26,6 +26,7 @@ pub mod reduce;
 pub mod render;
 pub mod report;
 pub mod scheduler;
+pub mod smart_drops;
 pub mod state;
 pub mod status;
 pub mod system;
@@ -47,6 +48,9 @@ pub(crate) mod tests;
 
 #[cfg(test)]
 mod tests_head;
+
+#[cfg(test)]
+mod tests_drops;
 
 #[cfg(test)]
 mod historian_tests;

@@ -25,7 +25,7 @@ use super::render::{
 use super::report::{Bust, Decision, PassOutput, PassReport};
 use super::scheduler::{self, Schedule, SchedulerInput};
 use super::state;
-use super::{caveman, emergency, nudge, overflow, reasoning, system, temporal};
+use super::{caveman, emergency, nudge, overflow, reasoning, smart_drops, system, temporal};
 use mc_base::domain::content;
 use mc_base::domain::envelope::{Envelope, ModelInfo, Usage};
 use mc_base::domain::measure;
@@ -37,8 +37,6 @@ use mc_base::domain::tags::{
 
 /// The newest this-many tool tags (any status) are dropped as skeletons; older ones go whole.
 pub const SKELETON_WINDOW: u32 = 20;
-/// The newest this-many `ctx_reduce` results stay, as examples for the agent.
-const CTX_REDUCE_KEEP: usize = 3;
 
 /// Run one pass. `now_ms` is the envelope's clock or the caller's.
 pub fn run_pass(
@@ -606,6 +604,9 @@ fn mutate(
             .collect(),
     };
     mutation.apply_pending()?;
+    if config.smart_drops {
+        mutation.smart_drops()?;
+    }
     if let Some(sample) = mutations.emergency_sample {
         let min_saving = if facts.overflow.is_some() {
             0
@@ -1416,7 +1417,21 @@ impl Mutation<'_, '_> {
         visible: Option<usize>,
         cause: &str,
     ) -> Result<()> {
-        let mode = if kind == TagKind::Tool {
+        self.drop_tag_as(number, kind, visible, cause, None)
+    }
+
+    /// [`Self::drop_tag`] in `mode` when given.
+    fn drop_tag_as(
+        &mut self,
+        number: i64,
+        kind: TagKind,
+        visible: Option<usize>,
+        cause: &str,
+        mode: Option<DropMode>,
+    ) -> Result<()> {
+        let mode = if let Some(mode) = mode {
+            mode
+        } else if kind == TagKind::Tool {
             let floor = tags::newest_tool_floor(self.tx, self.session, SKELETON_WINDOW)?;
             if floor.is_some_and(|f| number >= f) {
                 DropMode::Skeleton
@@ -1584,7 +1599,7 @@ impl Mutation<'_, '_> {
         if let Some(t) = tagged
             .iter()
             .rev()
-            .find(|t| named(t, &|n| n == "todowrite"))
+            .find(|t| named(t, &smart_drops::is_todo))
         {
             exempt.push(t.number);
         }
@@ -1592,11 +1607,50 @@ impl Mutation<'_, '_> {
             tagged
                 .iter()
                 .rev()
-                .filter(|t| named(t, &|n| n == "ctx_reduce" || n.ends_with("_ctx_reduce")))
-                .take(CTX_REDUCE_KEEP)
+                .filter(|t| named(t, &smart_drops::is_ctx_reduce))
+                .take(smart_drops::CTX_REDUCE_KEEP)
                 .map(|t| t.number),
         );
         exempt
+    }
+
+    /// Smart drops: superseded edits become markers, spent control-plane
+    /// outputs go (`smart_drops::select`), inside the same bounds as every
+    /// other drop (protected window, pins, open calls, on the wire).
+    fn smart_drops(&mut self) -> Result<()> {
+        let floor = self.protected_floor()?;
+        let tools = self.visible_tools();
+        let picked = {
+            let calls: Vec<smart_drops::Call<'_>> = tools
+                .iter()
+                .filter_map(|&i| {
+                    let tag = self.tag(i)?;
+                    let part = self.part_at(self.position_of(i)?)?;
+                    Some(smart_drops::Call {
+                        number: tag.number,
+                        tool: tag.tool_name.as_deref()?,
+                        input: part.tool_input(),
+                        droppable: tag.dropped.is_none()
+                            && floor.is_none_or(|f| tag.number < f)
+                            && self.reclaimable(i),
+                    })
+                })
+                .collect();
+            smart_drops::select(&calls)
+        };
+        let index_of: HashMap<i64, usize> = tools
+            .iter()
+            .filter_map(|&i| Some((self.tag(i)?.number, i)))
+            .collect();
+        for (number, choice) in picked {
+            let (cause, mode) = match choice {
+                smart_drops::Choice::Marker => ("edit", Some(DropMode::Marker)),
+                smart_drops::Choice::Drop => ("smart", None),
+            };
+            let index = index_of.get(&number).copied();
+            self.drop_tag_as(number, TagKind::Tool, index, cause, mode)?;
+        }
+        Ok(())
     }
 
     /// The tiered emergency drop, at or above the force band.

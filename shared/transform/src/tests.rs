@@ -747,8 +747,8 @@ fn new_render_rules_bust_once_and_say_so() {
 }
 
 /// What the render rules touch, in one session: tag prefixes, placeholders,
-/// full and skeleton drops, cleared reasoning, gap markers, caveman and the
-/// head. If this fingerprint moves, the bytes a provider
+/// full and skeleton drops (arguments cut at the cap), edit markers, cleared
+/// reasoning, gap markers, caveman and the head. If this fingerprint moves, the bytes a provider
 /// has cached would move under `bust: none`: bump `RENDER_VERSION` and pin
 /// the new fingerprint with it.
 #[test]
@@ -759,9 +759,18 @@ fn render_fingerprint_is_pinned_to_the_version() {
         caveman: true,
         caveman_min_chars: 100,
         clear_reasoning_age: 10,
+        smart_drops: true,
         ..config()
     };
     let mut messages = session(14);
+    // Two edits of one file (the older becomes a marker), and a recent call
+    // with arguments over the cap (its skeleton cuts them).
+    for (index, text) in [(6, "old text of the first edit "), (10, "second edit ")] {
+        messages[index]["parts"][2]["tool"] = json!("edit");
+        messages[index]["parts"][2]["state"]["input"] =
+            json!({"filePath": "src/same.rs", "oldString": text.repeat(4), "newString": "x"});
+    }
+    messages[17]["parts"][2]["state"]["input"]["content"] = json!("long argument ".repeat(200));
     // An old long prose answer for caveman, and a two-hour gap for a marker.
     messages[11]["parts"][1]["text"] =
         json!("The store keeps every tag in one table and the pass reads it once. ".repeat(8));
@@ -797,6 +806,9 @@ fn render_fingerprint_is_pinned_to_the_version() {
     for needle in [
         "[dropped §1§]",
         "[dropped §18§]",
+        "bytes cut]",
+        "[dropped §7§]",
+        "old text of the first edit old text of t…",
         "§12§",
         "<!-- +2h -->",
         "<session-history>",
@@ -814,8 +826,8 @@ fn render_fingerprint_is_pinned_to_the_version() {
     assert_eq!(
         (super::render::RENDER_VERSION, fingerprint.as_str()),
         (
-            1,
-            "363d1e213150b2535d6653b9f70f45bcf488e57d0552855dbe747d9701296505"
+            2,
+            "6ead70badd2c049b57ab1713e8e1467cf4817bddd0cbf19748699da927e6c078"
         ),
         "the rendered bytes changed: bump RENDER_VERSION and pin the new fingerprint"
     );

@@ -142,6 +142,7 @@ macro_rules! snapshot {
         })
     };
 }
+pub(crate) use snapshot;
 
 fn head(out: &PassOutput) -> (String, String) {
     let text = |i: usize| {
