@@ -31,6 +31,7 @@ pub mod state;
 pub mod status;
 pub mod system;
 pub mod temporal;
+pub mod todo;
 
 pub use mc_base::domain::envelope::Envelope;
 pub use overflow::{OverflowAnswer, OverflowRequest};

@@ -25,7 +25,7 @@ use super::render::{
 use super::report::{Bust, Decision, PassOutput, PassReport};
 use super::scheduler::{self, Schedule, SchedulerInput};
 use super::state;
-use super::{caveman, emergency, nudge, overflow, reasoning, smart_drops, system, temporal};
+use super::{caveman, emergency, nudge, overflow, reasoning, smart_drops, system, temporal, todo};
 use mc_base::domain::content;
 use mc_base::domain::envelope::{Envelope, ModelInfo, Usage};
 use mc_base::domain::measure;
@@ -169,6 +169,7 @@ pub fn run_pass_on(
             m1: &h.m1,
         }),
         nudge2: &outcome.nudge2,
+        todo: outcome.todo.as_ref(),
     };
     let fold_boundary = if outcome.bust == Bust::None {
         None
@@ -335,6 +336,8 @@ struct Outcome {
     due: Due,
     /// Channel 2 reminders: the message each follows, and its text.
     nudge2: BTreeMap<String, String>,
+    /// The frozen synthetic todo call, after the head.
+    todo: Option<Message>,
 }
 
 /// Is `ctx_reduce` callable, per the first user message's tool allow-list?
@@ -389,6 +392,9 @@ fn apply(
         cache,
         markers,
     } = observe(tx, key, messages, now_ms)?;
+    if key.harness == todo::HARNESS && !subagent {
+        todo::capture(tx, session.id, messages, now_ms)?;
+    }
     let pass = Pass {
         tx,
         key,
@@ -508,6 +514,7 @@ fn apply(
     )?;
 
     let nudge2 = state::load_reminders(tx, session.id)?;
+    let todo = todo::frozen(tx, session.id)?;
     Ok(Applied::Pass(Box::new(Outcome {
         tags,
         bindings,
@@ -527,6 +534,7 @@ fn apply(
         system: plan.system.or_else(|| key.system.cloned()),
         due,
         nudge2,
+        todo,
     })))
 }
 
@@ -628,6 +636,12 @@ fn mutate(
             mutation.caveman()?;
         }
         session.heuristics_turn_id = facts.turn_id.clone();
+    }
+    if pass.key.harness == todo::HARNESS && !seen.subagent {
+        let on_wire = mutation.newest_todo_on_wire();
+        if todo::refreeze(tx, session.id, pass.key.session_id, messages, on_wire)? {
+            *mutation.visible_change = true;
+        }
     }
     session.tool_reclaim_watermark = session.tag_counter;
     session.deferred_execute_ms = None;
@@ -1612,6 +1626,23 @@ impl Mutation<'_, '_> {
                 .map(|t| t.number),
         );
         exempt
+    }
+
+    /// The input's newest todo call is on the wire, its output intact.
+    fn newest_todo_on_wire(&self) -> bool {
+        let is_todo = |i: usize| {
+            self.tag(i)
+                .and_then(|t| t.tool_name.as_deref())
+                .is_some_and(smart_drops::is_todo)
+        };
+        self.visible_tools()
+            .into_iter()
+            .rev()
+            .find(|&i| is_todo(i))
+            .is_some_and(|i| {
+                self.tag(i).is_some_and(|t| t.dropped.is_none())
+                    && self.position_of(i).is_some_and(|(m, _)| self.on_wire(m))
+            })
     }
 
     /// Smart drops: superseded edits become markers, spent control-plane

@@ -61,6 +61,9 @@ pub struct RenderState<'a> {
     pub head: Option<Head<'a>>,
     /// Channel 2: synthetic reminders, each after the message with its id.
     pub nudge2: &'a BTreeMap<String, String>,
+    /// The synthetic todo call frozen on the last busting pass (`todo`),
+    /// right after the head.
+    pub todo: Option<&'a Message>,
 }
 
 /// The newest tag of each message, carried forward to untagged messages so
@@ -118,6 +121,7 @@ pub fn render(messages: Vec<Message>, state: &RenderState<'_>) -> Vec<Message> {
     let ages = age_tags(state.tags, state.bindings);
     let mut out = Vec::with_capacity(messages.len() + 3);
     out.extend(head_messages(state));
+    out.extend(state.todo.cloned());
     let mut tags = Vec::new();
     for (index, message) in messages.into_iter().enumerate() {
         let input = MessageInput::of(&message, index, &ages, state, tags);
@@ -189,6 +193,7 @@ pub fn render_replaying(
     let ages = age_tags(state.tags, state.bindings);
     let mut slots = Vec::with_capacity(messages.len() + 3);
     slots.extend(head_messages(state).map(Slot::Fresh));
+    slots.extend(state.todo.cloned().map(Slot::Fresh));
     // An id the input carries twice names no one message: neither copy
     // replays, and neither is kept.
     let mut seen = FxHashMap::with_capacity_and_hasher(messages.len(), Default::default());
@@ -605,6 +610,7 @@ mod tests {
                     m1: "m1",
                 }),
                 nudge2: &self.nudge2,
+                todo: None,
             }
         }
     }
