@@ -1840,3 +1840,138 @@ fn the_mc_wrapup_command_folds_the_session_and_says_so() {
         "four turns of a read each, all but two messages: {covered}"
     );
 }
+
+#[test]
+fn an_edited_file_becomes_a_marker_and_a_dropped_todo_list_comes_back_on_the_wire() {
+    let Some((oc, _dir)) = with_mc(Some(
+        r#"{"transform": {"protected_tags": 2, "smart_drops": true}}"#,
+    )) else {
+        return;
+    };
+    oc.provider.set_usage(usage_at(20));
+    let session = oc.new_session();
+    let notes = oc.project.join("notes.md");
+    let path = notes.to_str().unwrap().to_string();
+    let body = format!(
+        "# Notes\n{}",
+        "- an old line of the notes file\n".repeat(30)
+    );
+    let tool = |name: &str, input: serde_json::Value| Reply::Tool {
+        name: name.into(),
+        input,
+    };
+    // The agent writes the file and keeps a todo list, then edits the file twice.
+    oc.provider.push(
+        tool("write", json!({"filePath": path, "content": body})),
+        None,
+    );
+    oc.provider.push(
+        tool(
+            "todowrite",
+            json!({"todos": [
+                {"content": "write the notes", "status": "completed", "priority": "high"},
+                {"content": "edit the notes twice", "status": "in_progress", "priority": "high"}]}),
+        ),
+        None,
+    );
+    oc.prompt(&session, "write the notes and plan the work");
+    oc.provider
+        .push(tool("read", json!({"filePath": path})), None);
+    oc.provider.push(
+        tool(
+            "edit",
+            json!({"filePath": path, "oldString": "# Notes\n- an old line", "newString": "# Notes\n- a new line"}),
+        ),
+        None,
+    );
+    oc.prompt(&session, "edit the notes");
+    oc.provider.push(
+        tool(
+            "edit",
+            json!({"filePath": path, "oldString": "# Notes\n", "newString": "# Notes, edited twice\n"}),
+        ),
+        None,
+    );
+    oc.prompt(&session, "edit them again");
+    assert!(
+        std::fs::read_to_string(&notes)
+            .unwrap()
+            .starts_with("# Notes, edited twice\n- a new line"),
+        "OpenCode ran both edits"
+    );
+    // The agent drops its todo list's output; the answer is over the threshold.
+    let (_, listed) = tool_results(oc.provider.agent_requests().last().unwrap())
+        .into_iter()
+        .find(|(_, t)| t.contains("edit the notes twice"))
+        .expect("the todo list reached the provider");
+    let tag = leading_tag(&listed).expect("the todo output is tagged");
+    oc.provider
+        .push(tool("ctx_reduce", json!({"drop": tag.to_string()})), None);
+    oc.provider
+        .push(Reply::Text("dropped it".into()), Some(usage_at(70)));
+    oc.prompt(&session, "drop the todo output");
+    oc.provider.set_usage(usage_at(30));
+    oc.prompt(&session, "continue");
+    oc.prompt(&session, "and once more");
+
+    let requests = oc.provider.agent_requests();
+    let synthetic = |r: &mc_tests::fake_provider::Recorded| {
+        r.tool_uses()
+            .into_iter()
+            .find(|(id, _, _)| id.starts_with("mc_synthetic_todo_"))
+    };
+    let bust = requests
+        .iter()
+        .position(|r| synthetic(r).is_some())
+        .expect("a busting request carries the synthetic todo call");
+    let request = &requests[bust];
+    // The todo list, back as a call and its result.
+    let (id, name, input) = synthetic(request).unwrap();
+    assert_eq!(name, "todowrite");
+    assert_eq!(input["todos"][1]["content"], "edit the notes twice");
+    let results = tool_results(request);
+    assert!(
+        results
+            .iter()
+            .any(|(call, text)| call == &id && text.contains("edit the notes twice")),
+        "{results:?}"
+    );
+    // The write and the first edit are markers: path kept, a region hint,
+    // the placeholder as the result; the newest edit is whole.
+    let edits: Vec<(String, String, serde_json::Value)> = request
+        .tool_uses()
+        .into_iter()
+        .filter(|(_, name, _)| name == "write" || name == "edit")
+        .collect();
+    assert_eq!(edits.len(), 3, "{edits:?}");
+    let result_of = |id: &str| {
+        results
+            .iter()
+            .find(|(call, _)| call == id)
+            .map(|(_, t)| t.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(edits[0].2["filePath"], json!(path));
+    assert_eq!(
+        edits[0].2["content"],
+        json!(format!("{}…", &body[..40])),
+        "the first 40 characters of what it wrote"
+    );
+    assert!(
+        result_of(&edits[0].0).starts_with("[dropped §"),
+        "{}",
+        result_of(&edits[0].0)
+    );
+    assert_eq!(edits[1].2["filePath"], json!(path));
+    assert!(result_of(&edits[1].0).starts_with("[dropped §"));
+    assert_eq!(edits[2].2["newString"], "# Notes, edited twice\n");
+    assert!(!result_of(&edits[2].0).starts_with("[dropped"));
+    // The next requests defer: the same bytes again, the todo call included.
+    assert!(bust + 1 < requests.len(), "a request after the bust");
+    for pair in requests[bust..].windows(2) {
+        let (before, after) = (cache_key(&pair[0]), cache_key(&pair[1]));
+        for (i, (a, b)) in before.iter().zip(&after).enumerate() {
+            assert_eq!(a, b, "element {i} changed after the busting request");
+        }
+    }
+}

@@ -65,6 +65,11 @@ struct Args {
     /// One more resident run without mc's compaction boundary
     #[arg(long)]
     compare_boundary: bool,
+    /// Each turn the agent also edits one of three notes files (~1 KB of new
+    /// text) and rewrites its todo list: the workload of smart drops and of
+    /// the re-injected todo list
+    #[arg(long)]
+    edits: bool,
 }
 
 /// How the run uses mc.
@@ -111,6 +116,8 @@ struct Run {
     historian: Vec<HistorianRun>,
     /// The historian's prompts the fake provider answered.
     historian_prompts: usize,
+    /// Tags mc dropped, by cause (with mc).
+    drops: Vec<(String, i64)>,
 }
 
 /// One row of `historian_runs`.
@@ -164,6 +171,54 @@ struct Script {
     /// Every this many turns the agent (with mc) first calls ctx_reduce on the
     /// reads it no longer needs: all but the newest `KEEP_READS`.
     reduce_every: Option<usize>,
+    /// Each turn also an edit and a todo list (`--edits`).
+    edits: bool,
+}
+
+/// Notes files the `--edits` workload edits in turn.
+const NOTES: usize = 3;
+
+/// The `--edits` workload's calls of one turn: an edit of
+/// `src/notes_<turn % 3>.md` that inserts ~1 KB before its `END` line, and
+/// a todo list of the last six steps.
+fn edit_and_todo(project: &std::path::Path, turn: usize) -> [Reply; 2] {
+    let file = project.join(format!("src/notes_{}.md", turn % NOTES));
+    let block = format!("- step {turn}: what changed and why, in a line of notes\n").repeat(20);
+    let todos: Vec<serde_json::Value> = (turn.saturating_sub(5)..=turn)
+        .map(|i| {
+            json!({"content": format!("step {i}: read, edit, summarise"),
+                   "status": if i < turn { "completed" } else { "in_progress" },
+                   "priority": "medium"})
+        })
+        .collect();
+    [
+        Reply::Tool {
+            name: "edit".into(),
+            input: json!({"filePath": file, "oldString": "END\n", "newString": format!("{block}END\n")}),
+        },
+        Reply::Tool {
+            name: "todowrite".into(),
+            input: json!({ "todos": todos }),
+        },
+    ]
+}
+
+/// Tags mc dropped in `db`, by cause (`reduce`, `age`, `emergency`, `edit`
+/// for edit markers, `smart` for spent control-plane outputs).
+fn drops_by_cause(db: &std::path::Path) -> Vec<(String, i64)> {
+    let Ok(store) = mc_base::store::Store::open(db, &mc_base::store::StoreOptions::default())
+    else {
+        return Vec::new();
+    };
+    let Ok(mut stmt) = store.conn().prepare(
+        "SELECT coalesce(drop_cause, '-'), count(*) FROM tags WHERE status = 'dropped'
+         GROUP BY 1 ORDER BY 1",
+    ) else {
+        return Vec::new();
+    };
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .map(|rows| rows.filter_map(Result::ok).collect())
+        .unwrap_or_default()
 }
 
 /// Reads a reducing agent keeps.
@@ -190,6 +245,7 @@ fn drive(mode: Mode, script: Script, mc_config: Option<&str>) -> Run {
         file_kb,
         context,
         reduce_every,
+        edits,
     } = script;
     let dir = tempfile::tempdir().expect("a temp folder");
     let log = dir.path().join("hook-ms.log");
@@ -227,6 +283,13 @@ fn drive(mode: Mode, script: Script, mc_config: Option<&str>) -> Run {
             .collect();
         std::fs::write(src.join(format!("module_{i}.rs")), body).expect("write a project file");
     }
+    for k in 0..NOTES {
+        std::fs::write(
+            src.join(format!("notes_{k}.md")),
+            format!("# Notes {k}\nEND\n"),
+        )
+        .expect("write a notes file");
+    }
     oc.provider.auto_usage();
     oc.provider.play_historian("mock-historian");
     let session = oc.new_session();
@@ -254,6 +317,11 @@ fn drive(mode: Mode, script: Script, mc_config: Option<&str>) -> Run {
                 },
                 None,
             );
+        }
+        if edits {
+            for reply in edit_and_todo(&oc.project, turn) {
+                oc.provider.push(reply, None);
+            }
         }
         oc.provider.push(
             Reply::Text(format!("Read two modules for step {turn}; continuing.")),
@@ -300,10 +368,11 @@ fn drive(mode: Mode, script: Script, mc_config: Option<&str>) -> Run {
         );
         serde_json::from_slice(&out.stdout).unwrap_or_default()
     });
-    let historian = if with_mc {
-        historian_runs(&dir.path().join("ctx.db"))
+    let (historian, drops) = if with_mc {
+        let db = dir.path().join("ctx.db");
+        (historian_runs(&db), drops_by_cause(&db))
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
     let historian_prompts = oc
         .provider
@@ -321,6 +390,7 @@ fn drive(mode: Mode, script: Script, mc_config: Option<&str>) -> Run {
         status,
         historian,
         historian_prompts,
+        drops,
     }
 }
 
@@ -428,6 +498,7 @@ fn main() -> ExitCode {
         file_kb,
         context,
         reduce_every,
+        edits: args.edits,
     };
     let without = drive(Mode::Without, script, None);
     let mut one_shot = compare_one_shot.then(|| drive(Mode::OneShot, script, mc_config.as_deref()));
@@ -440,7 +511,12 @@ fn main() -> ExitCode {
     let (keys_without, keys_with) = (keys(&without), keys(&with));
     let (share_without, share_with) = (cache_share(&keys_without), cache_share(&keys_with));
     println!(
-        "bench-opencode: {turns} turns, 2 reads of ~{file_kb} KB per turn, real OpenCode, fake provider"
+        "bench-opencode: {turns} turns, 2 reads of ~{file_kb} KB per turn{}, real OpenCode, fake provider",
+        if args.edits {
+            ", an edit and a todo list"
+        } else {
+            ""
+        }
     );
     println!(
         "  agent requests     without mc {:>6}   with mc {:>6}",
@@ -474,6 +550,27 @@ fn main() -> ExitCode {
         );
     }
     println!("  historian          {}", historian_summary(&with));
+    let mean_bytes = |run: &Run| {
+        run.requests.iter().map(|r| r.raw.len()).sum::<usize>() / run.requests.len().max(1)
+    };
+    println!(
+        "  bytes per request  without mc {:>7}   with mc {:>7} (mean)",
+        mean_bytes(&without),
+        mean_bytes(&with)
+    );
+    let drops: Vec<String> = with
+        .drops
+        .iter()
+        .map(|(cause, n)| format!("{cause} {n}"))
+        .collect();
+    println!(
+        "  drops by cause     {}",
+        if drops.is_empty() {
+            "none".to_string()
+        } else {
+            drops.join(", ")
+        }
+    );
     if let Some(dump) = std::env::var_os("MC_BENCH_DUMP") {
         for (i, r) in with.requests.iter().enumerate() {
             let _ = std::fs::write(

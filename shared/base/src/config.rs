@@ -136,11 +136,16 @@ pub struct TransformConfig {
     pub protected_tags: u32,
     /// Reasoning older than this many tags is cleared (10..=100000, default 50).
     pub clear_reasoning_age: u32,
+    /// Reasoning beyond the newest this many tokens of it is cleared too
+    /// (0..=1000000, default 10000).
+    pub keep_reasoning_tokens: u32,
     /// Tool outputs below this many tokens are not reclaimed by age
     /// (0..=100000, default 250).
     pub tool_reclaim_min_tokens: u32,
     /// Age-based reclaim of old tool outputs on execute passes (default true).
     pub tool_reclaim: bool,
+    /// Edit markers and spent control-plane drops on execute passes (default off).
+    pub smart_drops: bool,
     /// Tiered drop to well under the threshold on busting passes at or above it (default true).
     pub relief_drop: bool,
     /// Gap markers on user messages and dates on compartments (default true).
@@ -305,8 +310,10 @@ impl Default for Config {
                 cache_ttl: CacheTtl::Never,
                 protected_tags: 0,
                 clear_reasoning_age: 0,
+                keep_reasoning_tokens: 0,
                 tool_reclaim_min_tokens: 0,
                 tool_reclaim: false,
+                smart_drops: false,
                 relief_drop: false,
                 temporal_awareness: false,
                 history_budget_percentage: 0.0,

@@ -13,6 +13,9 @@ pub struct Candidate {
 
 /// Drop nothing unless at least this much must go.
 pub const MIN_RECLAIM: u64 = 2_000;
+/// Drop nothing unless the picked tags give back at least this much: a
+/// smaller drop changes cached bytes (a bust) for almost no room.
+pub const MIN_SAVING: u64 = 2_000;
 const RESERVE_SHARE: f64 = 0.20;
 
 /// 1 = keep longest (navigation), 2 = edits and searches, 3 = drop first.
@@ -41,7 +44,9 @@ pub fn reclaim_needed(current: u64, tagged_tokens: u64, ceiling: u64) -> u64 {
 
 /// Pick tags to drop: tier 3 first, then 2, then 1, oldest first inside a
 /// tier, never the newest 20 % of tier 1 or tier 2, until `needed` is covered.
-pub fn plan(candidates: &[Candidate], needed: u64) -> Vec<i64> {
+/// Nothing when all of that together gives back under `min_saving`
+/// ([`MIN_SAVING`], or 0 after an overflow: that request fails anyway).
+pub fn plan(candidates: &[Candidate], needed: u64, min_saving: u64) -> Vec<i64> {
     if needed == 0 {
         return Vec::new();
     }
@@ -66,6 +71,9 @@ pub fn plan(candidates: &[Candidate], needed: u64) -> Vec<i64> {
             picked.push(c.number);
             reclaimed += c.reclaim;
         }
+    }
+    if reclaimed < min_saving {
+        return Vec::new();
     }
     picked.sort_unstable();
     picked
@@ -119,12 +127,27 @@ mod tests {
             c(7, "bash", 1000),
             c(8, "bash", 1000),
         ];
-        assert_eq!(plan(&candidates, 1500), vec![7, 8]);
+        assert_eq!(plan(&candidates, 1500, MIN_SAVING), vec![7, 8]);
         // Tier 2 has one tag: its 20 % reserve (rounded up) keeps it, so reads go next.
-        assert_eq!(plan(&candidates, 2500), vec![1, 7, 8]);
-        assert_eq!(plan(&candidates, 3500), vec![1, 2, 7, 8]);
+        assert_eq!(plan(&candidates, 2500, MIN_SAVING), vec![1, 7, 8]);
+        assert_eq!(plan(&candidates, 3500, MIN_SAVING), vec![1, 2, 7, 8]);
         // Everything needed: the newest read (20 % of 5) and the lone grep stay.
-        assert_eq!(plan(&candidates, 100_000), vec![1, 2, 3, 4, 7, 8]);
-        assert!(plan(&candidates, 0).is_empty());
+        assert_eq!(
+            plan(&candidates, 100_000, MIN_SAVING),
+            vec![1, 2, 3, 4, 7, 8]
+        );
+        assert!(plan(&candidates, 0, MIN_SAVING).is_empty());
+    }
+
+    #[test]
+    fn a_drop_that_would_give_back_under_the_minimum_is_skipped() {
+        // 5,000 tokens are needed, but the droppable outputs hold 1,900.
+        let small = vec![c(1, "bash", 900), c(2, "bash", 600), c(3, "bash", 400)];
+        assert!(plan(&small, 5_000, MIN_SAVING).is_empty());
+        // At the minimum exactly, the drop goes ahead.
+        let enough = vec![c(1, "bash", 1_000), c(2, "bash", 1_000)];
+        assert_eq!(plan(&enough, 5_000, MIN_SAVING), vec![1, 2]);
+        // After an overflow any saving counts.
+        assert_eq!(plan(&small, 5_000, 0), vec![1, 2, 3]);
     }
 }

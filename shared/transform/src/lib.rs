@@ -21,16 +21,19 @@ pub mod incremental;
 pub mod nudge;
 pub mod overflow;
 pub mod pass;
+pub mod reasoning;
 pub mod recount;
 pub mod reduce;
 pub mod render;
 pub mod report;
 pub mod responses_pass;
 pub mod scheduler;
+pub mod smart_drops;
 pub mod state;
 pub mod status;
 pub mod system;
 pub mod temporal;
+pub mod todo;
 
 pub use mc_base::domain::envelope::Envelope;
 pub use overflow::{OverflowAnswer, OverflowRequest};
@@ -48,6 +51,9 @@ pub(crate) mod tests;
 
 #[cfg(test)]
 mod tests_head;
+
+#[cfg(test)]
+mod tests_drops;
 
 #[cfg(test)]
 mod historian_tests;

@@ -25,7 +25,7 @@ use super::render::{
 use super::report::{Bust, Decision, PassOutput, PassReport};
 use super::scheduler::{self, Schedule, SchedulerInput};
 use super::state;
-use super::{caveman, emergency, nudge, overflow, system, temporal};
+use super::{caveman, emergency, nudge, overflow, reasoning, smart_drops, system, temporal, todo};
 use mc_base::domain::content;
 use mc_base::domain::envelope::{Envelope, ModelInfo, Usage};
 use mc_base::domain::measure;
@@ -37,8 +37,6 @@ use mc_base::domain::tags::{
 
 /// The newest this-many tool tags (any status) are dropped as skeletons; older ones go whole.
 pub const SKELETON_WINDOW: u32 = 20;
-/// The newest this-many `ctx_reduce` results stay, as examples for the agent.
-const CTX_REDUCE_KEEP: usize = 3;
 
 /// Run one pass. `now_ms` is the envelope's clock or the caller's.
 pub fn run_pass(
@@ -171,6 +169,7 @@ pub fn run_pass_on(
             m1: &h.m1,
         }),
         nudge2: &outcome.nudge2,
+        todo: outcome.todo.as_ref(),
     };
     let fold_boundary = if outcome.bust == Bust::None {
         None
@@ -337,6 +336,8 @@ struct Outcome {
     due: Due,
     /// Channel 2 reminders: the message each follows, and its text.
     nudge2: BTreeMap<String, String>,
+    /// The frozen synthetic todo call, after the head.
+    todo: Option<Message>,
 }
 
 /// Is `ctx_reduce` callable, per the first user message's tool allow-list?
@@ -391,6 +392,9 @@ fn apply(
         cache,
         markers,
     } = observe(tx, key, messages, now_ms)?;
+    if key.harness == todo::HARNESS && !subagent {
+        todo::capture(tx, session.id, messages, now_ms)?;
+    }
     let pass = Pass {
         tx,
         key,
@@ -510,6 +514,7 @@ fn apply(
     )?;
 
     let nudge2 = state::load_reminders(tx, session.id)?;
+    let todo = todo::frozen(tx, session.id)?;
     Ok(Applied::Pass(Box::new(Outcome {
         tags,
         bindings,
@@ -529,6 +534,7 @@ fn apply(
         system: plan.system.or_else(|| key.system.cloned()),
         due,
         nudge2,
+        todo,
     })))
 }
 
@@ -606,8 +612,16 @@ fn mutate(
             .collect(),
     };
     mutation.apply_pending()?;
+    if config.smart_drops {
+        mutation.smart_drops()?;
+    }
     if let Some(sample) = mutations.emergency_sample {
-        mutation.emergency_drop(facts.prompt_tokens, facts.ceiling)?;
+        let min_saving = if facts.overflow.is_some() {
+            0
+        } else {
+            emergency::MIN_SAVING
+        };
+        mutation.emergency_drop(facts.prompt_tokens, facts.ceiling, min_saving)?;
         session.last_emergency_sample = Some(sample);
     }
     if mutations.heuristics {
@@ -622,6 +636,12 @@ fn mutate(
             mutation.caveman()?;
         }
         session.heuristics_turn_id = facts.turn_id.clone();
+    }
+    if pass.key.harness == todo::HARNESS && !seen.subagent {
+        let on_wire = mutation.newest_todo_on_wire();
+        if todo::refreeze(tx, session.id, pass.key.session_id, messages, on_wire)? {
+            *mutation.visible_change = true;
+        }
     }
     session.tool_reclaim_watermark = session.tag_counter;
     session.deferred_execute_ms = None;
@@ -1421,7 +1441,21 @@ impl Mutation<'_, '_> {
         visible: Option<usize>,
         cause: &str,
     ) -> Result<()> {
-        let mode = if kind == TagKind::Tool {
+        self.drop_tag_as(number, kind, visible, cause, None)
+    }
+
+    /// [`Self::drop_tag`] in `mode` when given.
+    fn drop_tag_as(
+        &mut self,
+        number: i64,
+        kind: TagKind,
+        visible: Option<usize>,
+        cause: &str,
+        mode: Option<DropMode>,
+    ) -> Result<()> {
+        let mode = if let Some(mode) = mode {
+            mode
+        } else if kind == TagKind::Tool {
             let floor = tags::newest_tool_floor(self.tx, self.session, SKELETON_WINDOW)?;
             if floor.is_some_and(|f| number >= f) {
                 DropMode::Skeleton
@@ -1508,15 +1542,19 @@ impl Mutation<'_, '_> {
         Ok(())
     }
 
-    /// Advance the reasoning watermark to `newest tag − clear_reasoning_age`;
+    /// Advance the reasoning watermark to `newest tag − clear_reasoning_age`,
+    /// or further to where `keep_reasoning_tokens` runs out (`reasoning`);
     /// pinned messages it passes keep their reasoning. Returns the new watermark.
     fn clear_reasoning(&mut self, old: i64, keep: &mut [bool]) -> Result<Option<i64>> {
         let newest = self.tags.iter().map(|t| t.number).max().unwrap_or(0);
-        let cutoff = newest - i64::from(self.config.clear_reasoning_age);
+        let ages = age_tags(self.tags, self.bindings);
+        let by_age = newest - i64::from(self.config.clear_reasoning_age);
+        let by_budget =
+            reasoning::budget_watermark(self.messages, &ages, self.config.keep_reasoning_tokens);
+        let cutoff = by_age.max(by_budget);
         if cutoff <= old {
             return Ok(None);
         }
-        let ages = age_tags(self.tags, self.bindings);
         for (index, (message, &age)) in self.messages.iter().zip(&ages).enumerate() {
             if age <= old || age > cutoff || keep.get(index).copied().unwrap_or(false) {
                 continue;
@@ -1585,7 +1623,7 @@ impl Mutation<'_, '_> {
         if let Some(t) = tagged
             .iter()
             .rev()
-            .find(|t| named(t, &|n| n == "todowrite"))
+            .find(|t| named(t, &smart_drops::is_todo))
         {
             exempt.push(t.number);
         }
@@ -1593,15 +1631,71 @@ impl Mutation<'_, '_> {
             tagged
                 .iter()
                 .rev()
-                .filter(|t| named(t, &|n| n == "ctx_reduce" || n.ends_with("_ctx_reduce")))
-                .take(CTX_REDUCE_KEEP)
+                .filter(|t| named(t, &smart_drops::is_ctx_reduce))
+                .take(smart_drops::CTX_REDUCE_KEEP)
                 .map(|t| t.number),
         );
         exempt
     }
 
+    /// The input's newest todo call is on the wire, its output intact.
+    fn newest_todo_on_wire(&self) -> bool {
+        let is_todo = |i: usize| {
+            self.tag(i)
+                .and_then(|t| t.tool_name.as_deref())
+                .is_some_and(smart_drops::is_todo)
+        };
+        self.visible_tools()
+            .into_iter()
+            .rev()
+            .find(|&i| is_todo(i))
+            .is_some_and(|i| {
+                self.tag(i).is_some_and(|t| t.dropped.is_none())
+                    && self.position_of(i).is_some_and(|(m, _)| self.on_wire(m))
+            })
+    }
+
+    /// Smart drops: superseded edits become markers, spent control-plane
+    /// outputs go (`smart_drops::select`), inside the same bounds as every
+    /// other drop (protected window, pins, open calls, on the wire).
+    fn smart_drops(&mut self) -> Result<()> {
+        let floor = self.protected_floor()?;
+        let tools = self.visible_tools();
+        let picked = {
+            let calls: Vec<smart_drops::Call<'_>> = tools
+                .iter()
+                .filter_map(|&i| {
+                    let tag = self.tag(i)?;
+                    let part = self.part_at(self.position_of(i)?)?;
+                    Some(smart_drops::Call {
+                        number: tag.number,
+                        tool: tag.tool_name.as_deref()?,
+                        input: part.tool_input(),
+                        droppable: tag.dropped.is_none()
+                            && floor.is_none_or(|f| tag.number < f)
+                            && self.reclaimable(i),
+                    })
+                })
+                .collect();
+            smart_drops::select(&calls)
+        };
+        let index_of: HashMap<i64, usize> = tools
+            .iter()
+            .filter_map(|&i| Some((self.tag(i)?.number, i)))
+            .collect();
+        for (number, choice) in picked {
+            let (cause, mode) = match choice {
+                smart_drops::Choice::Marker => ("edit", Some(DropMode::Marker)),
+                smart_drops::Choice::Drop => ("smart", None),
+            };
+            let index = index_of.get(&number).copied();
+            self.drop_tag_as(number, TagKind::Tool, index, cause, mode)?;
+        }
+        Ok(())
+    }
+
     /// The tiered emergency drop, at or above the force band.
-    fn emergency_drop(&mut self, current: u64, ceiling: u64) -> Result<()> {
+    fn emergency_drop(&mut self, current: u64, ceiling: u64, min_saving: u64) -> Result<()> {
         if ceiling == 0 {
             return Ok(());
         }
@@ -1639,7 +1733,7 @@ impl Mutation<'_, '_> {
             .iter()
             .filter_map(|&i| Some((self.tag(i)?.number, i)))
             .collect();
-        for number in emergency::plan(&candidates, needed) {
+        for number in emergency::plan(&candidates, needed, min_saving) {
             self.drop_tag(
                 number,
                 TagKind::Tool,

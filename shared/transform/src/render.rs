@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use mc_base::codec::{Message, Part, PartKind, Role};
 
-use super::caveman;
+use super::{caveman, smart_drops};
 use mc_base::domain::notation::{placeholder, prefixed, strip_leading_tags};
 use mc_base::domain::tags::{DropMode, TagKind, TagRow};
 
@@ -21,12 +21,16 @@ use mc_base::domain::tags::{DropMode, TagKind, TagRow};
 /// pass then busts once, declared (`materialize_reason: render_version`),
 /// instead of changing cached bytes under a report that says `bust: none`.
 /// `render_fingerprint_is_pinned_to_the_version` fails until it is bumped.
-pub const RENDER_VERSION: i64 = 1;
+pub const RENDER_VERSION: i64 = 2;
 
-/// Tool inputs whose JSON is longer than this are clamped in a skeleton.
-const SKELETON_INPUT_LIMIT: usize = 500;
-/// Characters of a string input value a skeleton keeps.
-const SKELETON_KEEP_CHARS: usize = 5;
+/// A dropped call keeps its real arguments up to this many bytes of JSON
+/// (models copied placeholder arguments into new calls); longer ones are
+/// cut, longest text first, each cut marked `…[N bytes cut]`.
+pub const ARGUMENTS_CAP: usize = 1024;
+/// A text is never cut below this many bytes.
+const CUT_FLOOR: usize = 32;
+/// Room for the cut marker, `…[N bytes cut]`.
+const CUT_MARK_ROOM: usize = 24;
 
 /// Per message, per part: the index into the tag list of the part's tag.
 pub type Bindings = Vec<Vec<Option<usize>>>;
@@ -57,6 +61,9 @@ pub struct RenderState<'a> {
     pub head: Option<Head<'a>>,
     /// Channel 2: synthetic reminders, each after the message with its id.
     pub nudge2: &'a BTreeMap<String, String>,
+    /// The synthetic todo call frozen on the last busting pass (`todo`),
+    /// right after the head.
+    pub todo: Option<&'a Message>,
 }
 
 /// The newest tag of each message, carried forward to untagged messages so
@@ -114,6 +121,7 @@ pub fn render(messages: Vec<Message>, state: &RenderState<'_>) -> Vec<Message> {
     let ages = age_tags(state.tags, state.bindings);
     let mut out = Vec::with_capacity(messages.len() + 3);
     out.extend(head_messages(state));
+    out.extend(state.todo.cloned());
     let mut tags = Vec::new();
     for (index, message) in messages.into_iter().enumerate() {
         let input = MessageInput::of(&message, index, &ages, state, tags);
@@ -185,6 +193,7 @@ pub fn render_replaying(
     let ages = age_tags(state.tags, state.bindings);
     let mut slots = Vec::with_capacity(messages.len() + 3);
     slots.extend(head_messages(state).map(Slot::Fresh));
+    slots.extend(state.todo.cloned().map(Slot::Fresh));
     // An id the input carries twice names no one message: neither copy
     // replays, and neither is kept.
     let mut seen = FxHashMap::with_capacity_and_hasher(messages.len(), Default::default());
@@ -368,6 +377,7 @@ impl<'s> MessageInput<'s> {
                             None => 0,
                             Some(DropMode::Full) => 1,
                             Some(DropMode::Skeleton) => 2,
+                            Some(DropMode::Marker) => 3,
                         });
                         bytes.push(tag.caveman_depth);
                         text(bytes, tag.nudge);
@@ -406,6 +416,7 @@ fn render_message(
                     continue;
                 }
                 (Some(DropMode::Skeleton), TagKind::Tool) => skeleton(&mut part, tag.number),
+                (Some(DropMode::Marker), TagKind::Tool) => edit_marker(&mut part, tag.number),
                 (Some(_), TagKind::Message) => {
                     part.set_text(placeholder(tag.number));
                     marker = None;
@@ -466,26 +477,85 @@ fn render_message(
 fn skeleton(part: &mut Part, number: i64) {
     part.set_tool_output(placeholder(number));
     if let Some(input) = part.tool_input_mut() {
-        let long = serde_json::to_string(input).map_or(0, |s| s.len()) > SKELETON_INPUT_LIMIT;
-        if long && let Value::Object(map) = input {
-            for value in map.values_mut() {
-                clamp_value(value);
-            }
-        }
+        cap_arguments(input);
     }
 }
 
-fn clamp_value(value: &mut Value) {
-    let clamped = match value {
-        Value::String(s) if s.chars().count() > SKELETON_KEEP_CHARS => {
-            let head: String = s.chars().take(SKELETON_KEEP_CHARS).collect();
-            format!("{head}...[truncated]")
+/// An edit superseded by a later one: its path and a hint of the region
+/// (`smart_drops::marker_input`), the placeholder as its output.
+fn edit_marker(part: &mut Part, number: i64) {
+    part.set_tool_output(placeholder(number));
+    let tool = part.tool_name().unwrap_or_default().to_string();
+    if let Some(input) = part.tool_input_mut() {
+        *input = smart_drops::marker_input(&tool, input);
+        cap_arguments(input);
+    }
+}
+
+fn json_len(value: &Value) -> usize {
+    serde_json::to_string(value).map_or(0, |s| s.len())
+}
+
+/// The byte length of the longest text in `value`.
+fn longest_text(value: &Value) -> usize {
+    match value {
+        Value::String(s) => s.len(),
+        Value::Array(items) => items.iter().map(longest_text).max().unwrap_or(0),
+        Value::Object(map) => map.values().map(longest_text).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Cut the first text of `len` bytes (in document order) to `keep` bytes
+/// (at a character boundary) and mark the cut. Whether one was found.
+fn cut_first(value: &mut Value, len: usize, keep: usize) -> bool {
+    match value {
+        Value::String(s) if s.len() == len => {
+            let mut at = keep.min(s.len());
+            while !s.is_char_boundary(at) {
+                at -= 1;
+            }
+            let cut = s.len() - at;
+            *s = format!("{}…[{cut} bytes cut]", s.get(..at).unwrap_or_default());
+            true
         }
-        Value::Array(items) => format!("[{} items]", items.len()),
-        Value::Object(_) => "[object]".to_string(),
-        _ => return,
-    };
-    *value = Value::String(clamped);
+        Value::Array(items) => items.iter_mut().any(|v| cut_first(v, len, keep)),
+        Value::Object(map) => map.values_mut().any(|v| cut_first(v, len, keep)),
+        _ => false,
+    }
+}
+
+/// Keep a dropped call's arguments whole up to [`ARGUMENTS_CAP`] bytes of
+/// JSON; past it, cut the longest texts first, and if many small values
+/// still exceed it, name nested lists and objects by their size. A pure
+/// function of the arguments.
+fn cap_arguments(input: &mut Value) {
+    loop {
+        let size = json_len(input);
+        if size <= ARGUMENTS_CAP {
+            return;
+        }
+        let longest = longest_text(input);
+        if longest <= CUT_FLOOR + CUT_MARK_ROOM {
+            break;
+        }
+        let keep = longest
+            .saturating_sub(size - ARGUMENTS_CAP + CUT_MARK_ROOM)
+            .max(CUT_FLOOR);
+        if !cut_first(input, longest, keep) {
+            break;
+        }
+    }
+    if let Value::Object(map) = input {
+        for value in map.values_mut() {
+            let named = match value {
+                Value::Array(items) => format!("[{} items]", items.len()),
+                Value::Object(_) => "[object]".to_string(),
+                _ => continue,
+            };
+            *value = Value::String(named);
+        }
+    }
 }
 
 /// A dropped file becomes a text part carrying the placeholder; its ids stay.
@@ -540,6 +610,7 @@ mod tests {
                     m1: "m1",
                 }),
                 nudge2: &self.nudge2,
+                todo: None,
             }
         }
     }
@@ -726,29 +797,70 @@ mod tests {
     }
 
     #[test]
-    fn skeleton_clamps_only_long_inputs() {
-        let mut short = Part::decode(json!({"type": "tool", "state": {"status": "completed",
-            "input": {"filePath": "src/lib.rs"}, "output": "x"}}))
-        .unwrap();
+    fn a_skeleton_keeps_real_arguments_up_to_the_cap_and_cuts_the_longest_first() {
+        let tool = |input: Value| {
+            Part::decode(
+                json!({"type": "tool", "tool": "bash", "state": {"status": "completed",
+                "input": input, "output": "x"}}),
+            )
+            .unwrap()
+        };
+        // Under the cap: the real arguments, whole.
+        let body = "y".repeat(900);
+        let input = json!({"filePath": "src/lib.rs", "command": body, "n": 3});
+        let mut short = tool(input.clone());
         skeleton(&mut short, 4);
         assert_eq!(short.tool_output(), Some("[dropped §4§]"));
-        assert_eq!(short.tool_input(), Some(&json!({"filePath": "src/lib.rs"})));
+        assert_eq!(short.tool_input(), Some(&input));
 
-        let body = "y".repeat(600);
-        let mut long = Part::decode(json!({"type": "tool", "state": {"status": "completed",
-            "input": {"filePath": "src/lib.rs", "content": body, "n": 3, "list": [1, 2], "o": {"a": 1}},
-            "output": "x"}})).unwrap();
-        skeleton(&mut long, 5);
-        assert_eq!(
-            long.tool_input(),
-            Some(
-                &json!({"filePath": "src/l...[truncated]", "content": "yyyyy...[truncated]",
-                         "n": 3, "list": "[2 items]", "o": "[object]"})
-            )
+        // Over it: the longest text is cut to fit, marked; the rest stays.
+        let mut long = tool(
+            json!({"filePath": "src/lib.rs", "command": "y".repeat(3000),
+                                   "note": "z".repeat(200), "list": [1, 2]}),
         );
-        // Idempotent: clamping a clamped input changes nothing.
-        let before = long.tool_input().cloned();
         skeleton(&mut long, 5);
-        assert_eq!(long.tool_input().cloned(), before);
+        let cut = long.tool_input().unwrap();
+        assert!(json_len(cut) <= ARGUMENTS_CAP, "{}", json_len(cut));
+        assert_eq!(cut["filePath"], "src/lib.rs");
+        assert_eq!(cut["note"], json!("z".repeat(200)));
+        assert_eq!(cut["list"], json!([1, 2]));
+        let command = cut["command"].as_str().unwrap();
+        assert!(command.starts_with("yyyy"), "{command}");
+        assert!(command.ends_with(" bytes cut]"), "{command}");
+        // The same input gives the same bytes (a replay), and multibyte text
+        // is cut at a character boundary.
+        let mut again = tool(
+            json!({"filePath": "src/lib.rs", "command": "y".repeat(3000),
+                                    "note": "z".repeat(200), "list": [1, 2]}),
+        );
+        skeleton(&mut again, 5);
+        assert_eq!(again.tool_input(), long.tool_input());
+        let mut wide = tool(json!({"text": "é".repeat(2000)}));
+        skeleton(&mut wide, 6);
+        assert!(json_len(wide.tool_input().unwrap()) <= ARGUMENTS_CAP);
+
+        // Many small values: lists and objects are named by their size.
+        let many: Vec<u32> = (0..600).collect();
+        let mut numbers = tool(json!({"ids": many, "o": {"a": 1}, "k": "v"}));
+        skeleton(&mut numbers, 7);
+        assert_eq!(
+            numbers.tool_input(),
+            Some(&json!({"ids": "[600 items]", "o": "[object]", "k": "v"}))
+        );
+    }
+
+    #[test]
+    fn an_edit_marker_keeps_the_path_and_a_region_hint() {
+        let mut part = Part::decode(json!({"type": "tool", "tool": "edit", "state": {
+            "status": "completed", "output": "Edit applied successfully.",
+            "input": {"filePath": "src/lib.rs", "oldString": "a".repeat(500), "newString": "b"}}}))
+        .unwrap();
+        edit_marker(&mut part, 9);
+        assert_eq!(part.tool_output(), Some("[dropped §9§]"));
+        assert_eq!(
+            part.tool_input(),
+            Some(&json!({"filePath": "src/lib.rs",
+                         "oldString": format!("{}…", "a".repeat(40)), "newString": "b"}))
+        );
     }
 }

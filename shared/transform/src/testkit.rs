@@ -20,6 +20,12 @@ pub fn user(id: &str, text: &str, at: i64) -> Value {
 }
 
 pub fn tool_step(id: &str, call: &str, tool: &str, output: &str, at: i64) -> Value {
+    let input = json!({"filePath": format!("src/{call}.rs")});
+    call_step(id, call, tool, &input, output, at)
+}
+
+/// A tool step calling `tool` with `input`.
+pub fn call_step(id: &str, call: &str, tool: &str, input: &Value, output: &str, at: i64) -> Value {
     json!({
         "info": {"id": id, "sessionID": SESSION, "role": "assistant", "finish": "tool-calls",
                  "time": {"created": at, "completed": at + 500}, "providerID": "anthropic", "modelID": "m"},
@@ -27,7 +33,7 @@ pub fn tool_step(id: &str, call: &str, tool: &str, output: &str, at: i64) -> Val
             {"id": format!("{id}_a"), "type": "step-start"},
             {"id": format!("{id}_r"), "type": "reasoning", "text": format!("thinking about {call}")},
             {"id": format!("{id}_b"), "type": "tool", "callID": call, "tool": tool,
-             "state": {"status": "completed", "input": {"filePath": format!("src/{call}.rs")},
+             "state": {"status": "completed", "input": input,
                        "output": output, "title": call, "metadata": {}, "time": {"start": at, "end": at + 100}}},
             {"id": format!("{id}_c"), "type": "step-finish", "reason": "tool-calls"}
         ]
@@ -65,6 +71,59 @@ pub fn session(turns: usize) -> Vec<Value> {
                 at + 1000 + s as i64 * 1000,
             ));
         }
+        out.push(answer(
+            &format!("msg_{t:03}_z"),
+            &format!("done with {t}"),
+            at + 5000,
+        ));
+    }
+    out
+}
+
+/// A session of `turns` turns that edits two files in turn and keeps a
+/// todo list, each turn: user, an `edit` of `src/f<t % 2>.rs` (~1.2 KB of
+/// old and new text), a `todowrite` of the list so far, a `read`, an answer.
+pub fn editing_session(turns: usize) -> Vec<Value> {
+    let mut out = Vec::new();
+    for t in 0..turns {
+        let at = T0 + t as i64 * 60_000;
+        out.push(user(
+            &format!("msg_{t:03}_u"),
+            &format!("please do step {t}"),
+            at,
+        ));
+        let file = format!("src/f{}.rs", t % 2);
+        let edit = json!({"filePath": file,
+            "oldString": format!("fn step_{t}() {{ old(); }}\n").repeat(24),
+            "newString": format!("fn step_{t}() {{ new(); }}\n").repeat(24)});
+        out.push(call_step(
+            &format!("msg_{t:03}_e"),
+            &format!("edit_{t}"),
+            "edit",
+            &edit,
+            "Edit applied successfully.",
+            at + 1000,
+        ));
+        let todos: Vec<Value> = (0..=t)
+            .map(|i| json!({"content": format!("step {i}"), "status": if i < t { "completed" } else { "in_progress" }, "priority": "medium"}))
+            .collect();
+        let todo_input = json!({"todos": todos});
+        out.push(call_step(
+            &format!("msg_{t:03}_t"),
+            &format!("todo_{t}"),
+            "todowrite",
+            &todo_input,
+            &serde_json::to_string_pretty(&todos).unwrap(),
+            at + 2000,
+        ));
+        let body = format!("line {t}: fn example() {{ return {t}; }}\n").repeat(40);
+        out.push(tool_step(
+            &format!("msg_{t:03}_r"),
+            &format!("read_{t}"),
+            "read",
+            &body,
+            at + 3000,
+        ));
         out.push(answer(
             &format!("msg_{t:03}_z"),
             &format!("done with {t}"),

@@ -403,6 +403,56 @@ fn reasoning_is_cleared_by_age_and_replayed() {
     assert_eq!(bytes(&replay.messages), bytes(&out.messages));
 }
 
+/// The ids of the output's messages that still carry reasoning.
+fn with_reasoning(out: &PassOutput) -> Vec<String> {
+    out.messages
+        .iter()
+        .filter(|m| {
+            m["parts"]
+                .as_array()
+                .is_some_and(|parts| parts.iter().any(|p| p["type"] == "reasoning"))
+        })
+        .map(|m| m["info"]["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn reasoning_beyond_the_token_budget_is_cleared_and_replayed() {
+    let mut store = Store::open_in_memory().unwrap();
+    let config = TransformConfig {
+        clear_reasoning_age: 100_000, // the age rule never reaches
+        keep_reasoning_tokens: 1_600,
+        tool_reclaim: false,
+        ..config()
+    };
+    // Each tool step thinks for 500 tokens: the last turn's two steps (1,000)
+    // and the step before them (1,500) fit the budget, older ones do not.
+    let mut messages = session(6);
+    for m in messages.iter_mut() {
+        if m["parts"][1]["type"] == "reasoning" {
+            m["parts"][1]["text"] = json!("t".repeat(2_000));
+        }
+    }
+    let now = warm_now(&messages);
+    let out = run_pass(&mut store, envelope(&messages, 70, now), &config, now).unwrap();
+    assert_eq!(out.pass.decision, Decision::Execute);
+    assert_eq!(
+        with_reasoning(&out),
+        ["msg_004_s1", "msg_005_s0", "msg_005_s1"]
+    );
+    let replay = run_pass(&mut store, envelope(&messages, 30, now), &config, now).unwrap();
+    assert_eq!(replay.pass.decision, Decision::Defer);
+    assert_eq!(bytes(&replay.messages), bytes(&out.messages));
+    // With the default budget (10,000 tokens) all of it stays.
+    let mut fresh = Store::open_in_memory().unwrap();
+    let roomy = TransformConfig {
+        keep_reasoning_tokens: TransformConfig::default().keep_reasoning_tokens,
+        ..config
+    };
+    let out = run_pass(&mut fresh, envelope(&messages, 70, now), &roomy, now).unwrap();
+    assert_eq!(with_reasoning(&out).len(), 12);
+}
+
 #[test]
 fn mid_turn_execute_is_deferred_then_owed() {
     let mut store = Store::open_in_memory().unwrap();
@@ -571,7 +621,7 @@ fn recount_replaces_estimates_with_exact_counts_once() {
 #[test]
 fn the_emergency_band_executes_mid_turn_and_warns() {
     let mut store = Store::open_in_memory().unwrap();
-    let mut messages = session(8);
+    let mut messages = session(12);
     messages.pop(); // mid-turn
     start(&mut store, &messages);
     queue(&mut store, &[2]);
@@ -597,6 +647,29 @@ fn the_emergency_band_executes_mid_turn_and_warns() {
         (Decision::Execute, "force_band")
     );
     assert!(forced.pass.warnings.is_empty());
+}
+
+#[test]
+fn an_emergency_drop_that_would_give_back_under_2k_tokens_is_skipped() {
+    let mut store = Store::open_in_memory().unwrap();
+    // Twenty tool outputs of ~50 tokens each: all of them together are
+    // about 1,000 tokens, under the minimum saving.
+    let mut messages = session(10);
+    for m in messages.iter_mut() {
+        if m["parts"][2]["type"] == "tool" {
+            m["parts"][2]["state"]["output"] = json!("short output line ".repeat(10));
+        }
+    }
+    start(&mut store, &messages);
+    let before = defer(&mut store, &messages);
+    let out = pass(&mut store, &messages, 96, warm_now(&messages));
+    assert_eq!(
+        (out.pass.decision, out.pass.reason),
+        (Decision::Execute, "emergency")
+    );
+    assert!(out.pass.dropped.is_empty(), "{:?}", out.pass.dropped);
+    assert_eq!(out.pass.bust, Bust::None, "nothing changed, nothing busted");
+    assert_eq!(bytes(&out.messages), bytes(&before.messages));
 }
 
 #[test]
@@ -674,8 +747,8 @@ fn new_render_rules_bust_once_and_say_so() {
 }
 
 /// What the render rules touch, in one session: tag prefixes, placeholders,
-/// full and skeleton drops, cleared reasoning, gap markers, caveman and the
-/// head. If this fingerprint moves, the bytes a provider
+/// full and skeleton drops (arguments cut at the cap), edit markers, cleared
+/// reasoning, gap markers, caveman and the head. If this fingerprint moves, the bytes a provider
 /// has cached would move under `bust: none`: bump `RENDER_VERSION` and pin
 /// the new fingerprint with it.
 #[test]
@@ -686,9 +759,18 @@ fn render_fingerprint_is_pinned_to_the_version() {
         caveman: true,
         caveman_min_chars: 100,
         clear_reasoning_age: 10,
+        smart_drops: true,
         ..config()
     };
     let mut messages = session(14);
+    // Two edits of one file (the older becomes a marker), and a recent call
+    // with arguments over the cap (its skeleton cuts them).
+    for (index, text) in [(6, "old text of the first edit "), (10, "second edit ")] {
+        messages[index]["parts"][2]["tool"] = json!("edit");
+        messages[index]["parts"][2]["state"]["input"] =
+            json!({"filePath": "src/same.rs", "oldString": text.repeat(4), "newString": "x"});
+    }
+    messages[17]["parts"][2]["state"]["input"]["content"] = json!("long argument ".repeat(200));
     // An old long prose answer for caveman, and a two-hour gap for a marker.
     messages[11]["parts"][1]["text"] =
         json!("The store keeps every tag in one table and the pass reads it once. ".repeat(8));
@@ -724,6 +806,9 @@ fn render_fingerprint_is_pinned_to_the_version() {
     for needle in [
         "[dropped §1§]",
         "[dropped §18§]",
+        "bytes cut]",
+        "[dropped §7§]",
+        "old text of the first edit old text of t…",
         "§12§",
         "<!-- +2h -->",
         "<session-history>",
@@ -741,8 +826,8 @@ fn render_fingerprint_is_pinned_to_the_version() {
     assert_eq!(
         (super::render::RENDER_VERSION, fingerprint.as_str()),
         (
-            1,
-            "363d1e213150b2535d6653b9f70f45bcf488e57d0552855dbe747d9701296505"
+            2,
+            "6ead70badd2c049b57ab1713e8e1467cf4817bddd0cbf19748699da927e6c078"
         ),
         "the rendered bytes changed: bump RENDER_VERSION and pin the new fingerprint"
     );

@@ -52,16 +52,16 @@ fn envelope_in(
     Envelope::from_value(value).unwrap()
 }
 
-struct Fixture {
-    store: Store,
+pub(crate) struct Fixture {
+    pub(crate) store: Store,
     dir: tempfile::TempDir,
-    messages: Vec<Value>,
-    config: TransformConfig,
+    pub(crate) messages: Vec<Value>,
+    pub(crate) config: TransformConfig,
     system: Option<Value>,
 }
 
 impl Fixture {
-    fn new(turns: usize) -> Fixture {
+    pub(crate) fn new(turns: usize) -> Fixture {
         Fixture {
             store: Store::open_in_memory().unwrap(),
             dir: tempfile::tempdir().unwrap(),
@@ -71,7 +71,7 @@ impl Fixture {
         }
     }
 
-    fn run(&mut self, percent: u64, now_ms: i64) -> PassOutput {
+    pub(crate) fn run(&mut self, percent: u64, now_ms: i64) -> PassOutput {
         let env = envelope_in(
             self.dir.path(),
             &self.messages,
@@ -82,18 +82,18 @@ impl Fixture {
         run_pass(&mut self.store, env, &self.config, now_ms).unwrap()
     }
 
-    fn warm(&mut self) -> PassOutput {
+    pub(crate) fn warm(&mut self) -> PassOutput {
         let now = warm_now(&self.messages);
         self.run(30, now)
     }
 
-    fn hot(&mut self) -> PassOutput {
+    pub(crate) fn hot(&mut self) -> PassOutput {
         let now = warm_now(&self.messages);
         self.run(70, now)
     }
 
     /// Publish one compartment over the ordinals `start..=end` of the session.
-    fn publish(&mut self, start: i64, end: i64, title: &str) {
+    pub(crate) fn publish(&mut self, start: i64, end: i64, title: &str) {
         let session = session_row(&self.store);
         let ids: Vec<(i64, String)> = self
             .store
@@ -142,6 +142,7 @@ macro_rules! snapshot {
         })
     };
 }
+pub(crate) use snapshot;
 
 fn head(out: &PassOutput) -> (String, String) {
     let text = |i: usize| {

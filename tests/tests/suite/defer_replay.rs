@@ -136,11 +136,22 @@ impl Builder {
             let id = self.id("t");
             let at = self.tick();
             let output = format!("{i}: some tool output line for {id}\n").repeat(lines);
-            let tool = ["read", "bash", "grep"][lines % 3];
+            let tool = ["read", "bash", "grep", "edit", "todowrite"][lines % 5];
+            // Edits of three files (smart drops mark the superseded ones), todo
+            // lists (the older ones are spent), and arguments up to ~60 KB
+            // (a dropped call's are cut at the cap).
+            let input = match tool {
+                "edit" => json!({"filePath": format!("src/f{}.rs", lines % 3),
+                                 "oldString": "z".repeat(lines * 20), "newString": "y"}),
+                "todowrite" => {
+                    json!({"todos": [{"content": format!("task {lines}"), "status": "pending"}]})
+                }
+                _ => json!({"path": format!("src/{id}.rs"), "body": "z".repeat(lines * 20)}),
+            };
             let status = if lines == 0 {
                 json!({"status": "error", "input": {"x": 1}, "error": "boom"})
             } else {
-                json!({"status": "completed", "input": {"path": format!("src/{id}.rs"), "body": "z".repeat(lines * 20)},
+                json!({"status": "completed", "input": input,
                                         "output": output, "title": "t", "metadata": {}})
             };
             self.messages.push(json!({
@@ -293,7 +304,10 @@ struct Resident {
 impl Resident {
     fn start() -> Resident {
         let env = TestEnv::new();
-        env.user_config(r#"{"transform": {"protected_tags": 4, "clear_reasoning_age": 10}}"#);
+        env.user_config(
+            r#"{"transform": {"protected_tags": 4, "clear_reasoning_age": 10,
+                "keep_reasoning_tokens": 20, "smart_drops": true}}"#,
+        );
         let store = Store::open(&env.db(), &StoreOptions::default()).unwrap();
         let served = Served::start(&mut env.db_command("mc-transform", &["serve"]));
         Resident {
@@ -311,6 +325,8 @@ fn replay_holds(steps: Vec<Step>) -> Result<(), TestCaseError> {
     let config = TransformConfig {
         protected_tags: 4,
         clear_reasoning_age: 10,
+        keep_reasoning_tokens: 20,
+        smart_drops: true,
         ..TransformConfig::default()
     };
     let mut store = Store::open_in_memory().unwrap();

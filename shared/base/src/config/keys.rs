@@ -471,6 +471,24 @@ pub(super) const KEYS: &[KeyDef] = &[
         },
     },
     KeyDef {
+        path: "transform.keep_reasoning_tokens",
+        kind: Kind::Int {
+            min: 0,
+            max: 1_000_000,
+        },
+        default: Val::Int(10_000),
+        trust: Trust::Any,
+        description: "Beside the age rule, reasoning is kept only for the newest this many \
+                      tokens of it (estimated at 4 bytes a token); older reasoning is cleared \
+                      on execute passes. The current turn's reasoning is never cleared.",
+        get: |c| Val::Int(u64::from(c.transform.keep_reasoning_tokens)),
+        set: |c, v| {
+            if let Some(n) = v.int_u32() {
+                c.transform.keep_reasoning_tokens = n;
+            }
+        },
+    },
+    KeyDef {
         path: "transform.tool_reclaim_min_tokens",
         kind: Kind::Int {
             min: 0,
@@ -498,6 +516,22 @@ pub(super) const KEYS: &[KeyDef] = &[
         set: |c, v| {
             if let Some(b) = v.bool() {
                 c.transform.tool_reclaim = b;
+            }
+        },
+    },
+    KeyDef {
+        path: "transform.smart_drops",
+        kind: Kind::Bool,
+        default: Val::Bool(false),
+        trust: Trust::Any,
+        description: "On execute passes that change the prompt anyway, turn edits of a file \
+                      edited again later into edit markers (path and region kept, output \
+                      dropped) and drop spent control-plane outputs (older todo lists, older \
+                      ctx_reduce results, status-only tools).",
+        get: |c| Val::Bool(c.transform.smart_drops),
+        set: |c, v| {
+            if let Some(b) = v.bool() {
+                c.transform.smart_drops = b;
             }
         },
     },

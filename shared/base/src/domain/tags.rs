@@ -39,15 +39,28 @@ impl TagKind {
 pub enum DropMode {
     /// The whole tool call goes, call and result together (pairing stays valid).
     Full,
-    /// The call stays with `[dropped §N§]` as its output and clamped input.
+    /// The call stays with `[dropped §N§]` as its output and its input up
+    /// to a cap.
     Skeleton,
+    /// An edit superseded by a later edit of the same file: the call stays
+    /// with its path and a short hint of the region it changed, and
+    /// `[dropped §N§]` as its output. Stored as `drop_mode = 'skeleton'`
+    /// with `drop_cause = 'edit'` ([`EDIT_MARKER_CAUSE`]): migration 0001's
+    /// CHECK admits only `full` and `skeleton`, and widening it would rebuild
+    /// the table (a cascade through `pending_drops`). A release that does
+    /// not know markers renders one as a skeleton.
+    Marker,
 }
+
+/// The `drop_cause` that marks a stored skeleton as an edit marker.
+pub const EDIT_MARKER_CAUSE: &str = "edit";
 
 impl DropMode {
     pub fn as_str(self) -> &'static str {
         match self {
             DropMode::Full => "full",
             DropMode::Skeleton => "skeleton",
+            DropMode::Marker => "marker",
         }
     }
 
@@ -55,6 +68,7 @@ impl DropMode {
         match s {
             "full" => Ok(DropMode::Full),
             "skeleton" => Ok(DropMode::Skeleton),
+            "marker" => Ok(DropMode::Marker),
             other => Err(Error::Corrupt(format!("unknown drop mode {other:?}"))),
         }
     }
@@ -145,8 +159,9 @@ fn build_tag(raw: RawTag) -> Result<TagRow> {
     })
 }
 
-const TAG_COLUMNS: &str =
-    "number, kind, identity, status, drop_mode, tool_name, tokens, input_tokens,
+const TAG_COLUMNS: &str = "number, kind, identity, status,
+     CASE WHEN drop_mode = 'skeleton' AND drop_cause = 'edit' THEN 'marker' ELSE drop_mode END,
+     tool_name, tokens, input_tokens,
      byte_size + input_bytes + reasoning_bytes, caveman_depth, nudge";
 
 /// Tags hosted by messages from `from_ordinal` on: the visible window.
@@ -229,11 +244,15 @@ pub fn mark_dropped(
     cause: &str,
     now_ms: i64,
 ) -> Result<()> {
+    let (stored, cause) = match mode {
+        DropMode::Marker => ("skeleton", EDIT_MARKER_CAUSE),
+        other => (other.as_str(), cause),
+    };
     conn.prepare_cached(
         "UPDATE tags SET status = 'dropped', drop_mode = ?3, drop_cause = ?4, dropped_ms = ?5
          WHERE session = ?1 AND number = ?2 AND status = 'active'",
     )?
-    .execute(params![session, number, mode.as_str(), cause, now_ms])?;
+    .execute(params![session, number, stored, cause, now_ms])?;
     Ok(())
 }
 
