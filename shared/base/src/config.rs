@@ -155,6 +155,11 @@ pub struct TransformConfig {
     pub caveman_min_chars: u32,
     /// System-prompt guidance and a stable date line (default on).
     pub system_prompt_guidance: bool,
+    /// The per-call record keeps at most this many calls (1000..=10000000,
+    /// default 200000), the oldest pruned first.
+    pub calls_keep_rows: u64,
+    /// ...and none older than this many days (1..=3650, default 90).
+    pub calls_keep_days: u32,
 }
 
 /// `sqlite.*`: the shared database. User-only.
@@ -311,6 +316,8 @@ impl Default for Config {
                 caveman: false,
                 caveman_min_chars: 0,
                 system_prompt_guidance: false,
+                calls_keep_rows: 0,
+                calls_keep_days: 0,
             },
             sqlite: SqliteConfig {
                 busy_timeout_ms: 0,

@@ -32,6 +32,7 @@ use mc_base::domain::gateway::{Answer, Api, Call, Forward, Pass};
 use mc_base::error::{Error, Result};
 use mc_base::store::{Store, StoreOptions};
 
+use crate::calls::{Prompt, PromptPart};
 use crate::overflow::{self, OverflowRequest};
 use crate::pass::{Resident, run_pass_on};
 use crate::render::{ForNextPass, Replay};
@@ -69,6 +70,8 @@ struct Kept {
     seen: FxHashMap<String, i64>,
     /// The usage the provider reported for the session's last call.
     usage: Option<Usage>,
+    /// The system prompt and tool set of the last call, as the record counted them.
+    prompt: Prompt,
     last_used: u64,
 }
 
@@ -247,6 +250,23 @@ fn session_key(call: &Call<'_>) -> Option<(String, bool)> {
     })
 }
 
+/// The request's system prompt and tool set for the per-call record: each
+/// counted only when its bytes are not the previous call's.
+fn prompt_of(request: &Request<'_>, previous: &Prompt) -> Prompt {
+    let piece = |span: Option<anthropic::Span>, old: &Option<PromptPart>| {
+        let bytes = request.body.get(span?.start..span?.end)?;
+        let print = format!("{:016x}", print(bytes));
+        match old {
+            Some(old) if old.print == print => Some(old.clone()),
+            _ => Some(PromptPart::of_bytes(bytes)),
+        }
+    };
+    Prompt {
+        system: piece(request.system, &previous.system),
+        tools: piece(request.tools_span, &previous.tools),
+    }
+}
+
 fn print(bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(bytes)
 }
@@ -318,9 +338,11 @@ impl TransformPass {
             changed,
         };
         let envelope = envelope_for(&key, model, kept.usage, call.now_ms, subagent);
+        kept.prompt = prompt_of(&request, &kept.prompt);
         let resident = Resident {
             decoded: Some(messages),
             replay: Some(replay),
+            prompt: Some(kept.prompt.clone()),
         };
         let output = {
             let mut store = self.store.lock().map_err(|_| {
@@ -334,6 +356,7 @@ impl TransformPass {
                 // Nothing kept is trusted after a failed pass.
                 *kept = Kept {
                     usage: kept.usage,
+                    prompt: std::mem::take(&mut kept.prompt),
                     last_used: clock,
                     ..Kept::default()
                 };

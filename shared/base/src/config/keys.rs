@@ -608,6 +608,36 @@ pub(super) const KEYS: &[KeyDef] = &[
         },
     },
     KeyDef {
+        path: "transform.calls_keep_rows",
+        kind: Kind::Int {
+            min: 1_000,
+            max: 10_000_000,
+        },
+        default: Val::Int(200_000),
+        trust: Trust::UserOnly,
+        description: "The per-call record (what mc-transform status and mc-doctor dashboard \
+                      show) keeps at most this many calls over all sessions; the oldest go first.",
+        get: |c| Val::Int(c.transform.calls_keep_rows),
+        set: |c, v| {
+            if let Some(n) = v.int() {
+                c.transform.calls_keep_rows = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "transform.calls_keep_days",
+        kind: Kind::Int { min: 1, max: 3650 },
+        default: Val::Int(90),
+        trust: Trust::UserOnly,
+        description: "The per-call record keeps no call older than this many days.",
+        get: |c| Val::Int(u64::from(c.transform.calls_keep_days)),
+        set: |c, v| {
+            if let Some(n) = v.int_u32() {
+                c.transform.calls_keep_days = n;
+            }
+        },
+    },
+    KeyDef {
         path: "sqlite.busy_timeout_ms",
         kind: Kind::Int {
             min: 5_000,
