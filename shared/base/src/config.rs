@@ -120,6 +120,7 @@ pub struct Config {
     pub dream: DreamConfig,
     pub embeddings: EmbeddingsConfig,
     pub gateway: GatewayConfig,
+    pub dashboard: DashboardConfig,
     /// `providers`: model providers by name. User-only.
     pub providers: BTreeMap<String, ProviderConfig>,
 }
@@ -271,6 +272,17 @@ pub struct GatewayConfig {
     pub listen: String,
 }
 
+/// `dashboard.*`: what `mc-doctor dashboard` prices tokens at, in US dollars
+/// per million tokens, over every model; `-1` (the default) takes each
+/// model's price from the dashboard's built-in table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DashboardConfig {
+    pub price_input: f64,
+    pub price_output: f64,
+    pub price_cache_write: f64,
+    pub price_cache_read: f64,
+}
+
 /// `dream.schedule.*`: a cron expression per task (5 fields, or `@daily`
 /// and friends), `None` when the task is off.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -366,6 +378,12 @@ impl Default for Config {
             gateway: GatewayConfig {
                 anthropic_upstream: String::new(),
                 listen: String::new(),
+            },
+            dashboard: DashboardConfig {
+                price_input: 0.0,
+                price_output: 0.0,
+                price_cache_write: 0.0,
+                price_cache_read: 0.0,
             },
             providers: BTreeMap::new(),
         };
