@@ -73,7 +73,7 @@ pub fn timeline(calls: &[CallView]) -> String {
     let y = |v: i64| TOP + plot_h - (v as f64 / top * plot_h).min(plot_h);
     let _ = write!(
         out,
-        "<svg class=\"timeline\" viewBox=\"0 0 {W} {H}\" role=\"img\" \
+        "<div class=\"scroll\"><svg class=\"timeline\" viewBox=\"0 0 {W} {H}\" role=\"img\" \
          aria-label=\"Context fill by source, cache reads and writes, per call\">"
     );
     // Grid: the window and quarters of the scale.
@@ -162,7 +162,7 @@ pub fn timeline(calls: &[CallView]) -> String {
     let _ = write!(
         out,
         "<text class=\"axis\" x=\"{LEFT}\" y=\"{}\">call {}</text>\
-         <text class=\"axis\" x=\"{}\" y=\"{}\" text-anchor=\"end\">call {}</text></svg>",
+         <text class=\"axis\" x=\"{}\" y=\"{}\" text-anchor=\"end\">call {}</text></svg></div>",
         H - 6.0,
         calls.first().map_or(0, |c| c.call.id),
         W - RIGHT,

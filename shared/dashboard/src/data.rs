@@ -278,6 +278,8 @@ fn sessions_by_id(conn: &Connection, config: &Config, id: i64) -> Result<Option<
 pub struct Spend {
     pub days: Vec<(i64, Tokens, Cost)>,
     pub projects: Vec<(String, Tokens, Cost)>,
+    /// Every session with calls, the costliest first.
+    pub sessions: Vec<SessionLine>,
     pub total: (Tokens, Cost),
 }
 
@@ -289,20 +291,21 @@ pub fn spend(conn: &Connection, config: &Config) -> Result<Spend> {
         .rev()
         .map(|(day, (t, c))| (day * DAY_MS, t, c))
         .collect::<Vec<_>>();
-    let by_session = grouped(conn, "session", config)?;
+    let mut sessions = sessions(conn, config, "")?;
+    sessions.retain(|l| l.tokens.calls > 0);
+    sessions.sort_by(|a, b| {
+        b.cost
+            .dollars
+            .total_cmp(&a.cost.dollars)
+            .then(a.id.cmp(&b.id))
+    });
     let mut projects: BTreeMap<String, (Tokens, Cost)> = BTreeMap::new();
-    let mut stmt = conn.prepare_cached("SELECT id, project_identity FROM sessions")?;
-    let mut rows = stmt.query([])?;
-    while let Some(r) = rows.next()? {
-        let id: i64 = r.get(0)?;
-        let project: Option<String> = r.get(1)?;
-        if let Some((t, c)) = by_session.get(&id) {
-            let entry = projects
-                .entry(project.unwrap_or_else(|| "(no project)".into()))
-                .or_default();
-            entry.0.add(t);
-            entry.1.add(c);
-        }
+    for l in &sessions {
+        let entry = projects
+            .entry(l.project.clone().unwrap_or_else(|| "(no project)".into()))
+            .or_default();
+        entry.0.add(&l.tokens);
+        entry.1.add(&l.cost);
     }
     let mut total = (Tokens::default(), Cost::default());
     for (_, t, c) in &days {
@@ -314,6 +317,7 @@ pub fn spend(conn: &Connection, config: &Config) -> Result<Spend> {
     Ok(Spend {
         days,
         projects,
+        sessions,
         total,
     })
 }

@@ -737,14 +737,7 @@ pub fn spend_body(dash: &Dashboard, conn: &Connection) -> Result<String> {
     body.push_str("</tbody></table></div><h2>Per session (the 50 costliest)</h2><div class=\"scroll\"><table class=\"spend\">");
     body.push_str(SPEND_HEAD);
     body.push_str("<tbody>");
-    let mut lines = data::sessions(conn, &dash.config, "")?;
-    lines.sort_by(|a, b| {
-        b.cost
-            .dollars
-            .total_cmp(&a.cost.dollars)
-            .then(a.id.cmp(&b.id))
-    });
-    for l in lines.iter().filter(|l| l.tokens.calls > 0).take(50) {
+    for l in spend.sessions.iter().take(50) {
         body.push_str(&spend_row(&shown(&l.session_id), &l.tokens, &l.cost));
     }
     body.push_str("</tbody></table></div>");
