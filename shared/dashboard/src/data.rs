@@ -7,6 +7,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use mc_base::config::Config;
 use mc_base::error::Result;
+use mc_history::historian::publish::{self, RunRecord};
 use mc_transform_core::head::{HeadRow, load_head};
 use mc_transform_core::status::{CallView, recent_calls};
 
@@ -80,34 +81,37 @@ fn grouped(conn: &Connection, key: &str, config: &Config) -> Result<BTreeMap<i64
     Ok(out)
 }
 
+const SESSION_COLUMNS: &str = "s.id, s.harness, s.session_id, s.project_identity,
+    s.project_dir, s.is_subagent, s.last_model_key, s.updated_ms, s.last_usage_percent,
+    (SELECT max(at_ms) FROM calls c WHERE c.session = s.id)";
+
+/// A session row of [`SESSION_COLUMNS`], its spend left at zero.
+fn line_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionLine> {
+    Ok(SessionLine {
+        id: r.get(0)?,
+        harness: r.get(1)?,
+        session_id: r.get(2)?,
+        project: r.get(3)?,
+        project_dir: r.get(4)?,
+        subagent: r.get(5)?,
+        model: r.get(6)?,
+        last_ms: r.get::<_, Option<i64>>(9)?.unwrap_or(r.get(7)?),
+        usage_percent: r.get(8)?,
+        tokens: Tokens::default(),
+        cost: Cost::default(),
+    })
+}
+
 /// Sessions, newest activity first, those matching every word of `filter`.
 pub fn sessions(conn: &Connection, config: &Config, filter: &str) -> Result<Vec<SessionLine>> {
     let spend = grouped(conn, "session", config)?;
-    let mut stmt = conn.prepare_cached(
-        "SELECT s.id, s.harness, s.session_id, s.project_identity, s.project_dir,
-                s.is_subagent, s.last_model_key, s.updated_ms, s.last_usage_percent,
-                (SELECT max(at_ms) FROM calls c WHERE c.session = s.id)
-         FROM sessions s",
-    )?;
+    let mut stmt = conn.prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions s"))?;
     let words: Vec<String> = filter.split_whitespace().map(str::to_lowercase).collect();
     let mut out = Vec::new();
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
-        let id: i64 = r.get(0)?;
-        let (tokens, cost) = spend.get(&id).copied().unwrap_or_default();
-        let line = SessionLine {
-            id,
-            harness: r.get(1)?,
-            session_id: r.get(2)?,
-            project: r.get(3)?,
-            project_dir: r.get(4)?,
-            subagent: r.get(5)?,
-            model: r.get(6)?,
-            last_ms: r.get::<_, Option<i64>>(9)?.unwrap_or(r.get(7)?),
-            usage_percent: r.get(8)?,
-            tokens,
-            cost,
-        };
+        let mut line = line_of(r)?;
+        (line.tokens, line.cost) = spend.get(&line.id).copied().unwrap_or_default();
         if !words.is_empty() {
             let hay = line.haystack();
             if !words.iter().all(|w| hay.contains(w.as_str())) {
@@ -133,20 +137,6 @@ pub struct Dropped {
     pub at_ms: Option<i64>,
 }
 
-/// One historian run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HistorianRun {
-    pub started_ms: i64,
-    pub finished_ms: Option<i64>,
-    pub status: Option<String>,
-    pub model: Option<String>,
-    pub tokens_in: i64,
-    pub tokens_out: i64,
-    pub compartments: i64,
-    pub facts: i64,
-    pub error: Option<String>,
-}
-
 /// Everything one session's page shows.
 pub struct SessionPage {
     pub line: SessionLine,
@@ -156,7 +146,7 @@ pub struct SessionPage {
     pub pins: i64,
     pub dropped: Vec<Dropped>,
     pub dropped_total: i64,
-    pub runs: Vec<HistorianRun>,
+    pub runs: Vec<RunRecord>,
 }
 
 pub fn session(conn: &Connection, config: &Config, id: i64) -> Result<Option<SessionPage>> {
@@ -197,26 +187,7 @@ pub fn session(conn: &Connection, config: &Config, id: i64) -> Result<Option<Ses
         params![id],
         |r| r.get(0),
     )?;
-    let mut stmt = conn.prepare_cached(
-        "SELECT started_ms, finished_ms, status, model, tokens_in, tokens_out, compartments,
-                facts, error
-         FROM historian_runs WHERE session = ?1 ORDER BY id DESC LIMIT 50",
-    )?;
-    let runs = stmt
-        .query_map(params![id], |r| {
-            Ok(HistorianRun {
-                started_ms: r.get(0)?,
-                finished_ms: r.get(1)?,
-                status: r.get(2)?,
-                model: r.get(3)?,
-                tokens_in: r.get(4)?,
-                tokens_out: r.get(5)?,
-                compartments: r.get(6)?,
-                facts: r.get(7)?,
-                error: r.get(8)?,
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let runs = publish::recent_runs(conn, id, 50)?;
     Ok(Some(SessionPage {
         line,
         calls,
@@ -232,26 +203,9 @@ pub fn session(conn: &Connection, config: &Config, id: i64) -> Result<Option<Ses
 fn sessions_by_id(conn: &Connection, config: &Config, id: i64) -> Result<Option<SessionLine>> {
     let row = conn
         .query_row(
-            "SELECT s.harness, s.session_id, s.project_identity, s.project_dir, s.is_subagent,
-                    s.last_model_key, s.updated_ms, s.last_usage_percent,
-                    (SELECT max(at_ms) FROM calls c WHERE c.session = s.id)
-             FROM sessions s WHERE s.id = ?1",
+            &format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = ?1"),
             params![id],
-            |r| {
-                Ok(SessionLine {
-                    id,
-                    harness: r.get(0)?,
-                    session_id: r.get(1)?,
-                    project: r.get(2)?,
-                    project_dir: r.get(3)?,
-                    subagent: r.get(4)?,
-                    model: r.get(5)?,
-                    last_ms: r.get::<_, Option<i64>>(8)?.unwrap_or(r.get(6)?),
-                    usage_percent: r.get(7)?,
-                    tokens: Tokens::default(),
-                    cost: Cost::default(),
-                })
-            },
+            line_of,
         )
         .optional()?;
     let Some(mut line) = row else {
