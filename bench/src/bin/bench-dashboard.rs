@@ -4,6 +4,12 @@
 //! memories of one project. The server runs in-process on a real SQLite file
 //! in a temporary folder; each page is fetched `--runs` times after
 //! `--warmup`, and the median and p90 printed.
+//!
+//! First it prices the per-call record on the pass's hot path: the same
+//! defer pass (bench-transform's 200k-token session, in-process, warm
+//! store) timed whole, and
+//! the record's own statements (`calls::record`: one select, one insert,
+//! the usage update) timed alone on that store, as a share of the pass.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -136,8 +142,83 @@ fn get(addr: SocketAddr, path: &str, cookie: &str) -> (u16, usize) {
     (status, answer.len())
 }
 
+/// The record's share of a defer pass: (pass median, record median), µs.
+fn record_cost(runs: usize) -> (f64, f64) {
+    use mc_tests::generate::{self, SessionSpec};
+    let mut store = Store::open_in_memory().expect("a store");
+    let config = mc_base::config::TransformConfig::default();
+    let messages = generate::session(&SessionSpec::bench());
+    let now = generate::last_time_ms(&messages) + 1_000;
+    let value = generate::envelope(
+        &messages,
+        "ses_bench",
+        generate::usage_at_percent(30.0),
+        now,
+    );
+    let mut pass = Vec::new();
+    for k in 0..runs + 3 {
+        let envelope =
+            mc_base::domain::envelope::Envelope::from_value(value.clone()).expect("an envelope");
+        let t = Instant::now();
+        mc_transform_core::run_pass(&mut store, envelope, &config, now).expect("a pass");
+        if k >= 3 {
+            pass.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    let session = sessions::find_session(store.conn(), "opencode", "ses_bench")
+        .ok()
+        .flatten()
+        .map_or(1, |s| s.id);
+    let mut record = Vec::new();
+    for k in 0..runs {
+        let t = Instant::now();
+        store
+            .write(|tx| {
+                calls::record(
+                    tx,
+                    &NewCall {
+                        session,
+                        at_ms: now + k as i64,
+                        decision: Decision::Defer,
+                        reason: "cache_warm",
+                        bust: Bust::None,
+                        head: HeadMove::Replayed,
+                        head_reason: None,
+                        usage_percent: 30.0,
+                        context_window: 100_000,
+                        model: Some("anthropic/m"),
+                        prompt: Prompt::default(),
+                        messages: messages.len(),
+                        first_message: Some("msg_000_u"),
+                        sources: Sources::default(),
+                        drops: 0,
+                        sample: Some(Usage {
+                            input: 10 + k as u64,
+                            cache_read: 30_000,
+                            cache_write: 100,
+                            output: 50,
+                        }),
+                    },
+                    Keep {
+                        rows: 200_000,
+                        days: 90,
+                    },
+                )
+            })
+            .expect("a record");
+        record.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    (percentiles(&mut pass).0, percentiles(&mut record).0)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let (pass, record) = record_cost(cli.runs.max(20));
+    println!(
+        "the per-call record on the pass's path: a defer pass (200k-token session, in-process) {pass:.0} µs median; \
+         the record alone (its own transaction) {record:.0} µs: {:.1} % of the pass\n",
+        record / pass * 100.0
+    );
     let dir = tempfile::tempdir().expect("a temporary folder");
     let db = dir.path().join("mc.db");
     let mut store = Store::open(&db, &StoreOptions::default()).expect("the store");

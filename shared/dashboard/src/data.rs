@@ -59,18 +59,52 @@ fn tokens_of(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Tokens> {
     })
 }
 
-/// Token sums of the calls with usage, grouped by `key` (an SQL
-/// expression over `calls`) and model, priced and folded per key.
-fn grouped(conn: &Connection, key: &str, config: &Config) -> Result<BTreeMap<i64, (Tokens, Cost)>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {key} AS k, model, count(*), sum(input), sum(cache_read), sum(cache_write),
+/// Token sums of the calls with usage per session, priced per model.
+/// (`GROUP BY session, model` walks the `calls_usage_by_session` index in order.)
+fn by_session(conn: &Connection, config: &Config) -> Result<BTreeMap<i64, (Tokens, Cost)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT session, model, count(*), sum(input), sum(cache_read), sum(cache_write),
                 sum(output)
-         FROM calls WHERE cache_read IS NOT NULL GROUP BY k, model"
-    ))?;
+         FROM calls WHERE cache_read IS NOT NULL GROUP BY session, model",
+    )?;
+    fold(stmt.query([])?, config, |k| k)
+}
+
+/// The same per day (UTC), folded here from the `calls_by_time` index in
+/// time order (SQLite would sort every row to group by the day).
+fn by_day(conn: &Connection, config: &Config) -> Result<BTreeMap<i64, (Tokens, Cost)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT at_ms, model, 1, input, cache_read, cache_write, output
+         FROM calls WHERE cache_read IS NOT NULL ORDER BY at_ms",
+    )?;
+    let mut sums: BTreeMap<(i64, Option<String>), Tokens> = BTreeMap::new();
     let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let day = r.get::<_, i64>(0)?.div_euclid(DAY_MS);
+        let model: Option<String> = r.get(1)?;
+        sums.entry((day, model)).or_default().add(&tokens_of(r, 2)?);
+    }
+    let mut out: BTreeMap<i64, (Tokens, Cost)> = BTreeMap::new();
+    for ((day, model), tokens) in sums {
+        let entry = out.entry(day).or_default();
+        entry.0.add(&tokens);
+        entry.1.add(&Cost::of(
+            &tokens,
+            prices::of(model.as_deref(), &config.dashboard),
+        ));
+    }
+    Ok(out)
+}
+
+/// Rows of (key, model, calls, input, cache read, cache write, output), priced and folded per key.
+fn fold(
+    mut rows: rusqlite::Rows<'_>,
+    config: &Config,
+    key: impl Fn(i64) -> i64,
+) -> Result<BTreeMap<i64, (Tokens, Cost)>> {
     let mut out: BTreeMap<i64, (Tokens, Cost)> = BTreeMap::new();
     while let Some(r) = rows.next()? {
-        let k: i64 = r.get(0)?;
+        let k = key(r.get(0)?);
         let model: Option<String> = r.get(1)?;
         let tokens = tokens_of(r, 2)?;
         let cost = Cost::of(&tokens, prices::of(model.as_deref(), &config.dashboard));
@@ -104,7 +138,7 @@ fn line_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionLine> {
 
 /// Sessions, newest activity first, those matching every word of `filter`.
 pub fn sessions(conn: &Connection, config: &Config, filter: &str) -> Result<Vec<SessionLine>> {
-    let spend = grouped(conn, "session", config)?;
+    let spend = by_session(conn, config)?;
     let mut stmt = conn.prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions s"))?;
     let words: Vec<String> = filter.split_whitespace().map(str::to_lowercase).collect();
     let mut out = Vec::new();
@@ -240,7 +274,7 @@ pub struct Spend {
 pub const DAY_MS: i64 = 86_400_000;
 
 pub fn spend(conn: &Connection, config: &Config) -> Result<Spend> {
-    let days = grouped(conn, &format!("at_ms / {DAY_MS}"), config)?
+    let days = by_day(conn, config)?
         .into_iter()
         .rev()
         .map(|(day, (t, c))| (day * DAY_MS, t, c))

@@ -43,5 +43,9 @@ CREATE TABLE calls (
     cache_write INTEGER,
     output INTEGER
 );
+-- A session's newest calls (status, the dashboard's timeline).
 CREATE INDEX calls_by_session ON calls (session, id);
-CREATE INDEX calls_by_time ON calls (at_ms);
+-- Spend per session and per day, read from the index alone (the dashboard);
+-- the second also serves pruning by age.
+CREATE INDEX calls_usage_by_session ON calls (session, model, input, cache_read, cache_write, output);
+CREATE INDEX calls_by_time ON calls (at_ms, model, input, cache_read, cache_write, output);
