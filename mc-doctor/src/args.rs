@@ -62,6 +62,28 @@ pub(crate) enum Command {
     /// Upgrade the database schema (after a backup), rename deprecated config
     /// keys, and import from Magic Context.
     Migrate(MigrateArgs),
+    /// Serve a local web page of what mc does: sessions, each call against
+    /// the window with the cause of every cache bust, project memory (edit,
+    /// archive, merge), the dreamer, spend, the checks and the issue report.
+    ///
+    /// Loopback only; the first line of stdout is the address with this
+    /// run's token (`listening on http://127.0.0.1:PORT/?token=…`). On a
+    /// terminal it opens the browser. `--export FILE` writes one
+    /// self-contained, redacted HTML file instead of serving.
+    Dashboard(DashboardArgs),
+}
+
+#[derive(ClapArgs, Debug)]
+pub(crate) struct DashboardArgs {
+    /// The loopback port to listen on (0 picks a free one)
+    #[arg(long, value_name = "PORT", default_value_t = 0)]
+    pub(crate) port: u16,
+    /// Do not open the browser
+    #[arg(long)]
+    pub(crate) no_open: bool,
+    /// Write the static export (one HTML file, redacted like --issue) and exit
+    #[arg(long, value_name = "FILE")]
+    pub(crate) export: Option<PathBuf>,
 }
 
 #[derive(ClapArgs, Debug, Default)]

@@ -25,6 +25,7 @@ fn main() -> ExitCode {
     let result = environment(&args).and_then(|env| match &args.command {
         Some(Command::Setup(setup_args)) => run_setup(&args, setup_args, &env),
         Some(Command::Migrate(m)) => run_migrate(&args, m, &env),
+        Some(Command::Dashboard(d)) => cmd::dashboard::run(&args, d, &env),
         None => run(&args, &env),
     });
     finish(NAME, result)

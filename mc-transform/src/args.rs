@@ -48,7 +48,8 @@ pub enum Command {
         harness: String,
     },
     /// Show what the store knows about a session: tags, tokens, pending drops,
-    /// last decision and bust, pass counts
+    /// last decision and bust, pass counts, and its newest calls with the
+    /// cause of every cache bust
     Status {
         /// Session id
         #[arg(long, value_name = "ID")]
@@ -56,6 +57,9 @@ pub enum Command {
         /// Harness of the session
         #[arg(long, default_value = "opencode")]
         harness: String,
+        /// How many of the newest recorded calls to show (0: none)
+        #[arg(long, value_name = "N", default_value_t = crate::cmd::status::DEFAULT_CALLS)]
+        calls: usize,
     },
     /// Replace estimated token counts with exact ones for the parts of the
     /// envelope on stdin (loads the tokenizer: run it off the per-call path)

@@ -35,7 +35,11 @@ fn main() -> ExitCode {
             harness,
         }) => reduce::reduce_request(session.as_deref(), drop.as_deref(), harness)
             .and_then(|request| reduce::reduce(&mut ctx, &request)),
-        Some(Command::Status { session, harness }) => status::status(&mut ctx, harness, session),
+        Some(Command::Status {
+            session,
+            harness,
+            calls,
+        }) => status::status(&mut ctx, harness, session, *calls),
         Some(Command::Recount) => read_json().and_then(|value| recount::recount(&mut ctx, value)),
         Some(Command::System) => read_json().and_then(|value| system::system(&mut ctx, value)),
         Some(Command::Overflow) => {

@@ -87,6 +87,29 @@ impl Pinned {
     }
 }
 
+/// Chromium for the dashboard's browser tests: `MC_CHROMIUM_BIN`, else
+/// `chromium` on `PATH` (Debian's package, which `.ci/run` installs). The
+/// same rule as the harnesses: skipped with a note outside CI, failed under CI.
+pub fn chromium_for_test(test: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("MC_CHROMIUM_BIN")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let path = std::env::var_os("PATH")?;
+            std::env::split_paths(&path)
+                .map(|dir| dir.join("chromium"))
+                .find(|p| p.is_file())
+        });
+    if found.is_some() {
+        return found;
+    }
+    let install = "install Debian's chromium (apt-get install chromium) or set MC_CHROMIUM_BIN";
+    if std::env::var_os("CI").is_some() {
+        panic!("chromium is not installed: CI must run {test}; {install}");
+    }
+    eprintln!("skipping {test}: chromium is not installed ({install})");
+    None
+}
+
 /// The running test's name: libtest names each test's thread after it.
 pub fn current_test() -> String {
     std::thread::current()

@@ -1249,3 +1249,364 @@ fn the_wizard_on_a_real_terminal_asks_shows_the_diff_and_writes() {
     );
     assert_eq!(out.status.code(), Some(1));
 }
+
+// ---------------------------------------------------------------------------
+// The dashboard, in a real browser (headless Chromium) against a database
+// filled by real passes.
+
+mod dashboard {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpStream;
+    use std::path::Path;
+    use std::process::{Child, Command, Stdio};
+
+    use serde_json::{Value, json};
+
+    use mc_tests::env::TestEnv;
+    use mc_tests::harness::{chromium_for_test, current_test};
+
+    const EXAMPLE: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/opencode-session.json"
+    );
+
+    /// A running `mc-doctor dashboard`, stopped when dropped.
+    struct Served {
+        child: Child,
+        base: String,
+        token: String,
+        port: u16,
+    }
+
+    impl Drop for Served {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// Six calls of the example session through the real pass, a read
+    /// that fell with nothing changed among them, and two memories.
+    fn filled() -> TestEnv {
+        let env = TestEnv::new();
+        let mut envelope: Value =
+            serde_json::from_str(&std::fs::read_to_string(EXAMPLE).unwrap()).unwrap();
+        let now = envelope["now_ms"].as_i64().unwrap();
+        let samples = [
+            (12_600, 90),
+            (12_600, 800),
+            (0, 13_500),
+            (13_400, 10),
+            (13_400, 60),
+        ];
+        for (k, (read, write)) in samples.iter().enumerate() {
+            envelope["now_ms"] = json!(now + 5_000 * k as i64);
+            envelope["usage"] =
+                json!({"input": 80, "cache_read": read, "cache_write": write, "output": 25});
+            let out = env.run_db("mc-transform", &[], &envelope.to_string());
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let dir = envelope["project_dir"].as_str().unwrap().to_string();
+        for text in ["Tests run with cargo nextest", "Modules are snake_case"] {
+            let out = env.run_db(
+                "mc-search",
+                &[
+                    "memory",
+                    "write",
+                    "--project-dir",
+                    &dir,
+                    "--category",
+                    "PROJECT_RULES",
+                    "--content",
+                    text,
+                ],
+                "",
+            );
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        env
+    }
+
+    fn serve(env: &TestEnv) -> Served {
+        let mut child = env
+            .db_command("mc-doctor", &["dashboard", "--no-open", "--port", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("first line: {line:?}"))
+            .to_string();
+        let (base, token) = url.split_once("/?token=").unwrap();
+        assert!(base.starts_with("http://127.0.0.1:"), "{base}");
+        let port = base.rsplit(':').next().unwrap().parse().unwrap();
+        Served {
+            child,
+            base: base.to_string(),
+            token: token.to_string(),
+            port,
+        }
+    }
+
+    /// Headless Chromium on `url`: the DOM it built, and every request the
+    /// page itself made, as (initiator, URL) from the net log (the browser's
+    /// own update and account services are initiated by no origin).
+    fn browse(
+        chromium: &Path,
+        env: &TestEnv,
+        url: &str,
+        extra: &[&str],
+    ) -> (String, Vec<(String, String)>) {
+        let profile = env.path(format!("chromium-{}", profile_name(url)));
+        let netlog = profile.with_extension("netlog.json");
+        let out = Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-extensions",
+                "--disable-default-apps",
+                "--dump-dom",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg(format!("--log-net-log={}", netlog.display()))
+            .args(extra)
+            .arg(url)
+            .env("HOME", env.home())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let log: Value = serde_json::from_str(&std::fs::read_to_string(&netlog).unwrap())
+            .expect("a whole net log");
+        let urls = log["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| {
+                let initiator = e["params"]["initiator"].as_str()?;
+                let url = e["params"]["url"].as_str()?;
+                (initiator != "not an origin").then(|| (initiator.to_string(), url.to_string()))
+            })
+            .collect();
+        (String::from_utf8_lossy(&out.stdout).into_owned(), urls)
+    }
+
+    /// Every value in `text` between `start` and the next `end`.
+    fn values_after(text: &str, start: &str, end: char) -> Vec<String> {
+        text.split(start)
+            .skip(1)
+            .filter_map(|rest| rest.split(end).next())
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn profile_name(url: &str) -> String {
+        format!(
+            "{:x}",
+            url.bytes()
+                .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+        )
+    }
+
+    /// One raw HTTP/1.1 request: the status line and the body.
+    fn raw(port: u16, request: &str) -> (String, String) {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        let status = answer.lines().next().unwrap_or_default().to_string();
+        let body = answer
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    #[test]
+    fn the_dashboard_renders_every_view_in_a_real_browser_and_fetches_nothing_from_outside() {
+        let Some(chromium) = chromium_for_test(&current_test()) else {
+            return;
+        };
+        let env = filled();
+        let served = serve(&env);
+        let own = format!("http://127.0.0.1:{}", served.port);
+        let pages: [(&str, &[&str]); 5] = [
+            (
+                "/",
+                &["ses_example0001", "opencode", "todo-app", "/session?id=1"],
+            ),
+            (
+                "/session?id=1",
+                &[
+                    "<svg class=\"timeline\"",
+                    "<b>unknown</b>",
+                    "Cache busts",
+                    "tool output",
+                    "m[0]",
+                ],
+            ),
+            (
+                "/memory",
+                &[
+                    "Tests run with cargo nextest",
+                    "written by user",
+                    "Mutation log",
+                ],
+            ),
+            ("/spend", &["Per day (UTC)", "Cache saved", "$"]),
+            ("/dream", &["consolidate", "Schedules"]),
+        ];
+        for (page, wanted) in pages {
+            let sep = if page.contains('?') { '&' } else { '?' };
+            let url = format!("{}{page}{sep}token={}", served.base, served.token);
+            let (dom, urls) = browse(&chromium, &env, &url, &[]);
+            for w in wanted {
+                assert!(dom.contains(w), "{page} lacks {w:?}:\n{dom}");
+            }
+            assert!(
+                !dom.contains("needs its token"),
+                "{page}: the cookie did not take"
+            );
+            assert!(
+                urls.iter().any(|(i, _)| *i == own),
+                "{page}: no request of the page logged"
+            );
+            for (initiator, u) in &urls {
+                assert_eq!(*initiator, own, "{page}: {u}");
+                assert!(
+                    u.starts_with(&format!("{own}/")),
+                    "{page} made the browser fetch {u}"
+                );
+            }
+        }
+        // The stylesheet came from the binary, through the same checks.
+        let (_, urls) = browse(
+            &chromium,
+            &env,
+            &format!("{}/?token={}", served.base, served.token),
+            &[],
+        );
+        assert!(
+            urls.iter().any(|(_, u)| u.ends_with("/assets/style.css")),
+            "{urls:?}"
+        );
+    }
+
+    #[test]
+    fn the_dashboard_refuses_a_request_without_its_token_or_with_a_foreign_host() {
+        let Some(chromium) = chromium_for_test(&current_test()) else {
+            return;
+        };
+        let env = filled();
+        let served = serve(&env);
+        // Without the token, in the browser and raw.
+        let (dom, _) = browse(&chromium, &env, &format!("{}/memory", served.base), &[]);
+        assert!(dom.contains("needs its token"), "{dom}");
+        assert!(!dom.contains("cargo nextest"));
+        let (status, _) = raw(
+            served.port,
+            &format!(
+                "GET /memory HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
+                served.port
+            ),
+        );
+        assert!(status.contains(" 401 "), "{status}");
+        // DNS rebinding: another name that resolves to 127.0.0.1, token and all.
+        let rule = "--host-resolver-rules=MAP rebind.example 127.0.0.1";
+        let url = format!(
+            "http://rebind.example:{}/memory?token={}",
+            served.port, served.token
+        );
+        let (dom, _) = browse(&chromium, &env, &url, &[rule]);
+        assert!(
+            dom.contains("answers only to its own loopback address"),
+            "{dom}"
+        );
+        assert!(!dom.contains("cargo nextest"));
+    }
+
+    #[test]
+    fn a_memory_edit_in_the_dashboard_round_trips_through_mc_search() {
+        let Some(chromium) = chromium_for_test(&current_test()) else {
+            return;
+        };
+        let env = filled();
+        let served = serve(&env);
+        let url = format!("{}/memory?token={}", served.base, served.token);
+        let (dom, _) = browse(&chromium, &env, &url, &[]);
+        let csrf = values_after(&dom, "name=\"csrf\" value=\"", '"')
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("no form with a CSRF token:\n{dom}"));
+        let project = values_after(&dom, "name=\"project\" value=\"", '"')
+            .into_iter()
+            .next()
+            .unwrap();
+        let post = |form: String, csrf_ok: bool| {
+            let form = if csrf_ok {
+                form
+            } else {
+                form.replace(&csrf, "00")
+            };
+            raw(
+                served.port,
+                &format!(
+                    "POST /memory/update HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: mc_dashboard_{port}={token}\r\n\
+                     Origin: http://127.0.0.1:{port}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+                     Content-Length: {len}\r\nConnection: close\r\n\r\n{form}",
+                    port = served.port,
+                    token = served.token,
+                    len = form.len()
+                ),
+            )
+        };
+        let form = format!(
+            "csrf={csrf}&project={}&id=1&content=Tests+run+with+cargo+nextest+--workspace",
+            project.replace(':', "%3A")
+        );
+        let (status, _) = post(form.clone(), false);
+        assert!(status.contains(" 403 "), "a wrong CSRF token: {status}");
+        let (status, body) = post(form, true);
+        assert!(status.contains(" 303 "), "{status}: {body}");
+        let (dom, _) = browse(&chromium, &env, &url, &[]);
+        assert!(dom.contains("cargo nextest --workspace"), "{dom}");
+        assert!(
+            dom.contains("<td>update</td>"),
+            "the mutation log shows it:\n{dom}"
+        );
+        // mc-search reads the same row.
+        let dir = "/home/user/todo-app";
+        let out = env.run_db(
+            "mc-search",
+            &["memory", "show", "--id", "1", "--project-dir", dir],
+            "",
+        );
+        let shown: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(shown["content"], "Tests run with cargo nextest --workspace");
+    }
+}

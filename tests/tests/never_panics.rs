@@ -29,7 +29,9 @@
 //! - the dreamer: each task's manifest (`consolidate`, `verify`, `classify`,
 //!   `archive-stale`), team memory files from a repository, `git log`
 //!   output, a crontab's text, and the secret, pointer and similarity rules
-//!   over any memory text.
+//!   over any memory text;
+//! - the dashboard's requests (`mc_dashboard::Server::answer`): any method,
+//!   path, query, header and form body, on a store a real pass filled.
 //!
 //! Pi transcripts have no parser in mc yet, so there is nothing of theirs to feed.
 //!
@@ -2233,6 +2235,92 @@ fn dream_parsers_over_text() {
             let _ = crontab::install(&text, "*/15 * * * * x tick # mc-dream tick");
             let _ = crontab::uninstall(&text);
             let _ = mc_base::config::parse_cron(&text);
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn dashboard_requests_over_arbitrary_paths_queries_headers_and_forms() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("mc.db");
+    let mut store = Store::open(&db, &mc_base::store::StoreOptions::default()).unwrap();
+    let _ = pass_like_the_binary(
+        &mut store,
+        &fuzz::example_envelope(),
+        &TransformConfig::default(),
+    );
+    drop(store);
+    let dash = mc_dashboard::Dashboard {
+        db,
+        store_options: mc_base::store::StoreOptions::default(),
+        config: mc_base::config::Config::default(),
+        doctor: mc_doctor_core::Env::default(),
+        checks: mc_doctor_core::checks::Options::default(),
+        logs: Vec::new(),
+        token: "t0k".into(),
+        csrf: "c5f".into(),
+        clock: Arc::new(|| NOW),
+    };
+    let server = std::cell::RefCell::new(
+        mc_dashboard::Server::bind(SocketAddr::from(([127, 0, 0, 1], 0)), dash).unwrap(),
+    );
+    let port = server.borrow().addr().port();
+    let paths = [
+        "/",
+        "/session",
+        "/memory",
+        "/spend",
+        "/dream",
+        "/export",
+        "/assets/style.css",
+        "/memory/update",
+        "/memory/archive",
+        "/memory/merge",
+        "/nope",
+    ];
+    property(
+        "dashboard_requests_over_arbitrary_paths_queries_headers_and_forms",
+        96,
+        (
+            0..3usize,
+            0..paths.len(),
+            bytes_text(),
+            bytes_text(),
+            prop::collection::vec(any::<u8>(), 0..256),
+            any::<bool>(),
+        ),
+        |(method, path, query, header, body, csrf)| {
+            let method = ["GET", "POST", "HEAD"][method];
+            let url = format!("{}?{query}", paths[path]);
+            let mut body = body;
+            if csrf {
+                body.extend_from_slice(b"&csrf=c5f&project=");
+                body.extend_from_slice(query.as_bytes());
+            }
+            let mut headers = vec![
+                ("Host".to_string(), format!("127.0.0.1:{port}")),
+                (
+                    "Cookie".to_string(),
+                    format!("mc_dashboard_{port}=t0k; {header}"),
+                ),
+                (
+                    "Content-Type".to_string(),
+                    "application/x-www-form-urlencoded".to_string(),
+                ),
+                (header.clone(), header.clone()),
+            ];
+            // With the CSRF token the form reaches its action; else any Origin.
+            if !csrf {
+                headers.push(("Origin".to_string(), header));
+            }
+            let request = mc_dashboard::server::Incoming {
+                method,
+                url: &url,
+                headers,
+                body,
+            };
+            let _ = server.borrow_mut().answer(&request);
             Ok(())
         },
     );

@@ -226,7 +226,13 @@ impl Server<'_> {
             }
             "status" => {
                 let (harness, session) = harness_and_session(&map, "status")?;
-                status::status(&mut ctx, &harness, &session)?
+                let calls = map
+                    .get("calls")
+                    .and_then(Value::as_u64)
+                    .map_or(status::DEFAULT_CALLS, |n| {
+                        usize::try_from(n).unwrap_or(usize::MAX)
+                    });
+                status::status(&mut ctx, &harness, &session, calls)?
             }
             "recount" => recount::recount(&mut ctx, Value::Object(map))?,
             "overflow" => overflow::overflow(&mut ctx, Value::Object(map))?,
@@ -275,6 +281,7 @@ impl Server<'_> {
         let mut resident = Resident {
             decoded: None,
             replay: Some(Default::default()),
+            prompt: None,
         };
         let input = if whole {
             match map.get("messages") {

@@ -9,10 +9,19 @@ use mc_transform_core as transform;
 
 use crate::common::{Ctx, session_setup};
 
-pub(crate) fn status(ctx: &mut Ctx<'_>, harness: &str, session: &str) -> Result<Value, Failure> {
+/// How many of the newest calls `status` shows unless told.
+pub(crate) const DEFAULT_CALLS: usize = 20;
+
+pub(crate) fn status(
+    ctx: &mut Ctx<'_>,
+    harness: &str,
+    session: &str,
+    calls: usize,
+) -> Result<Value, Failure> {
     let setup = session_setup(ctx, Some((harness, session)), None, Wait::Background);
     let store = setup.store?;
-    let report = transform::status(&store, harness, session);
+    let ttl = setup.config.transform.cache_ttl;
+    let report = transform::status::status_with_calls(&store, harness, session, ttl, calls);
     let path = store.path().display().to_string();
     ctx.stores.keep(store);
     match report.map_err(anyhow::Error::from)? {

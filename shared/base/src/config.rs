@@ -120,6 +120,7 @@ pub struct Config {
     pub dream: DreamConfig,
     pub embeddings: EmbeddingsConfig,
     pub gateway: GatewayConfig,
+    pub dashboard: DashboardConfig,
     /// `providers`: model providers by name. User-only.
     pub providers: BTreeMap<String, ProviderConfig>,
 }
@@ -160,6 +161,11 @@ pub struct TransformConfig {
     pub caveman_min_chars: u32,
     /// System-prompt guidance and a stable date line (default on).
     pub system_prompt_guidance: bool,
+    /// The per-call record keeps at most this many calls (1000..=10000000,
+    /// default 200000), the oldest pruned first.
+    pub calls_keep_rows: u64,
+    /// ...and none older than this many days (1..=3650, default 90).
+    pub calls_keep_days: u32,
 }
 
 /// `sqlite.*`: the shared database. User-only.
@@ -274,6 +280,17 @@ pub struct GatewayConfig {
     pub listen: String,
 }
 
+/// `dashboard.*`: what `mc-doctor dashboard` prices tokens at, in US dollars
+/// per million tokens, over every model; `-1` (the default) takes each
+/// model's price from the dashboard's built-in table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DashboardConfig {
+    pub price_input: f64,
+    pub price_output: f64,
+    pub price_cache_write: f64,
+    pub price_cache_read: f64,
+}
+
 /// `dream.schedule.*`: a cron expression per task (5 fields, or `@daily`
 /// and friends), `None` when the task is off.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -321,6 +338,8 @@ impl Default for Config {
                 caveman: false,
                 caveman_min_chars: 0,
                 system_prompt_guidance: false,
+                calls_keep_rows: 0,
+                calls_keep_days: 0,
             },
             sqlite: SqliteConfig {
                 busy_timeout_ms: 0,
@@ -370,6 +389,12 @@ impl Default for Config {
                 anthropic_upstream: String::new(),
                 openai_upstream: String::new(),
                 listen: String::new(),
+            },
+            dashboard: DashboardConfig {
+                price_input: 0.0,
+                price_output: 0.0,
+                price_cache_write: 0.0,
+                price_cache_read: 0.0,
             },
             providers: BTreeMap::new(),
         };

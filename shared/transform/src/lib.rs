@@ -12,6 +12,8 @@
     deny(clippy::expect_used, clippy::indexing_slicing, clippy::string_slice)
 )]
 
+pub mod calls;
+pub mod causes;
 pub mod caveman;
 pub mod emergency;
 pub mod fallback;

@@ -25,7 +25,9 @@ use super::render::{
 use super::report::{Bust, Decision, PassOutput, PassReport};
 use super::scheduler::{self, Schedule, SchedulerInput};
 use super::state;
-use super::{caveman, emergency, nudge, overflow, reasoning, smart_drops, system, temporal, todo};
+use super::{
+    calls, caveman, emergency, nudge, overflow, reasoning, smart_drops, system, temporal, todo,
+};
 use mc_base::domain::content;
 use mc_base::domain::envelope::{Envelope, ModelInfo, Usage};
 use mc_base::domain::measure;
@@ -62,6 +64,9 @@ pub struct Resident {
     /// the message (see `render::render_replaying`), and the output says
     /// what the next pass may replay ([`PassOutput::for_next`]).
     pub replay: Option<Replay>,
+    /// The harness's system prompt and tool set as the caller read them
+    /// (the gateway, from the request), for the per-call record.
+    pub prompt: Option<calls::Prompt>,
 }
 
 /// [`run_pass`] with what a resident process brings ([`Resident`]).
@@ -72,7 +77,11 @@ pub fn run_pass_on(
     config: &TransformConfig,
     now_ms: i64,
 ) -> Result<PassOutput> {
-    let Resident { decoded, replay } = resident;
+    let Resident {
+        decoded,
+        replay,
+        prompt,
+    } = resident;
     let Envelope {
         harness,
         session_id,
@@ -121,6 +130,7 @@ pub fn run_pass_on(
     let recovery = overflow::Recovery::load(store.conn(), &harness, &session_id, &model)?;
     let mut facts = InputFacts::read(&messages, &recovery.model(&model), usage, config, &recovery);
     facts.wait_for_fold = wait_for_fold;
+    facts.sample = usage;
 
     let key = SessionKey {
         harness: &harness,
@@ -130,6 +140,7 @@ pub fn run_pass_on(
         project_dir: project_dir.as_deref(),
         system: system.as_ref(),
         boundary: boundary.as_deref(),
+        prompt: prompt.as_ref(),
     };
     let applied = store.write_or_roll_back(|tx| {
         let applied = apply(tx, &key, &facts, &messages, config, now_ms)?;
@@ -262,6 +273,8 @@ struct InputFacts {
     overflow: Option<overflow::Pending>,
     /// The adapter can wait for a blocking fold (the envelope's `wait_for_fold`).
     wait_for_fold: bool,
+    /// The envelope's usage sample (the previous call's answer).
+    sample: Option<Usage>,
 }
 
 impl InputFacts {
@@ -302,6 +315,7 @@ impl InputFacts {
             ceiling,
             overflow: recovery.pending,
             wait_for_fold: false,
+            sample: None,
         }
     }
 }
@@ -366,6 +380,8 @@ struct SessionKey<'a> {
     /// The message mc's compaction boundary follows, when the input had one:
     /// the harness no longer sends it or anything before it.
     boundary: Option<&'a str>,
+    /// What the caller read of the harness's prompt (else the envelope's `system`).
+    prompt: Option<&'a calls::Prompt>,
 }
 
 fn apply(
@@ -480,6 +496,7 @@ fn apply(
         now_ms,
         pinned: &pinned_texts,
     };
+    let head_move = calls_head_move(&plan.head);
     let head = build_head(tx, plan.head, &ctx, &markers, &ordinal_of)?;
 
     // Reduce nudges, on content the provider has not cached yet.
@@ -511,6 +528,14 @@ fn apply(
         plan.last_response_ms,
         &mut session,
         (bust, head.materialized.is_some()),
+    )?;
+    record_call(
+        &pass,
+        &plan.schedule,
+        &session,
+        (bust, head_move, &head),
+        (&bindings, &ordinals, &tags),
+        mutated.first_dropped.len(),
     )?;
 
     let nudge2 = state::load_reminders(tx, session.id)?;
@@ -1149,6 +1174,78 @@ fn record_pass(tx: &Transaction<'_>, r: &PassRecord) -> Result<()> {
         ":materialized": i64::from(r.materialized),
         ":now": r.now_ms,
     })?;
+    Ok(())
+}
+
+/// What the head plan does, as the per-call record names it.
+fn calls_head_move(plan: &HeadPlan) -> calls::HeadMove {
+    match plan {
+        HeadPlan::Off => calls::HeadMove::Off,
+        HeadPlan::Materialize { .. } => calls::HeadMove::Rebuilt,
+        HeadPlan::Refresh(_) => calls::HeadMove::Refreshed,
+        HeadPlan::Replay(_) => calls::HeadMove::Replayed,
+    }
+}
+
+/// The pass's row of the per-call record (`calls::record`).
+fn record_call(
+    pass: &Pass<'_, '_>,
+    schedule: &Schedule,
+    session: &SessionRow,
+    (bust, head_move, head): (Bust, calls::HeadMove, &HeadDone),
+    (bindings, ordinals, tags): (&Bindings, &[Option<i64>], &[TagRow]),
+    drops: usize,
+) -> Result<()> {
+    let Pass {
+        tx,
+        key,
+        facts,
+        messages,
+        config,
+        now_ms,
+    } = *pass;
+    let shown = head.now.as_ref();
+    let sources = calls::Sources::measure(
+        bindings,
+        ordinals,
+        tags,
+        shown.map_or(0, |h| h.covered_through),
+        shown.map(|h| (h.m0.as_str(), h.m1.as_str(), h.m0_tokens + h.m1_tokens)),
+    );
+    let prompt = match key.prompt {
+        Some(prompt) => prompt.clone(),
+        None => calls::Prompt {
+            system: key.system.map(calls::PromptPart::of_value),
+            tools: None,
+        },
+    };
+    let head_move = if head.materialized.is_some() {
+        calls::HeadMove::Rebuilt
+    } else {
+        head_move
+    };
+    calls::record(
+        tx,
+        &calls::NewCall {
+            session: session.id,
+            at_ms: now_ms,
+            decision: schedule.decision,
+            reason: schedule.reason,
+            bust,
+            head: head_move,
+            head_reason: head.materialized,
+            usage_percent: facts.usage_percent,
+            context_window: facts.window,
+            model: facts.model_key.as_deref(),
+            prompt,
+            messages: messages.len(),
+            first_message: messages.first().and_then(Message::id),
+            sources,
+            drops,
+            sample: facts.sample,
+        },
+        calls::Keep::of(config),
+    )?;
     Ok(())
 }
 
@@ -1833,6 +1930,7 @@ mod plan_tests {
             ceiling: 65_000,
             overflow: None,
             wait_for_fold: false,
+            sample: None,
         }
     }
 

@@ -224,6 +224,9 @@ impl ResponsesPass {
         let resident = Resident {
             decoded: Some(messages),
             replay: None,
+            // Not counted for Codex's calls yet: its instructions and tools
+            // go unrecorded.
+            prompt: None,
         };
         let output = {
             let mut store = self.store.lock().map_err(|_| {

@@ -3,7 +3,11 @@
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
+use mc_base::config::CacheTtl;
 use mc_base::error::Result;
+
+use super::calls::{self, Call};
+use super::causes::{self, Verdict};
 use mc_base::store::Store;
 
 use mc_base::domain::{sessions, tags};
@@ -99,6 +103,56 @@ pub struct StatusReport {
     /// (`historian::choice`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub historian_model: Option<mc_history::historian::choice::ModelReport>,
+    /// The newest recorded calls, oldest first, each with its cache verdict
+    /// (filled by [`recent_calls`]; the caller picks how many).
+    pub calls: Vec<CallView>,
+}
+
+/// One recorded call and what its cache read says.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CallView {
+    #[serde(flatten)]
+    pub call: Call,
+    pub cache: Verdict,
+}
+
+/// The newest `limit` calls of a session with their verdicts (the one
+/// before the first is read too, to judge it). Empty for an unknown session.
+pub fn recent_calls(
+    conn: &rusqlite::Connection,
+    session: i64,
+    ttl: CacheTtl,
+    limit: usize,
+) -> Result<Vec<CallView>> {
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let calls = calls::recent(conn, session, limit + 1)?;
+    let verdicts = causes::classify(&calls, causes::ttl_ms(ttl));
+    let skip = calls.len().saturating_sub(limit);
+    Ok(calls
+        .into_iter()
+        .zip(verdicts)
+        .skip(skip)
+        .map(|(call, cache)| CallView { call, cache })
+        .collect())
+}
+
+/// [`status`] with the newest `calls` calls and their causes.
+pub fn status_with_calls(
+    store: &Store,
+    harness: &str,
+    session_id: &str,
+    ttl: CacheTtl,
+    calls: usize,
+) -> Result<Option<StatusReport>> {
+    let Some(mut report) = status(store, harness, session_id)? else {
+        return Ok(None);
+    };
+    if let Some(session) = sessions::find_session(store.conn(), harness, session_id)? {
+        report.calls = recent_calls(store.conn(), session.id, ttl, calls)?;
+    }
+    Ok(Some(report))
 }
 
 pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<StatusReport>> {
@@ -228,5 +282,6 @@ pub fn status(store: &Store, harness: &str, session_id: &str) -> Result<Option<S
         overflow_pending: super::overflow::pending(conn, harness, session_id)?.is_some(),
         model: session.last_model_key.clone(),
         historian_model: None,
+        calls: Vec::new(),
     }))
 }

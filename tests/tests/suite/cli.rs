@@ -124,6 +124,68 @@ fn global_flags_go_before_or_after_the_subcommand() {
 }
 
 #[test]
+fn status_shows_the_newest_calls_with_the_cause_of_a_bust() {
+    let env = TestEnv::new();
+    let db = env.db();
+    let db = db.to_str().unwrap();
+    let mut envelope: Value = serde_json::from_str(&example()).unwrap();
+    let now = envelope["now_ms"].as_i64().unwrap();
+    // Three calls a few seconds apart; the third came back with its cache
+    // read fallen though neither mc nor the harness changed anything.
+    for (k, (read, write)) in [(12_600, 90), (12_600, 800), (0, 13_500)]
+        .iter()
+        .enumerate()
+    {
+        envelope["now_ms"] = json!(now + 5_000 * k as i64);
+        envelope["usage"] =
+            json!({"input": 80, "cache_read": read, "cache_write": write, "output": 25});
+        stdout_json(&env.run(BIN, &["--db", db], &envelope.to_string()));
+    }
+    envelope["now_ms"] = json!(now + 5_000 * 3);
+    envelope["usage"] = json!({"input": 80, "cache_read": 13_400, "cache_write": 10, "output": 25});
+    stdout_json(&env.run(BIN, &["--db", db], &envelope.to_string()));
+    let status = stdout_json(&env.run(
+        BIN,
+        &[
+            "--db",
+            db,
+            "status",
+            "--session",
+            "ses_example0001",
+            "--calls",
+            "3",
+        ],
+        "",
+    ));
+    let calls = status["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 3, "{}", pretty(&status["calls"]));
+    let states: Vec<&str> = calls
+        .iter()
+        .map(|c| c["cache"]["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["full", "stable", "not_reported"]);
+    assert_eq!(calls[0]["cache"]["cause"], "unknown");
+    assert_eq!(calls[0]["usage"]["cache_write"], 13_500);
+    assert_eq!(calls[0]["decision"], "defer");
+    assert!(calls[0]["sources"]["conversation"].as_i64().unwrap() > 0);
+    // `--calls 0` leaves them out.
+    let status = stdout_json(&env.run(
+        BIN,
+        &[
+            "--db",
+            db,
+            "status",
+            "--session",
+            "ses_example0001",
+            "--calls",
+            "0",
+        ],
+        "",
+    ));
+    assert_eq!(status["calls"], json!([]));
+}
+
+#[test]
 fn input_that_is_not_json_or_has_no_messages_exits_2() {
     let env = TestEnv::new();
     for (input, expected) in [

@@ -395,6 +395,11 @@ pub(super) const SECTIONS: &[Section] = &[
                       User-only: a project file may set none of it.",
     },
     Section {
+        path: "dashboard",
+        description: "mc-doctor dashboard: the prices its spend view counts tokens at. \
+                      User-only.",
+    },
+    Section {
         path: "embeddings",
         description: "Hybrid search (optional): an OpenAI-compatible embeddings endpoint whose \
                       vectors re-rank the full-text candidates (reciprocal rank fusion with \
@@ -638,6 +643,36 @@ pub(super) const KEYS: &[KeyDef] = &[
         set: |c, v| {
             if let Some(b) = v.bool() {
                 c.transform.system_prompt_guidance = b;
+            }
+        },
+    },
+    KeyDef {
+        path: "transform.calls_keep_rows",
+        kind: Kind::Int {
+            min: 1_000,
+            max: 10_000_000,
+        },
+        default: Val::Int(200_000),
+        trust: Trust::UserOnly,
+        description: "The per-call record (what mc-transform status and mc-doctor dashboard \
+                      show) keeps at most this many calls over all sessions; the oldest go first.",
+        get: |c| Val::Int(c.transform.calls_keep_rows),
+        set: |c, v| {
+            if let Some(n) = v.int() {
+                c.transform.calls_keep_rows = n;
+            }
+        },
+    },
+    KeyDef {
+        path: "transform.calls_keep_days",
+        kind: Kind::Int { min: 1, max: 3650 },
+        default: Val::Int(90),
+        trust: Trust::UserOnly,
+        description: "The per-call record keeps no call older than this many days.",
+        get: |c| Val::Int(u64::from(c.transform.calls_keep_days)),
+        set: |c, v| {
+            if let Some(n) = v.int_u32() {
+                c.transform.calls_keep_days = n;
             }
         },
     },
@@ -1205,6 +1240,78 @@ pub(super) const KEYS: &[KeyDef] = &[
         set: |c, v| {
             if let Some(t) = v.text() {
                 c.gateway.listen = t;
+            }
+        },
+    },
+    KeyDef {
+        path: "dashboard.price_input",
+        kind: Kind::Float {
+            min: -1.0,
+            max: 10_000.0,
+        },
+        default: Val::Float(-1.0),
+        trust: Trust::UserOnly,
+        description: "The price of uncached input tokens, US dollars per million, that mc-doctor \
+                      dashboard counts spend at for every model; -1: each model's price from \
+                      its built-in table.",
+        get: |c| Val::Float(c.dashboard.price_input),
+        set: |c, v| {
+            if let Some(x) = v.float() {
+                c.dashboard.price_input = x;
+            }
+        },
+    },
+    KeyDef {
+        path: "dashboard.price_output",
+        kind: Kind::Float {
+            min: -1.0,
+            max: 10_000.0,
+        },
+        default: Val::Float(-1.0),
+        trust: Trust::UserOnly,
+        description: "The price of output tokens, US dollars per million, that mc-doctor \
+                      dashboard counts spend at for every model; -1: each model's price from \
+                      its built-in table.",
+        get: |c| Val::Float(c.dashboard.price_output),
+        set: |c, v| {
+            if let Some(x) = v.float() {
+                c.dashboard.price_output = x;
+            }
+        },
+    },
+    KeyDef {
+        path: "dashboard.price_cache_write",
+        kind: Kind::Float {
+            min: -1.0,
+            max: 10_000.0,
+        },
+        default: Val::Float(-1.0),
+        trust: Trust::UserOnly,
+        description: "The price of cache-write tokens, US dollars per million, that mc-doctor \
+                      dashboard counts spend at for every model; -1: each model's price from \
+                      its built-in table.",
+        get: |c| Val::Float(c.dashboard.price_cache_write),
+        set: |c, v| {
+            if let Some(x) = v.float() {
+                c.dashboard.price_cache_write = x;
+            }
+        },
+    },
+    KeyDef {
+        path: "dashboard.price_cache_read",
+        kind: Kind::Float {
+            min: -1.0,
+            max: 10_000.0,
+        },
+        default: Val::Float(-1.0),
+        trust: Trust::UserOnly,
+        description: "The price of cache-read tokens, US dollars per million, that mc-doctor \
+                      dashboard counts spend at for every model; -1: each model's price from \
+                      its built-in table.",
+        get: |c| Val::Float(c.dashboard.price_cache_read),
+        set: |c, v| {
+            if let Some(x) = v.float() {
+                c.dashboard.price_cache_read = x;
             }
         },
     },

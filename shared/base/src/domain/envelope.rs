@@ -32,7 +32,7 @@ impl ModelInfo {
 }
 
 /// Provider-reported token usage of the latest response.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq)]
 pub struct Usage {
     #[serde(default)]
     pub input: u64,

@@ -223,6 +223,20 @@ pub fn last_run(conn: &Connection, session: i64) -> Result<Option<RunRecord>> {
         .optional()?)
 }
 
+/// The session's newest `limit` runs, newest first.
+pub fn recent_runs(conn: &Connection, session: i64, limit: usize) -> Result<Vec<RunRecord>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {RUN_COLUMNS} FROM historian_runs WHERE session = ?1 ORDER BY id DESC LIMIT ?2"
+    ))?;
+    let runs = stmt
+        .query_map(
+            params![session, i64::try_from(limit).unwrap_or(i64::MAX)],
+            run_from_row,
+        )?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(runs)
+}
+
 /// The session's newest run that recorded an error (a failed run, or a
 /// published one whose later chunk failed).
 pub fn last_failure(conn: &Connection, session: i64) -> Result<Option<RunRecord>> {

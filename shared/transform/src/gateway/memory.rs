@@ -15,6 +15,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use mc_base::codec::Message;
 use mc_base::domain::envelope::Usage;
 
+use crate::calls::Prompt;
 use crate::render::ForNextPass;
 
 /// Sessions kept in memory, least recently used dropped first (a dropped
@@ -43,6 +44,8 @@ pub struct Kept<L> {
     pub seen: FxHashMap<String, i64>,
     /// The usage the provider reported for the session's last call.
     pub usage: Option<Usage>,
+    /// The system prompt and tool set of the last call, as the record counted them.
+    pub prompt: Prompt,
     pub last_used: u64,
 }
 
@@ -59,17 +62,19 @@ impl<L> Default for Kept<L> {
             origins: Vec::new(),
             seen: FxHashMap::default(),
             usage: None,
+            prompt: Prompt::default(),
             last_used: 0,
         }
     }
 }
 
 impl<L> Kept<L> {
-    /// Forget everything but the usage (after a failed pass nothing kept is
-    /// trusted).
+    /// Forget everything but the usage and the prompt the record counted
+    /// (after a failed pass nothing else kept is trusted).
     pub fn reset(&mut self, clock: u64) {
         *self = Kept {
             usage: self.usage,
+            prompt: std::mem::take(&mut self.prompt),
             last_used: clock,
             ..Kept::default()
         };

@@ -435,3 +435,61 @@ fn the_answer_feeds_the_next_pass() {
     let side = call(Some("s1"), "/v1/messages/count_tokens", &h, b"{}", T0);
     assert!(!g.pass.learn(&side, &answer(overflow)).unwrap());
 }
+
+#[test]
+fn each_gateway_call_is_recorded_with_its_system_prompt_and_tool_set() {
+    let g = gate();
+    let messages = conversation(3, 400);
+    g.send("s-rec", &request(&messages), 20, T0);
+    g.send("s-rec", &request(&conversation(4, 400)), 21, T0 + MINUTE);
+    // The same conversation with one more tool declared.
+    let mut more: Value = serde_json::from_slice(&request(&conversation(5, 400))).unwrap();
+    more["tools"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "Write", "input_schema": {"type": "object"}}));
+    g.send(
+        "s-rec",
+        &serde_json::to_vec(&more).unwrap(),
+        22,
+        T0 + 2 * MINUTE,
+    );
+    let store = Store::open(&g.db, &StoreOptions::default()).unwrap();
+    let session = mc_base::domain::sessions::find_session(store.conn(), HARNESS, "s-rec")
+        .unwrap()
+        .unwrap();
+    type Row = (
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+    );
+    let rows: Vec<Row> = store
+        .conn()
+        .prepare(
+            "SELECT system_print, tools_print, system_tokens, tools_tokens, input
+             FROM calls WHERE session = ?1 ORDER BY id",
+        )
+        .unwrap()
+        .query_map([session.id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(rows.len(), 3);
+    assert!(
+        rows.iter()
+            .all(|r| r.2.is_some_and(|n| n > 0) && r.3.is_some_and(|n| n > 0))
+    );
+    assert_eq!(rows[0].0, rows[2].0, "the same system prompt");
+    assert_eq!(rows[0].1, rows[1].1);
+    assert_ne!(rows[1].1, rows[2].1, "a tool was added");
+    assert!(rows[2].3 > rows[1].3);
+    // The usage each next call brought is on the call it belongs to.
+    assert_eq!(
+        rows[0].4,
+        Some(i64::try_from(DEFAULT_WINDOW * 21 / 100).unwrap())
+    );
+}
