@@ -691,14 +691,14 @@ fn local_model_check(env: &Env, config: &Config, id: String) -> Check {
                 provider.name
             ),
         ),
-        ModelState::Missing => Check::warn(
+        // Not set up is a choice, not a fault: said, not warned.
+        ModelState::Missing => Check::pass(
             id,
             format!(
                 "embeddings: {}: the local model is not fetched yet: search ranks by full text \
-                 (BM25) only",
+                 (BM25) only (mc-doctor setup --embeddings fetches it)",
                 provider.name
             ),
-            "mc-doctor setup --embeddings fetches it (or mc-search index --embeddings)",
         ),
         ModelState::Broken(why) => Check::warn(
             id,
