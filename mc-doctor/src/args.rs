@@ -110,6 +110,10 @@ pub(crate) struct SetupArgs {
     /// Also add mc-dream's cron line (mc-dream cron --install)
     #[arg(long)]
     pub(crate) cron: bool,
+    /// Also fetch the local embedding model embeddings.model names (once,
+    /// into $XDG_CACHE_HOME/mc/models, checksums checked)
+    #[arg(long)]
+    pub(crate) embeddings: bool,
     /// Do it without asking (what scripts and tests pass)
     #[arg(long, short = 'y')]
     pub(crate) yes: bool,

@@ -19,6 +19,7 @@ pub(crate) fn environment(args: &Args) -> Result<Env, Failure> {
         home: env_paths.home.clone().unwrap_or_default(),
         xdg_config_home: abs(env_paths.xdg_config_home.clone()),
         xdg_data_home: abs(env_paths.xdg_data_home.clone()),
+        models_dir: mc_base::paths::models_dir(&env_paths).filter(|p| p.is_absolute()),
         path: std::env::var_os("PATH").unwrap_or_default(),
         vars: std::env::vars().collect(),
         cwd: env_paths.cwd.clone(),

@@ -135,6 +135,20 @@ pub fn run(env: &Env, preselected: Vec<HarnessId>) -> Result<ExitCode, Failure> 
         "Add the cron line that runs `mc-dream tick` every 15 minutes?",
         false,
     )?;
+    let fetch = match setup::embeddings_to_fetch(env) {
+        Some(model) => t.yes(
+            &format!(
+                "Fetch the local embedding model {} ({:.0} MB, {} license) into {}, so search \
+                 also finds what was meant in other words?",
+                model.spec.name,
+                model.spec.files.iter().map(|f| f.size).sum::<u64>() as f64 / 1e6,
+                model.spec.license,
+                env.tilde(&model.dir)
+            ),
+            true,
+        )?,
+        None => false,
+    };
     let mut request = setup::Request {
         harnesses,
         historian,
@@ -143,7 +157,7 @@ pub fn run(env: &Env, preselected: Vec<HarnessId>) -> Result<ExitCode, Failure> 
     let preview = setup::setup(env, &request).map_err(Failure::from)?;
     say("\n");
     say(&crate::outcome::outcome_text(&preview, true, None));
-    if preview.changes.is_empty() && !cron {
+    if preview.changes.is_empty() && !cron && !fetch {
         say("Everything is in place already.\n");
         return Ok(ExitCode::SUCCESS);
     }
@@ -176,6 +190,10 @@ pub fn run(env: &Env, preselected: Vec<HarnessId>) -> Result<ExitCode, Failure> 
     }
     if let Some(line) = cron_line {
         text.push_str(&format!("cron: {line}\n"));
+    }
+    if fetch {
+        text.push_str(&crate::cmd::setup::fetch_embeddings(env, false)?);
+        text.push('\n');
     }
     text.push_str("Done. Restart the harness to load mc; run `mc-doctor` to check.\n");
     say(&text);

@@ -94,10 +94,21 @@ pub(crate) fn with_settings<T>(config: &Config, f: impl FnOnce(&Settings<'_>) ->
     );
     let now = mc_cli::now_ms;
     let terminal = std::io::stderr().is_terminal();
-    let provider =
-        mc_search_core::embed::Provider::from_config(config, &|var| std::env::var(var).ok())
-            .map_err(|e| e.to_string())
-            .and_then(|p| p.ok_or_else(|| "no embeddings.model configured".to_string()));
+    let models = mc_base::paths::models_dir(&mc_cli::env_paths());
+    let provider = mc_search_core::embed::Provider::from_config(
+        config,
+        &|var| std::env::var(var).ok(),
+        models.as_deref(),
+    )
+    .map_err(|e| e.to_string())
+    .and_then(|p| p.ok_or_else(|| "no embeddings.model configured".to_string()))
+    .and_then(|p| match p.local().map(|m| m.state()) {
+        Some(mc_search_core::embed::local::State::Missing) => Err(format!(
+            "the local model of {} is not fetched yet (mc-doctor setup, or mc-search index              --embeddings)",
+            p.name
+        )),
+        _ => Ok(p),
+    });
     let sleep = std::thread::sleep;
     let settings = Settings {
         dream: &config.dream,

@@ -55,7 +55,6 @@ pub(crate) fn canonical(dir: &Path) -> String {
 pub(crate) fn embeddings_of(
     config: &mc_base::config::Config,
 ) -> Option<Result<search::embed::Provider, String>> {
-    search::embed::Provider::from_config(config, &|var| std::env::var(var).ok())
-        .map_err(|e| e.to_string())
-        .transpose()
+    let models = mc_base::paths::models_dir(&mc_cli::env_paths());
+    search::embed::Provider::for_search(config, &|var| std::env::var(var).ok(), models.as_deref())
 }

@@ -26,6 +26,7 @@ pub mod generate;
 pub mod harness;
 pub mod mcp_client;
 pub mod opencode;
+pub mod paraphrase;
 pub mod pi;
 pub mod qa;
 pub mod relay;

@@ -30,11 +30,13 @@ pub const KINDS: [&str; 4] = ["single", "multi-hop", "temporal", "identifier"];
 /// Sessions of the set.
 pub const SESSIONS: usize = 12;
 
-struct Item {
-    kind: &'static str,
-    question: &'static str,
-    evidence: &'static [Plant],
-    distractors: &'static [Plant],
+/// One question of a set: its kind, its words, the messages that answer
+/// it and the messages that only look like they do.
+pub struct Item {
+    pub kind: &'static str,
+    pub question: &'static str,
+    pub evidence: &'static [Plant],
+    pub distractors: &'static [Plant],
 }
 
 const ITEMS: &[Item] = &[
@@ -472,9 +474,14 @@ const ITEMS: &[Item] = &[
 
 /// The questions, and every planted message (evidence and distractors) by session.
 pub fn questions() -> (Vec<Question>, Vec<Plant>) {
+    questions_of(ITEMS)
+}
+
+/// The questions of `items`, and every message they plant.
+pub fn questions_of(items: &[Item]) -> (Vec<Question>, Vec<Plant>) {
     let mut questions = Vec::new();
     let mut plants = Vec::new();
-    for item in ITEMS {
+    for item in items {
         questions.push(Question {
             kind: item.kind,
             text: item.question,
@@ -490,7 +497,12 @@ pub fn questions() -> (Vec<Question>, Vec<Plant>) {
 /// the session's planted messages as user messages, an hour apart. Session
 /// `i` starts `i` days after the first.
 pub fn sessions(turns: usize) -> Vec<Vec<Value>> {
-    let (_, plants) = questions();
+    sessions_of(ITEMS, turns)
+}
+
+/// [`sessions`] with the messages `items` plant.
+pub fn sessions_of(items: &[Item], turns: usize) -> Vec<Vec<Value>> {
+    let (_, plants) = questions_of(items);
     (0..SESSIONS)
         .map(|i| {
             let mut spec = SessionSpec::new(0x9a_0000 + i as u64, turns, turns as u64 * 2_500);

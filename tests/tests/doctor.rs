@@ -1183,8 +1183,9 @@ fn the_wizard_on_a_real_terminal_asks_shows_the_diff_and_writes() {
     );
     let mut command = doctor.sealed("script");
     command.args(["-q", "-e", "-c", &line, "/dev/null"]);
-    // Harnesses: opencode; historian: a command provider; no cron; write.
-    let answers = "opencode\ncli/sonnet\ncommand\nclaude -p --model {model}\nn\ny\n";
+    // Harnesses: opencode; historian: a command provider; no cron; no local
+    // embedding model fetched; write.
+    let answers = "opencode\ncli/sonnet\ncommand\nclaude -p --model {model}\nn\nn\ny\n";
     let out = mc_tests::pipe_within(
         &mut command,
         answers.as_bytes(),
@@ -1208,6 +1209,12 @@ fn the_wizard_on_a_real_terminal_asks_shows_the_diff_and_writes() {
         "the diff is shown: {shown}"
     );
     assert!(shown.contains("Write these changes"), "{shown}");
+    assert!(
+        shown.contains(
+            "Fetch the local embedding model wordllama-l2-supercat-256 (18 MB, MIT license)"
+        ),
+        "{shown}"
+    );
     assert!(shown.contains("Done."), "{shown}");
     assert!(oc.join("plugin/mc.js").exists());
     let config: Value =

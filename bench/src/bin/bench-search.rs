@@ -62,6 +62,13 @@ struct Cli {
     /// ("spawn": start scripts/embed-server, which needs `pip install wordllama`)
     #[arg(long, value_name = "URL|spawn")]
     embed: Option<String>,
+    /// The local embedding model's folder (tokenizer.json, model.safetensors)
+    /// [default: target/test-model/wordllama-l2-supercat-256, from scripts/test-model]
+    #[arg(long, value_name = "DIR")]
+    local_model: Option<PathBuf>,
+    /// Leave the local model out
+    #[arg(long)]
+    no_local: bool,
 }
 
 const SESSION: &str = "bench";
@@ -75,6 +82,7 @@ struct Args {
     recall_only: bool,
     qa_turns: usize,
     embed: Option<String>,
+    local_model: Option<PathBuf>,
     messages: usize,
     calls: usize,
     warmup: usize,
@@ -89,6 +97,14 @@ impl From<Cli> for Args {
             recall_only: cli.recall,
             qa_turns: cli.qa_turns.max(1),
             embed: cli.embed,
+            local_model: if cli.no_local {
+                None
+            } else {
+                Some(cli.local_model.unwrap_or_else(|| {
+                    Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("../target/test-model/wordllama-l2-supercat-256")
+                }))
+            },
             messages: cli.messages.max(200),
             calls: cli.calls.max(1),
             warmup: cli.warmup,
@@ -127,7 +143,12 @@ fn err<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
     reason = "a benchmark's scenario, read top to bottom; the 150-line rule is for mc's own code"
 )]
 fn run(args: &Args, work: &Path) -> Result<()> {
-    recall::run(work, args.qa_turns, args.embed.as_deref())?;
+    recall::run(
+        work,
+        args.qa_turns,
+        args.embed.as_deref(),
+        args.local_model.as_deref(),
+    )?;
     if args.recall_only {
         return Ok(());
     }
@@ -215,6 +236,9 @@ fn run(args: &Args, work: &Path) -> Result<()> {
         "test fixtures",
         "retry",
     ];
+    if let Some(dir) = &args.local_model {
+        hybrid_at_scale(args, &mut store, &identity, dir, &words)?;
+    }
     floor_and_process(args, &store, &db, &project, &words)?;
     drop(store);
 
@@ -225,6 +249,8 @@ fn run(args: &Args, work: &Path) -> Result<()> {
         .args(["mcp", "--harness", "opencode", "--session", SESSION])
         .current_dir(&project)
         .env("XDG_CONFIG_HOME", work.join("config"))
+        // No local model there: the tool calls are timed on full text.
+        .env("XDG_CACHE_HOME", work.join("cache"))
         .env_remove("MC_CONFIG")
         .env_remove("MC_DB");
     let mut mcp = McpClient::spawn(&mut command);
@@ -448,6 +474,88 @@ fn db_size(store: &Store, db: &Path) -> Result<u64> {
 /// The bare FTS5 floor (`MATCH … ORDER BY rank LIMIT 10` on the message
 /// index, in process) against mc's whole query: in process, and as a whole
 /// `mc-search query` process.
+/// The local model over the whole bench database: backfill throughput,
+/// then a query's time with and without the vectors (in process).
+fn hybrid_at_scale(
+    args: &Args,
+    store: &mut Store,
+    identity: &str,
+    dir: &Path,
+    words: &[&str],
+) -> Result<()> {
+    use mc_search_core::embed;
+    let spec = &embed::local::WORDLLAMA_L2_256;
+    let local = std::sync::Arc::new(embed::LocalModel::new(spec, dir.to_path_buf()));
+    let started = Instant::now();
+    local.model().map_err(|e| format!("the local model: {e}"))?;
+    let load = started.elapsed();
+    let provider = embed::Provider {
+        name: format!("{}{}", embed::LOCAL_PREFIX, spec.name),
+        backend: embed::Backend::Local(local),
+        dimensions: Some(spec.dimensions),
+        batch_size: 256,
+        timeout: Duration::from_secs(60),
+        query_timeout: Duration::from_secs(5),
+        retries: 0,
+    };
+    let started = Instant::now();
+    let report = embed::backfill(store, &provider, &mut |_, _| {}, &std::thread::sleep)
+        .map_err(err("backfilling"))?;
+    let elapsed = started.elapsed().as_secs_f64();
+    println!(
+        "local model: loaded and checked in {:.0} ms; backfill of {} texts in {elapsed:.1} s = {:.0} texts/s",
+        ms(load),
+        report.embedded,
+        report.embedded as f64 / elapsed
+    );
+    let request = |i: usize| query::Request {
+        project: identity,
+        text: words[i % words.len()],
+        limit: 10,
+        ..query::Request::default()
+    };
+    let mut plain = Vec::new();
+    let mut hybrid = Vec::new();
+    for i in 0..args.calls + args.warmup {
+        let started = Instant::now();
+        query::search_with(store.conn(), &request(i), None).map_err(err("full text"))?;
+        let p = started.elapsed();
+        let started = Instant::now();
+        let answer = query::search_with(store.conn(), &request(i), Some(&provider))
+            .map_err(err("hybrid"))?;
+        let h = started.elapsed();
+        if !answer.warnings.is_empty() {
+            return Err(format!("hybrid warned: {:?}", answer.warnings));
+        }
+        if i >= args.warmup {
+            plain.push(p);
+            hybrid.push(h);
+        }
+    }
+    plain.sort_unstable();
+    hybrid.sort_unstable();
+    let started = Instant::now();
+    let runs = 1_000;
+    for i in 0..runs {
+        std::hint::black_box(
+            provider
+                .embed(&[words[i % words.len()]], None, Duration::from_secs(1))
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    println!(
+        "a query at {} messages, in process: full text median {:.2} ms, hybrid {:.2} ms \
+         (p99 {:.2} against {:.2}); the query's vector alone {:.3} ms",
+        args.messages,
+        ms(percentile(&plain, 50)),
+        ms(percentile(&hybrid, 50)),
+        ms(percentile(&hybrid, 99)),
+        ms(percentile(&plain, 99)),
+        started.elapsed().as_secs_f64() * 1000.0 / runs as f64
+    );
+    Ok(())
+}
+
 fn floor_and_process(
     args: &Args,
     store: &Store,

@@ -80,7 +80,7 @@ pub(crate) fn run_setup(args: &Args, a: &SetupArgs, env: &Env) -> Result<ExitCod
     }
     if harnesses.is_empty() {
         harnesses = detected(env);
-        if harnesses.is_empty() && a.historian_model.is_none() {
+        if harnesses.is_empty() && a.historian_model.is_none() && !a.embeddings {
             return Err(Failure::input(anyhow!(
                 "no harness found (opencode, claude, codex or pi on PATH, or their folders): name one with --harness"
             )));
@@ -91,13 +91,40 @@ pub(crate) fn run_setup(args: &Args, a: &SetupArgs, env: &Env) -> Result<ExitCod
         historian: historian_choice(a)?,
         dry_run: a.dry_run,
     };
-    let outcome = setup::setup(env, &request).map_err(Failure::from)?;
+    let mut outcome = setup::setup(env, &request).map_err(Failure::from)?;
+    if a.embeddings {
+        outcome.notes.push(fetch_embeddings(env, a.dry_run)?);
+    }
     let cron = if a.cron {
         Some(setup::install_cron(env, a.dry_run).map_err(Failure::from)?)
     } else {
         None
     };
     show_outcome(args, &outcome, a.dry_run, cron)
+}
+
+/// `--embeddings`: the local model fetched (or, dry, what would be).
+/// `MC_MODELS_URL` replaces its download address (tests serve the files
+/// from 127.0.0.1; the checksums are the same).
+pub(crate) fn fetch_embeddings(env: &Env, dry_run: bool) -> Result<String, Failure> {
+    let Some(model) = setup::embeddings_to_fetch(env) else {
+        return Ok(
+            "embeddings: nothing to fetch (the local model is in place, or \
+                   embeddings.model names no local model)"
+                .into(),
+        );
+    };
+    if dry_run {
+        return Ok(format!(
+            "embeddings: would fetch the local model {} into {}",
+            model.spec.name,
+            model.dir.display()
+        ));
+    }
+    let base = std::env::var("MC_MODELS_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    setup::fetch_embeddings(&model, base, &std::thread::sleep).map_err(Failure::from)
 }
 
 pub(crate) fn show_outcome(

@@ -108,13 +108,26 @@ pub(crate) fn index_commits(args: &Args) -> Result<(), Failure> {
 
 pub(crate) fn index_embeddings(args: &Args) -> Result<(), Failure> {
     let config = args.global.load_config(NAME, None);
-    let provider = search::embed::Provider::from_config(&config, &|var| std::env::var(var).ok())?
-        .ok_or_else(|| {
+    let models = mc_base::paths::models_dir(&mc_cli::env_paths());
+    let provider = search::embed::Provider::from_config(
+        &config,
+        &|var| std::env::var(var).ok(),
+        models.as_deref(),
+    )?
+    .ok_or_else(|| {
         Failure::input(anyhow!(
-            "no embeddings model configured: set embeddings.model to \"provider/model\" \
-                 (a provider of kind openai) in the user config"
+            "no embeddings model configured: set embeddings.model to \"{}\" (a model mc runs \
+             itself) or \"provider/model\" (a provider of kind openai) in the user config",
+            mc_base::config::DEFAULT_EMBEDDINGS_MODEL
         ))
     })?;
+    // A local model is fetched the first time (and again when damaged).
+    let fetched = match provider.local() {
+        Some(local) if local.state() != search::embed::local::State::Ready => {
+            Some(fetch_model(local)?)
+        }
+        _ => None,
+    };
     let mut store = mc_cli::open_store(args.global.db.as_deref(), &config)?;
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new(0);
@@ -140,5 +153,44 @@ pub(crate) fn index_embeddings(args: &Args) -> Result<(), Failure> {
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    Ok(write_json(&json!(report?), args.global.pretty)?)
+    let mut out = json!(report?);
+    if let (Some(f), Some(map)) = (fetched, out.as_object_mut()) {
+        map.insert("fetched".into(), json!(f));
+    }
+    Ok(write_json(&out, args.global.pretty)?)
+}
+
+/// Fetch a local model's files, saying so on stderr. `MC_MODELS_URL`
+/// replaces the model's download address (tests serve the files from
+/// 127.0.0.1; the checksums are the same).
+pub(crate) fn fetch_model(
+    local: &search::embed::LocalModel,
+) -> Result<search::embed::fetch::Fetched, Failure> {
+    let mut options = search::embed::fetch::FetchOptions::for_spec(local.spec);
+    if let Some(url) = std::env::var("MC_MODELS_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    {
+        options.base_url = url;
+    }
+    eprintln!(
+        "{NAME}: fetching the local embedding model {} ({:.1} MB, {}) into {}",
+        local.spec.name,
+        local.spec.files.iter().map(|f| f.size).sum::<u64>() as f64 / 1e6,
+        local.spec.license,
+        local.dir.display()
+    );
+    search::embed::fetch::fetch(
+        &local.dir,
+        local.spec,
+        &options,
+        &mut |_, _, _| {},
+        &std::thread::sleep,
+    )
+    .map_err(|e| {
+        Failure::runtime(anyhow!(
+            "fetching the local embedding model {}: {e}",
+            local.spec.name
+        ))
+    })
 }

@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+pub use keys::DEFAULT_EMBEDDINGS_MODEL;
 pub use providers::{ProviderConfig, ProviderKind};
 pub use schedule::parse_cron;
 pub use schema::json_schema;
@@ -250,8 +251,9 @@ pub struct DreamConfig {
 /// `embeddings.*`: the optional embedding provider of hybrid search. User-only.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EmbeddingsConfig {
-    /// `provider/model` of an OpenAI-compatible `/embeddings` endpoint
-    /// (default none: search is BM25 only).
+    /// `local:<name>` (a model mc runs itself, the default) or
+    /// `provider/model` of an OpenAI-compatible `/embeddings` endpoint;
+    /// `None`: search is BM25 only.
     pub model: Option<String>,
     /// Vector length the model must answer (0: learned from its first answer).
     pub dimensions: u64,

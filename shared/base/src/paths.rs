@@ -17,6 +17,7 @@ pub struct EnvPaths {
     pub home: Option<PathBuf>,
     pub xdg_config_home: Option<PathBuf>,
     pub xdg_data_home: Option<PathBuf>,
+    pub xdg_cache_home: Option<PathBuf>,
     /// `MC_DB`: the database file.
     pub mc_db: Option<PathBuf>,
     /// `MC_CONFIG`: an override config file.
@@ -34,6 +35,7 @@ impl EnvPaths {
             home: path("HOME"),
             xdg_config_home: path("XDG_CONFIG_HOME"),
             xdg_data_home: path("XDG_DATA_HOME"),
+            xdg_cache_home: path("XDG_CACHE_HOME"),
             mc_db: path("MC_DB"),
             mc_config: path("MC_CONFIG"),
             cwd,
@@ -56,6 +58,15 @@ pub fn db_path(flag: Option<&Path>, env: &EnvPaths) -> Result<PathBuf> {
                 .with_hint("pass --db, or set MC_DB, XDG_DATA_HOME or HOME")
         },
     )
+}
+
+/// Where local embedding models are kept: `$XDG_CACHE_HOME/mc/models`
+/// (`~/.cache/mc/models`); None when neither is set.
+pub fn models_dir(env: &EnvPaths) -> Option<PathBuf> {
+    env.xdg_cache_home
+        .clone()
+        .or_else(|| env.home.as_ref().map(|h| h.join(".cache")))
+        .map(|base| base.join("mc").join("models"))
 }
 
 /// The folder whose `.mc/config.jsonc` is the project tier: the nearest

@@ -704,6 +704,10 @@ fn providers(env: &Env, config: &Config, options: &Options) -> Vec<Check> {
         }
         for model in chain {
             let id = format!("provider.{role}.{model}");
+            if role == "embeddings" && model.starts_with(mc_search_core::embed::LOCAL_PREFIX) {
+                checks.push(local_model_check(env, config, id));
+                continue;
+            }
             let Some((name, _)) = model.split_once('/') else {
                 checks.push(Check::fail(
                     id,
@@ -732,6 +736,56 @@ fn providers(env: &Env, config: &Config, options: &Options) -> Vec<Check> {
         }
     }
     checks
+}
+
+/// A local embeddings model: known, fetched, of the right size and checksum.
+fn local_model_check(env: &Env, config: &Config, id: String) -> Check {
+    use mc_search_core::embed::{Provider, local::State as ModelState};
+    let provider = match Provider::from_config(
+        config,
+        &|v| env.vars.get(v).cloned(),
+        env.models_dir.as_deref(),
+    ) {
+        Ok(Some(p)) => p,
+        Ok(None) => return Check::pass(id, "embeddings: none configured"),
+        Err(e) => {
+            return Check::fail(
+                id,
+                format!("embeddings: {e}"),
+                "set embeddings.model to a local model mc knows, or to provider/model",
+            );
+        }
+    };
+    let Some(local) = provider.local() else {
+        return Check::pass(id, "embeddings: an endpoint");
+    };
+    let shown = local.dir.display();
+    match local.state() {
+        ModelState::Ready => Check::pass(
+            id,
+            format!(
+                "embeddings: {}: the local model is in {shown}, checksums match",
+                provider.name
+            ),
+        ),
+        // Not set up is a choice, not a fault: said, not warned.
+        ModelState::Missing => Check::pass(
+            id,
+            format!(
+                "embeddings: {}: the local model is not fetched yet: search ranks by full text \
+                 (BM25) only (mc-doctor setup --embeddings fetches it)",
+                provider.name
+            ),
+        ),
+        ModelState::Broken(why) => Check::warn(
+            id,
+            format!(
+                "embeddings: {}: {why}: search ranks by full text (BM25) only",
+                provider.name
+            ),
+            "mc-doctor setup --embeddings fetches it again",
+        ),
+    }
 }
 
 fn provider_check(
@@ -1235,6 +1289,7 @@ mod tests {
             ..Options::default()
         };
         let mut config = Config::default();
+        config.embeddings.model = None;
         let find = |checks: Vec<Check>, id: &str| {
             checks
                 .into_iter()

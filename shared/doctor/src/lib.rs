@@ -45,6 +45,8 @@ pub struct Env {
     pub xdg_config_home: Option<PathBuf>,
     /// `XDG_DATA_HOME` when set and absolute.
     pub xdg_data_home: Option<PathBuf>,
+    /// Where local embedding models are kept (`$XDG_CACHE_HOME/mc/models`).
+    pub models_dir: Option<PathBuf>,
     /// `PATH`.
     pub path: OsString,
     /// The process's variables (harness folders such as `CLAUDE_CONFIG_DIR`,

@@ -124,6 +124,57 @@ impl Manifest {
     }
 }
 
+/// The local embeddings model the config names, when it is one that is
+/// not ready yet (what setup offers to fetch).
+pub fn embeddings_to_fetch(env: &Env) -> Option<std::sync::Arc<mc_search_core::embed::LocalModel>> {
+    let config = mc_base::config::load(&env.layers).config;
+    let provider = mc_search_core::embed::Provider::from_config(
+        &config,
+        &|v| env.vars.get(v).cloned(),
+        env.models_dir.as_deref(),
+    )
+    .ok()??;
+    match &provider.backend {
+        mc_search_core::embed::Backend::Local(m)
+            if m.state() != mc_search_core::embed::local::State::Ready =>
+        {
+            Some(m.clone())
+        }
+        _ => None,
+    }
+}
+
+/// Fetch `model`'s files (from `base_url` when given, else its own
+/// address): the one step of setup that uses the network, so the binary
+/// asks first. The note to show.
+pub fn fetch_embeddings(
+    model: &mc_search_core::embed::LocalModel,
+    base_url: Option<String>,
+    sleep: &dyn Fn(std::time::Duration),
+) -> Result<String> {
+    use mc_search_core::embed::fetch;
+    let mut options = fetch::FetchOptions::for_spec(model.spec);
+    if let Some(url) = base_url {
+        options.base_url = url;
+    }
+    let done =
+        fetch::fetch(&model.dir, model.spec, &options, &mut |_, _, _| {}, sleep).map_err(|e| {
+            Error::Io(std::io::Error::other(format!(
+                "fetching the local embedding model {}: {e}",
+                model.spec.name
+            )))
+            .with_hint("run it again: what came is kept and resumed")
+        })?;
+    Ok(format!(
+        "embeddings: the local model {} is in {} ({} file(s) downloaded, {:.1} MB); \
+         `mc-search index --embeddings` (or mc-dream's embed task) embeds what search holds",
+        model.spec.name,
+        model.dir.display(),
+        done.downloaded.len(),
+        done.bytes as f64 / 1e6
+    ))
+}
+
 /// Setup's record of what it wrote.
 pub fn manifest_path(env: &Env) -> PathBuf {
     env.data_home().join("mc").join("doctor-setup.json")

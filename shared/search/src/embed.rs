@@ -1,16 +1,21 @@
-//! Optional embeddings for hybrid search: an OpenAI-compatible
-//! `/embeddings` endpoint (`embeddings.model`, a provider of kind `openai`),
-//! vectors kept as BLOBs keyed by the SHA-256 of the text they embed (so the
-//! same text is never embedded twice, and a changed text gets a new vector),
-//! cosine similarity over the full-text candidates, and reciprocal rank
-//! fusion of the two rankings.
+//! Embeddings for hybrid search, from one of two backends: a static model
+//! run in mc's own process (`embeddings.model = "local:<name>"`, the
+//! default, used once its files are fetched; see [`local`] and [`fetch`]),
+//! or an OpenAI-compatible `/embeddings` endpoint (`provider/model`, a
+//! provider of kind `openai`). Vectors are kept as BLOBs keyed by the
+//! SHA-256 of the text they embed (so the same text is never embedded
+//! twice, and a changed text gets a new vector); a query's vector re-ranks
+//! the full-text candidates by a weighted reciprocal rank fusion
+//! ([`Fusion`]).
 //!
-//! An endpoint that is down, slow, answers garbage, another model or another
-//! vector length never breaks a search: it falls back to full text and says
-//! why. A backfill (`mc-search index --embeddings`) refuses such answers and
-//! stores nothing of them.
+//! A model that is missing or damaged, an endpoint that is down, slow,
+//! answers garbage, another model or another vector length never breaks a
+//! search: it falls back to full text and says why. A backfill (`mc-search
+//! index --embeddings`) refuses such answers and stores nothing of them.
 
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -22,6 +27,9 @@ use mc_base::config::{Config, ProviderKind};
 use mc_base::error::{Error, Result};
 use mc_base::store::Store;
 
+pub mod fetch;
+pub mod local;
+
 /// The most bytes of one item that are embedded (its head: what it is about).
 pub const MAX_TEXT_BYTES: usize = 4 * 1024;
 /// Reciprocal rank fusion's constant: how flat the fused ranks are (the
@@ -31,44 +39,123 @@ pub const RRF_K: f64 = 60.0;
 const MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
 /// The first wait before a retry (doubled each time).
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+/// What `embeddings.model` names with this prefix is a local model.
+pub const LOCAL_PREFIX: &str = "local:";
 
-/// A configured embeddings endpoint.
+/// A configured embeddings model.
 #[derive(Debug, Clone)]
 pub struct Provider {
-    /// `provider/model` as configured: the name vectors are stored under.
+    /// `embeddings.model` as configured: the name vectors are stored under.
     pub name: String,
-    /// `<base_url>/embeddings`.
-    pub url: String,
-    /// The model id sent (the part after `provider/`).
-    pub model: String,
-    pub key: Option<String>,
+    pub backend: Backend,
     /// The vector length the config demands (None: learned).
     pub dimensions: Option<usize>,
     pub batch_size: usize,
-    pub connect_timeout: Duration,
     pub timeout: Duration,
     pub query_timeout: Duration,
     pub retries: u32,
 }
 
+/// Where vectors come from.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// An OpenAI-compatible endpoint.
+    Endpoint {
+        /// `<base_url>/embeddings`.
+        url: String,
+        /// The model id sent (the part after `provider/`).
+        model: String,
+        key: Option<String>,
+        connect_timeout: Duration,
+    },
+    /// A static model in this process, loaded at its first use.
+    Local(Arc<LocalModel>),
+}
+
+/// A local model's folder, and the model once loaded (or why it cannot be).
+#[derive(Debug)]
+pub struct LocalModel {
+    pub spec: &'static local::Spec,
+    pub dir: PathBuf,
+    loaded: OnceLock<std::result::Result<local::StaticModel, String>>,
+}
+
+impl LocalModel {
+    pub fn new(spec: &'static local::Spec, dir: PathBuf) -> LocalModel {
+        LocalModel {
+            spec,
+            dir,
+            loaded: OnceLock::new(),
+        }
+    }
+
+    /// The model, loaded and checked once per process.
+    pub fn model(&self) -> std::result::Result<&local::StaticModel, String> {
+        self.loaded
+            .get_or_init(|| local::StaticModel::load(&self.dir, self.spec))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// What its folder holds (checked now, not cached).
+    pub fn state(&self) -> local::State {
+        local::check(&self.dir, self.spec)
+    }
+}
+
 impl Provider {
-    /// The provider `embeddings.model` names (None when it is unset).
-    /// `env` reads an environment variable (the binary's business).
+    /// The model `embeddings.model` names (None when it is unset). `env`
+    /// reads an environment variable (the binary's business); `models` is
+    /// the folder local models live in (see `mc_base::paths::models_dir`).
     pub fn from_config(
         config: &Config,
         env: &dyn Fn(&str) -> Option<String>,
+        models: Option<&Path>,
     ) -> Result<Option<Provider>> {
         let Some(name) = config.embeddings.model.clone() else {
             return Ok(None);
         };
-        let Some((provider, model)) = name.split_once('/') else {
+        let e = &config.embeddings;
+        let provider = |backend: Backend, dimensions: Option<usize>| Provider {
+            name: name.clone(),
+            backend,
+            dimensions,
+            batch_size: e.batch_size.max(1) as usize,
+            timeout: Duration::from_millis(e.timeout_ms),
+            query_timeout: Duration::from_millis(e.query_timeout_ms),
+            retries: e.retries,
+        };
+        if let Some(local_name) = name.strip_prefix(LOCAL_PREFIX) {
+            let spec = local::spec(local_name).ok_or_else(|| {
+                let known: Vec<String> = local::MODELS
+                    .iter()
+                    .map(|m| format!("{LOCAL_PREFIX}{}", m.name))
+                    .collect();
+                Error::input(format!(
+                    "embeddings.model {name:?} is no local model mc knows"
+                ))
+                .with_hint(format!("use one of {}", known.join(", ")))
+            })?;
+            let models = models.ok_or_else(|| {
+                Error::Config(
+                    "no cache folder for local models: none of XDG_CACHE_HOME, HOME".into(),
+                )
+                .with_hint("set XDG_CACHE_HOME or HOME")
+            })?;
+            let dir = local::model_dir(models, spec.name);
+            return Ok(Some(provider(
+                Backend::Local(Arc::new(LocalModel::new(spec, dir))),
+                Some(spec.dimensions),
+            )));
+        }
+        let Some((provider_name, model)) = name.split_once('/') else {
             return Err(Error::input(format!(
-                "embeddings.model {name:?} is not of the form \"provider/model\""
+                "embeddings.model {name:?} is not of the form \"provider/model\" or \"local:<name>\""
             )));
         };
-        let entry = config.providers.get(provider).ok_or_else(|| {
+        let entry = config.providers.get(provider_name).ok_or_else(|| {
             Error::input(format!(
-                "embeddings.model names provider {provider:?}, which \"providers\" does not define"
+                "embeddings.model names provider {provider_name:?}, which \"providers\" does not define"
             ))
             .with_hint(
                 "add it to \"providers\" in the user config: {\"kind\": \"openai\", \
@@ -77,26 +164,59 @@ impl Provider {
         })?;
         if entry.kind != ProviderKind::Openai {
             return Err(Error::input(format!(
-                "embeddings.model names provider {provider:?} of kind {}; embeddings need an \
+                "embeddings.model names provider {provider_name:?} of kind {}; embeddings need an \
                  OpenAI-compatible provider (kind \"openai\")",
                 entry.kind.as_str()
             )));
         }
         let base = entry.effective_base_url().unwrap_or_default();
         let key = entry.api_key_env.as_deref().and_then(env);
-        let e = &config.embeddings;
-        Ok(Some(Provider {
-            name: name.clone(),
-            url: format!("{}/embeddings", base.trim_end_matches('/')),
-            model: model.to_string(),
-            key,
-            dimensions: (e.dimensions > 0).then_some(e.dimensions as usize),
-            batch_size: e.batch_size.max(1) as usize,
-            connect_timeout: Duration::from_millis(e.timeout_ms.min(10_000)),
-            timeout: Duration::from_millis(e.timeout_ms),
-            query_timeout: Duration::from_millis(e.query_timeout_ms),
-            retries: e.retries,
-        }))
+        Ok(Some(provider(
+            Backend::Endpoint {
+                url: format!("{}/embeddings", base.trim_end_matches('/')),
+                model: model.to_string(),
+                key,
+                connect_timeout: Duration::from_millis(e.timeout_ms.min(10_000)),
+            },
+            (e.dimensions > 0).then_some(e.dimensions as usize),
+        )))
+    }
+
+    /// The model a search ranks with: None when none is configured, or when
+    /// it is a local model never fetched (full text, as before setup,
+    /// without a warning: `mc-doctor` says how to set it up). A model
+    /// whose files are there but damaged is kept: its search warns.
+    pub fn for_search(
+        config: &Config,
+        env: &dyn Fn(&str) -> Option<String>,
+        models: Option<&Path>,
+    ) -> Option<std::result::Result<Provider, String>> {
+        match Provider::from_config(config, env, models) {
+            Ok(Some(p))
+                if p.local()
+                    .is_some_and(|m| m.state() == local::State::Missing) =>
+            {
+                None
+            }
+            Ok(p) => p.map(Ok),
+            Err(e) => Some(Err(e.to_string())),
+        }
+    }
+
+    /// The local model, when it is one.
+    pub fn local(&self) -> Option<&LocalModel> {
+        match &self.backend {
+            Backend::Local(m) => Some(m),
+            Backend::Endpoint { .. } => None,
+        }
+    }
+
+    /// Where its vectors come from, as a message names it.
+    pub fn place(&self) -> String {
+        match &self.backend {
+            Backend::Endpoint { url, .. } => url.clone(),
+            Backend::Local(m) => m.dir.display().to_string(),
+        }
     }
 
     /// The vector length answers must have: the configured one, else the
@@ -108,48 +228,86 @@ impl Provider {
         Ok(recorded_dimensions(conn, &self.name)?)
     }
 
-    /// One request: the vectors of `texts`, in order, unit length. Refused
-    /// (nothing returned) when the answer is not one vector per text of one
-    /// length, is of another model, or of another length than `expected`.
+    /// The vectors of `texts`, in order, unit length. Refused (nothing
+    /// returned) when the answer is not one vector per text of one length,
+    /// is of another model, or of another length than `expected`.
     pub fn embed(
         &self,
         texts: &[&str],
         expected: Option<usize>,
         timeout: Duration,
     ) -> std::result::Result<Vec<Vec<f32>>, Fault> {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_connect(Some(self.connect_timeout.min(timeout)))
-            .timeout_global(Some(timeout))
-            .http_status_as_error(false)
-            .max_redirects(0)
-            .proxy(None)
-            .user_agent(concat!("mc/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into();
-        let body = json!({"model": self.model, "input": texts, "encoding_format": "float"});
-        let mut request = agent
-            .post(&self.url)
-            .header("content-type", "application/json");
-        if let Some(key) = &self.key {
-            request = request.header("authorization", format!("Bearer {key}"));
+        match &self.backend {
+            Backend::Local(m) => {
+                let model = m.model().map_err(Fault::Local)?;
+                if let Some(want) = expected
+                    && want != model.dimensions()
+                {
+                    return Err(Fault::WrongDimension {
+                        expected: want,
+                        answered: model.dimensions(),
+                    });
+                }
+                model.embed(texts).map_err(Fault::Local)
+            }
+            Backend::Endpoint {
+                url,
+                model,
+                key,
+                connect_timeout,
+            } => embed_remote(
+                url,
+                model,
+                key.as_deref(),
+                (*connect_timeout).min(timeout),
+                texts,
+                expected,
+                timeout,
+            ),
         }
-        let mut response = request
-            .send(body.to_string().as_bytes())
-            .map_err(transport)?;
-        let status = response.status().as_u16();
-        let text = response
-            .body_mut()
-            .with_config()
-            .limit(MAX_BODY_BYTES)
-            .read_to_string()
-            .map_err(transport)?;
-        if !(200..300).contains(&status) {
-            return Err(Fault::Status(status, excerpt(&text)));
-        }
-        let value: Value = serde_json::from_str(&text)
-            .map_err(|e| Fault::Garbage(format!("not JSON ({e}): {}", excerpt(&text))))?;
-        parse_answer(&value, &self.model, texts.len(), expected)
     }
+}
+
+/// One request to an endpoint.
+fn embed_remote(
+    url: &str,
+    model: &str,
+    key: Option<&str>,
+    connect_timeout: Duration,
+    texts: &[&str],
+    expected: Option<usize>,
+    timeout: Duration,
+) -> std::result::Result<Vec<Vec<f32>>, Fault> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_connect(Some(connect_timeout))
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .proxy(None)
+        .user_agent(concat!("mc/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .into();
+    let body = json!({"model": model, "input": texts, "encoding_format": "float"});
+    let mut request = agent.post(url).header("content-type", "application/json");
+    if let Some(key) = key {
+        request = request.header("authorization", format!("Bearer {key}"));
+    }
+    let mut response = request
+        .send(body.to_string().as_bytes())
+        .map_err(transport)?;
+    let status = response.status().as_u16();
+    let text = response
+        .body_mut()
+        .with_config()
+        .limit(MAX_BODY_BYTES)
+        .read_to_string()
+        .map_err(transport)?;
+    if !(200..300).contains(&status) {
+        return Err(Fault::Status(status, excerpt(&text)));
+    }
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| Fault::Garbage(format!("not JSON ({e}): {}", excerpt(&text))))?;
+    parse_answer(&value, model, texts.len(), expected)
 }
 
 /// Why an embeddings request gave nothing.
@@ -159,8 +317,16 @@ pub enum Fault {
     Timeout,
     Status(u16, String),
     Garbage(String),
-    WrongModel { asked: String, answered: String },
-    WrongDimension { expected: usize, answered: usize },
+    WrongModel {
+        asked: String,
+        answered: String,
+    },
+    WrongDimension {
+        expected: usize,
+        answered: usize,
+    },
+    /// The local model cannot be used (missing, damaged, not loadable).
+    Local(String),
 }
 
 impl Fault {
@@ -187,8 +353,9 @@ impl std::fmt::Display for Fault {
             ),
             Fault::WrongDimension { expected, answered } => write!(
                 f,
-                "the endpoint answered vectors of {answered} numbers, not {expected}: refused"
+                "the model gives vectors of {answered} numbers, not {expected}: refused"
             ),
+            Fault::Local(why) => f.write_str(why),
         }
     }
 }
@@ -538,7 +705,9 @@ pub fn backfill(
                     return Err(Error::Io(std::io::Error::other(format!(
                         "embedding with {} at {}: {fault} ({} of {total} texts embedded; \
                          run it again to go on)",
-                        provider.name, provider.url, report.embedded
+                        provider.name,
+                        provider.place(),
+                        report.embedded
                     ))));
                 }
             }
@@ -584,15 +753,47 @@ pub fn backfill(
     Ok(report)
 }
 
+/// How a query's vector re-ranks the full-text candidates: each
+/// candidate scores `1 / (RRF_K + word rank)` plus `weight / (RRF_K +
+/// vector rank)`, except that the full-text `keep` best hold their places
+/// (the words' sure hits are never pushed down by a weak vector).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fusion {
+    /// The vector ranking's weight against the words' (1.0: equal).
+    pub weight: f64,
+    /// Full-text candidates per source that are re-ranked.
+    pub depth: usize,
+    /// The full-text top that holds its places.
+    pub keep: usize,
+}
+
+/// The fusion mc uses: chosen on bench-search's QA and paraphrase sets so
+/// that no question kind loses recall@10 to the vectors (docs/benchmarks.md).
+pub const FUSION: Fusion = Fusion {
+    weight: 1.0,
+    depth: 50,
+    keep: 0,
+};
+
 /// Re-rank `candidates` (best first, by full text) with the query's
-/// vector: reciprocal rank fusion of their full-text rank and their cosine
-/// rank among those that have a vector. `Err` carries the warning to show
-/// when no fusion could be done (the candidates are then left as they are).
+/// vector, as [`FUSION`] says. `Err` carries the warning to show when no
+/// fusion could be done (the candidates are then left as they are).
 pub fn fuse(
     conn: &Connection,
     provider: &Provider,
     query: &str,
     candidates: &[Item],
+) -> std::result::Result<Fused, String> {
+    fuse_with(conn, provider, query, candidates, &FUSION)
+}
+
+/// [`fuse`] with another fusion (the benchmark compares them).
+pub fn fuse_with(
+    conn: &Connection,
+    provider: &Provider,
+    query: &str,
+    candidates: &[Item],
+    fusion: &Fusion,
 ) -> std::result::Result<Fused, String> {
     let expected = provider
         .expected_dimensions(conn)
@@ -628,8 +829,13 @@ pub fn fuse(
         .collect();
     for (rank, (_, position)) in similar.iter().enumerate() {
         if let Some(s) = scores.get_mut(*position) {
-            *s += 1.0 / (RRF_K + rank as f64 + 1.0);
+            *s += fusion.weight / (RRF_K + rank as f64 + 1.0);
         }
+    }
+    // The kept top: above anything fusion can give the rest, in their order.
+    let ceiling = (1.0 + fusion.weight) / (RRF_K + 1.0);
+    for (position, s) in scores.iter_mut().enumerate().take(fusion.keep) {
+        *s = ceiling + (fusion.keep - position) as f64 * 1e-6;
     }
     Ok(Fused {
         scores,

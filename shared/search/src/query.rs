@@ -285,23 +285,30 @@ pub struct Searched {
     pub warnings: Vec<String>,
 }
 
-/// Full-text candidates per source when embeddings re-rank them: a wider
-/// pool than the full-text list needs, so a hit the words rank low can rise.
-const HYBRID_PER_SOURCE: usize = 50;
-
 /// [`search`], re-ranked with `embeddings` when given: reciprocal rank
 /// fusion of the full-text ranking and the cosine of each candidate's
-/// stored vector to the query's. Any trouble with the embeddings (endpoint
-/// down, slow, wrong answer, nothing stored yet) leaves the full-text
-/// ranking and says so in `warnings`.
+/// stored vector to the query's ([`embed::FUSION`]). Any trouble with the
+/// embeddings (model missing, endpoint down, slow, wrong answer, nothing
+/// stored yet) leaves the full-text ranking and says so in `warnings`.
 pub fn search_with(
     conn: &Connection,
     request: &Request<'_>,
     embeddings: Option<&embed::Provider>,
 ) -> Result<Searched> {
+    search_fused(conn, request, embeddings, &embed::FUSION)
+}
+
+/// [`search_with`] with another fusion (the benchmark compares them).
+pub fn search_fused(
+    conn: &Connection,
+    request: &Request<'_>,
+    embeddings: Option<&embed::Provider>,
+    fusion: &embed::Fusion,
+) -> Result<Searched> {
     let limit = request.limit.clamp(1, 100);
     let per_source = if embeddings.is_some() {
-        (limit * 3).max(HYBRID_PER_SOURCE)
+        // A wider pool than the full-text list needs, so a hit the words rank low can rise.
+        (limit * 3).max(fusion.depth)
     } else {
         (limit * 3).max(10)
     };
@@ -311,7 +318,7 @@ pub fn search_with(
         && !hits.is_empty()
     {
         let items: Vec<Item> = hits.iter().map(|h| h.item).collect();
-        match embed::fuse(conn, provider, request.text, &items) {
+        match embed::fuse_with(conn, provider, request.text, &items, fusion) {
             Ok(fused) => {
                 for (hit, s) in hits.iter_mut().zip(&fused.scores) {
                     // Scaled so the best possible is 2 (first in both), rounded

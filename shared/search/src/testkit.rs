@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::embed::Provider;
+use crate::embed::{Backend, Provider};
 
 /// How the fake answers.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,12 +87,14 @@ impl Fake {
     pub fn provider(&self) -> Provider {
         Provider {
             name: format!("local/{MODEL}"),
-            url: format!("http://127.0.0.1:{}/v1/embeddings", self.port),
-            model: MODEL.into(),
-            key: Some("k-test".into()),
+            backend: Backend::Endpoint {
+                url: format!("http://127.0.0.1:{}/v1/embeddings", self.port),
+                model: MODEL.into(),
+                key: Some("k-test".into()),
+                connect_timeout: Duration::from_secs(2),
+            },
             dimensions: None,
             batch_size: 2,
-            connect_timeout: Duration::from_secs(2),
             timeout: Duration::from_secs(5),
             query_timeout: Duration::from_millis(300),
             retries: 2,
@@ -211,4 +213,17 @@ fn serve(stream: TcpStream, mode: &Mutex<Mode>, requests: &Mutex<Vec<Value>>) {
         "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
         text.len()
     );
+}
+
+/// The test model's folder (`scripts/test-model` lays it out under
+/// `target/`); a test that needs it fails, saying how to get it.
+pub fn test_model() -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/test-model/wordllama-l2-supercat-256");
+    assert!(
+        dir.join(crate::embed::local::WEIGHTS).is_file(),
+        "no test model in {}: run scripts/test-model (it takes the wordllama wheel from PyPI)",
+        dir.display()
+    );
+    dir
 }

@@ -342,7 +342,8 @@ fn embeddings_come_from_the_config_and_a_dead_endpoint_leaves_full_text_with_a_w
     let dir = env.path("project");
     std::fs::create_dir_all(&dir).unwrap();
     let dir = dir.to_str().unwrap();
-    // None configured: the backfill says what to set.
+    // None configured (the local default turned off): the backfill says what to set.
+    env.user_config(r#"{"embeddings": {"model": null}}"#);
     fails(
         &env.run_db("mc-search", &["index", "--embeddings"], ""),
         2,
@@ -393,6 +394,154 @@ fn embeddings_come_from_the_config_and_a_dead_endpoint_leaves_full_text_with_a_w
         stderr.contains("cannot be reached") && stderr.contains("run it again"),
         "{stderr}"
     );
+}
+
+/// The local model's files served from 127.0.0.1, as its real address would
+/// (the test model is the shipped spec, checksums and all); each request's
+/// path is recorded.
+fn serve_model() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/test-model/wordllama-l2-supercat-256");
+    assert!(dir.is_dir(), "no test model: run scripts/test-model");
+    let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
+    let port = server.server_addr().to_ip().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for request in server.incoming_requests().take(20) {
+            let path = request.url().to_string();
+            log.lock().unwrap().push(path.clone());
+            let spec = &mc_search_core::embed::local::WORDLLAMA_L2_256;
+            let file = spec
+                .files
+                .iter()
+                .find(|f| path == format!("/m/{}", f.remote));
+            let _ = match file {
+                Some(f) => request.respond(tiny_http::Response::from_file(
+                    std::fs::File::open(dir.join(f.name)).unwrap(),
+                )),
+                None => request.respond(tiny_http::Response::empty(404)),
+            };
+        }
+    });
+    (format!("http://127.0.0.1:{port}/m"), seen)
+}
+
+#[test]
+fn the_local_model_is_fetched_once_then_search_ranks_with_it_and_a_damaged_one_warns() {
+    let (url, seen) = serve_model();
+    let env = TestEnv::new().with_var("MC_MODELS_URL", &url);
+    let dir = env.path("project");
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.to_str().unwrap();
+    let write = |content: &str| {
+        let out = env.run_db(
+            "mc-search",
+            &[
+                "--project-dir",
+                dir,
+                "memory",
+                "write",
+                "--category",
+                "naming",
+                "--content",
+                content,
+            ],
+            "",
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    write("MSRV is pinned at 1.85 in the release workflow");
+    write("The release script uploads the binaries");
+    // Not fetched yet: full text, and not a word about it.
+    let found = json(&env.run_db("mc-search", &["--project-dir", dir, "query", "release"], ""));
+    assert_eq!(found["hits"].as_array().unwrap().len(), 2, "{found:#}");
+    assert!(
+        found
+            .get("warnings")
+            .is_none_or(|w| w.as_array().unwrap().is_empty()),
+        "{found:#}"
+    );
+    let doctor = env.run_db("mc-doctor", &["--no-probe", "--json"], "");
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        text.contains("the local model is not fetched yet"),
+        "{text}"
+    );
+
+    // The first backfill fetches the model (checked), then embeds.
+    let out = env.run_db("mc-search", &["index", "--embeddings"], "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json(&out);
+    assert_eq!(
+        report["model"], "local:wordllama-l2-supercat-256",
+        "{report:#}"
+    );
+    assert_eq!(report["embedded"], 2, "{report:#}");
+    assert_eq!(
+        report["fetched"]["downloaded"].as_array().unwrap().len(),
+        2,
+        "{report:#}"
+    );
+    let model_dir = env.cache_home().join("mc/models/wordllama-l2-supercat-256");
+    assert!(model_dir.join("model.safetensors").is_file());
+    // Again: nothing fetched, nothing embedded.
+    let again = json(&env.run_db("mc-search", &["index", "--embeddings"], ""));
+    assert_eq!(
+        (again["embedded"].as_i64(), again.get("fetched")),
+        (Some(0), None),
+        "{again:#}"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 2, "each file fetched once");
+
+    let found = json(&env.run_db("mc-search", &["--project-dir", dir, "query", "release"], ""));
+    assert!(
+        found
+            .get("warnings")
+            .is_none_or(|w| w.as_array().unwrap().is_empty()),
+        "{found:#}"
+    );
+    assert_eq!(found["hits"].as_array().unwrap().len(), 2, "{found:#}");
+    let doctor = env.run_db("mc-doctor", &["--no-probe", "--json"], "");
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    assert!(text.contains("checksums match"), "{text}");
+
+    // Cut short on disk: search still answers, by full text, and says why.
+    let weights = model_dir.join("model.safetensors");
+    let bytes = std::fs::read(&weights).unwrap();
+    std::fs::write(&weights, &bytes[..1000]).unwrap();
+    let out = env.run_db("mc-search", &["--project-dir", dir, "query", "release"], "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let found = json(&out);
+    assert_eq!(found["hits"].as_array().unwrap().len(), 2, "{found:#}");
+    let warning = found["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.contains("damaged") && warning.contains("cut short"),
+        "{warning}"
+    );
+    let doctor = env.run_db("mc-doctor", &["--no-probe", "--json"], "");
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    assert!(text.contains("cut short"), "{text}");
+    // Setup fetches it again (asked for with --embeddings).
+    let out = env.run_db("mc-doctor", &["setup", "--embeddings", "--yes"], "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&weights).unwrap(), bytes);
 }
 
 /// Two `mc-search index` processes at once on one database: both succeed,

@@ -89,19 +89,115 @@ impl Tally {
     }
 }
 
+/// The embedding models a recall run compares: (row name, provider).
+pub type Models = Vec<(String, embed::Provider)>;
+
+/// Fusions compared on each set: (weight of the vector rank, candidates
+/// per source, full-text top kept in place).
+const FUSIONS: [(f64, usize, usize); 8] = [
+    (1.0, 50, 0),
+    (0.5, 50, 0),
+    (0.5, 50, 3),
+    (1.0, 50, 3),
+    (1.0, 100, 3),
+    (1.0, 200, 3),
+    (2.0, 200, 3),
+    (1.0, 200, 5),
+];
+
+/// Recall on the QA set and the paraphrase set, full text against hybrid
+/// with each model, then the commit field weights.
+pub fn run(work: &Path, turns: usize, embed_url: Option<&str>, local: Option<&Path>) -> Result<()> {
+    let _server;
+    let mut models: Models = Vec::new();
+    if let Some(dir) = local {
+        let spec = &embed::local::WORDLLAMA_L2_256;
+        models.push((
+            "local wordllama (in process)".into(),
+            embed::Provider {
+                name: format!("{}{}", embed::LOCAL_PREFIX, spec.name),
+                backend: embed::Backend::Local(std::sync::Arc::new(embed::LocalModel::new(
+                    spec,
+                    dir.to_path_buf(),
+                ))),
+                dimensions: Some(spec.dimensions),
+                batch_size: 256,
+                timeout: std::time::Duration::from_secs(60),
+                query_timeout: std::time::Duration::from_secs(5),
+                retries: 0,
+            },
+        ));
+    }
+    let url = match embed_url {
+        Some("spawn") => {
+            let (child, url) = super::spawn_embed_server()?;
+            _server = Some(child);
+            Some(url)
+        }
+        Some(u) => Some(u.to_string()),
+        None => None,
+    };
+    if let Some(url) = url {
+        models.push((
+            "endpoint wordllama (HTTP)".into(),
+            embed::Provider {
+                name: "local/wordllama-l2-supercat-256".into(),
+                backend: embed::Backend::Endpoint {
+                    url: format!("{}/embeddings", url.trim_end_matches('/')),
+                    model: "wordllama-l2-supercat-256".into(),
+                    key: None,
+                    connect_timeout: std::time::Duration::from_secs(5),
+                },
+                dimensions: None,
+                batch_size: 64,
+                timeout: std::time::Duration::from_secs(60),
+                query_timeout: std::time::Duration::from_secs(5),
+                retries: 3,
+            },
+        ));
+    }
+    let (questions, _) = qa::questions();
+    let (mut store, identity) = recall_set(
+        work,
+        "QA set",
+        &questions,
+        qa::sessions(turns),
+        &qa::KINDS,
+        &models,
+        true,
+    )?;
+    let (paraphrases, _) = mc_tests::paraphrase::questions();
+    recall_set(
+        work,
+        "paraphrase set",
+        &paraphrases,
+        mc_tests::paraphrase::sessions(turns),
+        &mc_tests::paraphrase::KINDS,
+        &models,
+        false,
+    )?;
+    commit_weights(&mut store, &identity)
+}
+
 #[allow(
     clippy::too_many_lines,
     reason = "a benchmark's scenario, read top to bottom; the 150-line rule is for mc's own code"
 )]
-pub fn run(work: &Path, turns: usize, embed_url: Option<&str>) -> Result<()> {
-    let db = work.join("recall.db");
+fn recall_set(
+    work: &Path,
+    set: &str,
+    questions: &[qa::Question],
+    all: Vec<Vec<serde_json::Value>>,
+    kinds: &[&'static str],
+    models: &Models,
+    tokenizers: bool,
+) -> Result<(Store, String)> {
+    let db = work.join(format!("{}.db", set.replace(' ', "-")));
     let _ = std::fs::remove_file(&db);
     let project = work.join("recall-project");
     std::fs::create_dir_all(&project).map_err(err("creating the project folder"))?;
     let identity = project_identity(&project);
     let mut store = Store::open(&db, &StoreOptions::default()).map_err(err("opening the DB"))?;
-    let (questions, _) = qa::questions();
-    let all = qa::sessions(turns);
     let count: usize = all.iter().map(Vec::len).sum();
     store
         .write(|tx| {
@@ -127,14 +223,14 @@ pub fn run(work: &Path, turns: usize, embed_url: Option<&str>) -> Result<()> {
         .query_row("SELECT count(*) FROM raw_parts", [], |r| r.get(0))
         .map_err(err("counting"))?;
     println!(
-        "\nrecall on the QA set: {} sessions, {count} messages ({parts} parts), {} questions",
+        "\nrecall on the {set}: {} sessions, {count} messages ({parts} parts), {} questions",
         qa::SESSIONS,
         questions.len()
     );
 
     // The evidence messages' ids.
     let mut evidence: Vec<Vec<i64>> = Vec::new();
-    for q in &questions {
+    for q in questions {
         let mut ids = Vec::new();
         for text in &q.evidence {
             let id: i64 = store
@@ -148,6 +244,186 @@ pub fn run(work: &Path, turns: usize, embed_url: Option<&str>) -> Result<()> {
         evidence.push(ids);
     }
 
+    let request = |text: &'static str| query::Request {
+        project: &identity,
+        text,
+        limit: 10,
+        ..query::Request::default()
+    };
+    let message_ids = |hits: &[query::Hit]| -> Vec<i64> {
+        hits.iter()
+            .filter(|h| h.source == query::Source::Message)
+            .map(|h| h.id)
+            .collect()
+    };
+
+    let mut tallies: Vec<(String, Tally)> = Vec::new();
+    let mut mc = Tally::default();
+    let mut misses = Vec::new();
+    let mut plain_times = Vec::new();
+    for (q, ev) in questions.iter().zip(&evidence) {
+        let started = Instant::now();
+        let hits = query::search(store.conn(), &request(q.text)).map_err(err("mc's query"))?;
+        plain_times.push(started.elapsed());
+        let ids = message_ids(&hits);
+        if ev.iter().any(|e| !ids.contains(e)) {
+            misses.push(format!("{} — {:?}", q.kind, q.text));
+        }
+        mc.add(q.kind, ev, &ids);
+    }
+    plain_times.sort_unstable();
+    tallies.push(("mc full text".into(), mc));
+
+    for (label, provider) in models {
+        let started = Instant::now();
+        let report = embed::backfill(&mut store, provider, &mut |_, _| {}, &std::thread::sleep)
+            .map_err(err("backfilling embeddings"))?;
+        let elapsed = started.elapsed().as_secs_f64();
+        println!(
+            "{label}: {} texts embedded in {elapsed:.2} s ({:.0}/s, {} dimensions)",
+            report.embedded,
+            report.embedded as f64 / elapsed.max(1e-9),
+            report.dimensions.unwrap_or(0)
+        );
+        for (weight, depth, keep) in FUSIONS {
+            let fusion = embed::Fusion {
+                weight,
+                depth,
+                keep,
+            };
+            let mut hybrid = Tally::default();
+            let mut times = Vec::new();
+            for (q, ev) in questions.iter().zip(&evidence) {
+                let started = Instant::now();
+                let answer =
+                    query::search_fused(store.conn(), &request(q.text), Some(provider), &fusion)
+                        .map_err(err("the hybrid query"))?;
+                times.push(started.elapsed());
+                if !answer.warnings.is_empty() {
+                    return Err(format!("hybrid query warned: {:?}", answer.warnings));
+                }
+                hybrid.add(q.kind, ev, &message_ids(&answer.hits));
+            }
+            times.sort_unstable();
+            let mark = if fusion == embed::FUSION { " (mc)" } else { "" };
+            if fusion == embed::FUSION {
+                println!(
+                    "  hybrid query in process: median {:.2} ms against {:.2} ms full text \
+                     (query vector included)",
+                    super::ms(super::percentile(&times, 50)),
+                    super::ms(super::percentile(&plain_times, 50))
+                );
+            }
+            tallies.push((format!("{label} w{weight} d{depth} k{keep}{mark}"), hybrid));
+        }
+        vector_only(
+            &store,
+            provider,
+            label,
+            questions,
+            &evidence,
+            &request,
+            &mut tallies,
+        )?;
+    }
+
+    println!("\nevidence recall@5 / @10 by question kind ({set}):");
+    print!("{:<44}", "ranking");
+    for kind in kinds {
+        print!(" {:>12}", kind);
+    }
+    println!(" {:>12}", "all");
+    for (name, t) in &tallies {
+        print!("{name:<44}");
+        for kind in kinds {
+            print!(" {:>12}", t.cell(Some(kind)));
+        }
+        println!(" {:>12}", t.cell(None));
+    }
+    println!("\nquestions whose evidence mc's full-text top 10 misses (or misses in part):");
+    for m in &misses {
+        println!("  {m}");
+    }
+    if tokenizers {
+        compare_tokenizers(&mut store, questions, &evidence, kinds)?;
+    }
+    Ok((store, identity))
+}
+
+/// An experiment, not in mc: the messages whose vectors are nearest the
+/// query's (brute force over all of them), `v` of them in the last places
+/// of the fused top 10.
+fn vector_only<'a>(
+    store: &Store,
+    provider: &embed::Provider,
+    label: &str,
+    questions: &[qa::Question],
+    evidence: &[Vec<i64>],
+    request: &dyn Fn(&'static str) -> query::Request<'a>,
+    tallies: &mut Vec<(String, Tally)>,
+) -> Result<()> {
+    let dims = provider.dimensions.unwrap_or(256);
+    let ids: Vec<i64> = store
+        .conn()
+        .prepare("SELECT id FROM raw_parts WHERE kind != 'file'")
+        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+        .map_err(err("message ids"))?;
+    let mut vectors: Vec<(i64, Vec<f32>)> = Vec::new();
+    for id in ids {
+        let text = embed::item_text(store.conn(), embed::Item::Message(id))
+            .map_err(err("a text"))?
+            .unwrap_or_default();
+        if let Some(v) =
+            embed::stored_vector(store.conn(), &provider.name, &embed::text_hash(&text), dims)
+                .map_err(err("a vector"))?
+        {
+            vectors.push((id, v));
+        }
+    }
+    for v in [2usize, 3, 5] {
+        let mut tally = Tally::default();
+        for (q, ev) in questions.iter().zip(evidence) {
+            let answer = query::search_with(store.conn(), &request(q.text), Some(provider))
+                .map_err(err("the hybrid query"))?;
+            let fused: Vec<i64> = answer
+                .hits
+                .iter()
+                .filter(|h| h.source == query::Source::Message)
+                .map(|h| h.id)
+                .collect();
+            let qv = provider
+                .embed(&[q.text], Some(dims), std::time::Duration::from_secs(5))
+                .map_err(|e| e.to_string())?
+                .pop()
+                .unwrap_or_default();
+            let mut near: Vec<(f32, i64)> = vectors
+                .iter()
+                .map(|(id, x)| (embed::cosine(&qv, x), *id))
+                .collect();
+            near.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            let mut ranked: Vec<i64> = fused.iter().take(10 - v).copied().collect();
+            for (_, id) in near {
+                if ranked.len() >= 10 {
+                    break;
+                }
+                if !ranked.contains(&id) {
+                    ranked.push(id);
+                }
+            }
+            tally.add(q.kind, ev, &ranked);
+        }
+        tallies.push((format!("{label} + {v} vector-only (experiment)"), tally));
+    }
+    Ok(())
+}
+
+/// Recall of bare `ORDER BY rank` over indexes built with each tokenizer.
+fn compare_tokenizers(
+    store: &mut Store,
+    questions: &[qa::Question],
+    evidence: &[Vec<i64>],
+    kinds: &[&'static str],
+) -> Result<()> {
     // The comparison indexes: each variant over the same texts.
     let texts: Vec<Part> = store
         .conn()
@@ -223,25 +499,9 @@ pub fn run(work: &Path, turns: usize, embed_url: Option<&str>) -> Result<()> {
             })
             .map_err(err("a variant query"))
     };
-    let request = |text: &'static str| query::Request {
-        project: &identity,
-        text,
-        limit: 10,
-        ..query::Request::default()
-    };
-    let message_ids = |hits: &[query::Hit]| -> Vec<i64> {
-        hits.iter()
-            .filter(|h| h.source == query::Source::Message)
-            .map(|h| h.id)
-            .collect()
-    };
-
-    let mut tallies: Vec<(String, Tally)> = Vec::new();
     let mut variant_tallies: Vec<Tally> = VARIANTS.iter().map(|_| Tally::default()).collect();
     let mut plain = Tally::default();
-    let mut mc = Tally::default();
-    let mut misses = Vec::new();
-    for (q, ev) in questions.iter().zip(&evidence) {
+    for (q, ev) in questions.iter().zip(evidence) {
         for (n, v) in VARIANTS.iter().enumerate() {
             let ranked = bare(n, q.text, v.tokenize == "trigram", false)?;
             if let Some(t) = variant_tallies.get_mut(n) {
@@ -251,94 +511,16 @@ pub fn run(work: &Path, turns: usize, embed_url: Option<&str>) -> Result<()> {
                 plain.add(q.kind, ev, &bare(n, q.text, false, true)?);
             }
         }
-        let hits = query::search(store.conn(), &request(q.text)).map_err(err("mc's query"))?;
-        let ids = message_ids(&hits);
-        if ev.iter().any(|e| !ids.contains(e)) {
-            misses.push(format!("{} — {:?}", q.kind, q.text));
-        }
-        mc.add(q.kind, ev, &ids);
-    }
-    tallies.push(("BM25 (unicode61, all words, bare rank)".into(), plain));
-    tallies.push(("mc".into(), mc));
-
-    // Hybrid: backfill with the real model, then mc's query with it.
-    let _server;
-    let url = match embed_url {
-        Some("spawn") => {
-            let (child, url) = super::spawn_embed_server()?;
-            _server = Some(child);
-            Some(url)
-        }
-        Some(u) => Some(u.to_string()),
-        None => None,
-    };
-    if let Some(url) = url {
-        let provider = embed::Provider {
-            name: "local/wordllama-l2-supercat-256".into(),
-            url: format!("{}/embeddings", url.trim_end_matches('/')),
-            model: "wordllama-l2-supercat-256".into(),
-            key: None,
-            dimensions: None,
-            batch_size: 64,
-            connect_timeout: std::time::Duration::from_secs(5),
-            timeout: std::time::Duration::from_secs(60),
-            query_timeout: std::time::Duration::from_secs(5),
-            retries: 3,
-        };
-        let started = Instant::now();
-        let report = embed::backfill(&mut store, &provider, &mut |_, _| {}, &std::thread::sleep)
-            .map_err(err("backfilling embeddings"))?;
-        let elapsed = started.elapsed().as_secs_f64();
-        println!(
-            "embeddings: {} texts embedded in {elapsed:.1} s ({:.0}/s, {} requests, {} dimensions)",
-            report.embedded,
-            report.embedded as f64 / elapsed.max(1e-9),
-            report.requests,
-            report.dimensions.unwrap_or(0)
-        );
-        let mut hybrid = Tally::default();
-        let mut times = Vec::new();
-        for (q, ev) in questions.iter().zip(&evidence) {
-            let started = Instant::now();
-            let answer = query::search_with(store.conn(), &request(q.text), Some(&provider))
-                .map_err(err("the hybrid query"))?;
-            times.push(started.elapsed());
-            if !answer.warnings.is_empty() {
-                return Err(format!("hybrid query warned: {:?}", answer.warnings));
-            }
-            hybrid.add(q.kind, ev, &message_ids(&answer.hits));
-        }
-        times.sort_unstable();
-        println!(
-            "hybrid query in process: median {:.1} ms (query vector included)",
-            super::ms(super::percentile(&times, 50))
-        );
-        tallies.push(("mc hybrid (RRF with wordllama)".into(), hybrid));
-    }
-
-    commit_weights(&mut store, &identity)?;
-
-    println!("\nevidence recall@5 / @10 by question kind:");
-    print!("{:<34}", "ranking");
-    for kind in qa::KINDS {
-        print!(" {:>12}", kind);
-    }
-    println!(" {:>12}", "all");
-    for (name, t) in &tallies {
-        print!("{name:<34}");
-        for kind in qa::KINDS {
-            print!(" {:>12}", t.cell(Some(kind)));
-        }
-        println!(" {:>12}", t.cell(None));
-    }
-    println!("\nquestions whose evidence mc's top 10 misses (or misses in part):");
-    for m in &misses {
-        println!("  {m}");
     }
     println!("\ntokenizers (bare ORDER BY rank over an index built with each), recall@5 / @10:");
+    print!("{:<34}", "BM25 (all words, bare rank)");
+    for kind in kinds {
+        print!(" {:>12}", plain.cell(Some(kind)));
+    }
+    println!(" {:>12}", plain.cell(None));
     for (v, t) in VARIANTS.iter().zip(&variant_tallies) {
         print!("{:<34}", v.name);
-        for kind in qa::KINDS {
+        for kind in kinds {
             print!(" {:>12}", t.cell(Some(kind)));
         }
         println!(" {:>12}", t.cell(None));

@@ -44,6 +44,9 @@ pub(super) enum Kind {
     Ttl,
     /// A model named `provider/model`, or `null` for none.
     Model,
+    /// An embeddings model: `provider/model` (an endpoint), `local:<name>`
+    /// (a model mc runs itself), or `null` for none.
+    EmbeddingModel,
     /// A list of `provider/model` names.
     ModelList,
     /// A cron expression (`config::parse_cron`), or `"off"` (or `null`) for none.
@@ -61,7 +64,8 @@ pub(super) enum Val {
     Int(u64),
     Bool(bool),
     Ttl(CacheTtl),
-    Model(Option<String>),
+    /// A model name (borrowed in the table's defaults), `None` for none.
+    Model(Option<Cow<'static, str>>),
     ModelList(Vec<String>),
     /// A cron expression (borrowed in the table's defaults), `None` when off.
     Cron(Option<Cow<'static, str>>),
@@ -73,6 +77,21 @@ pub(super) enum Val {
 /// digits, `_`, `.`, `-`), a slash, then the provider's model id (anything but
 /// whitespace; it may contain more slashes).
 pub(crate) const MODEL_PATTERN: &str = r"^[A-Za-z0-9_.-]+/\S+$";
+
+/// What a local embeddings model's name may look like (`local:<name>`).
+pub(crate) const LOCAL_MODEL_PATTERN: &str = r"^local:[A-Za-z0-9_.-]+$";
+
+/// The embeddings model used when the config names none: the local one
+/// mc fetches with `mc-doctor setup` (see mc-search-core's `embed::local`).
+pub const DEFAULT_EMBEDDINGS_MODEL: &str = "local:wordllama-l2-supercat-256";
+
+pub(crate) fn is_local_model_name(name: &str) -> bool {
+    name.strip_prefix("local:").is_some_and(|n| {
+        !n.is_empty()
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+    })
+}
 
 /// What a [`Kind::Url`] may look like.
 pub(crate) const URL_PATTERN: &str = r"^https?://[^/@?#\s]+(/[^?#\s]*)?$";
@@ -140,7 +159,7 @@ impl Val {
 
     fn model(self) -> Option<Option<String>> {
         match self {
-            Val::Model(m) => Some(m),
+            Val::Model(m) => Some(m.map(Cow::into_owned)),
             _ => None,
         }
     }
@@ -183,7 +202,7 @@ impl Val {
             Val::Int(n) => Value::from(*n),
             Val::Bool(b) => Value::from(*b),
             Val::Ttl(t) => Value::from(t.to_string()),
-            Val::Model(m) => m.clone().map_or(Value::Null, Value::from),
+            Val::Model(m) => m.as_deref().map_or(Value::Null, Value::from),
             Val::ModelList(l) => Value::from(l.clone()),
             Val::Cron(c) => Value::from(c.as_deref().unwrap_or("off")),
             Val::Text(t) => Value::from(t.as_ref()),
@@ -274,8 +293,18 @@ impl Kind {
             }
             Kind::Model => match value {
                 Value::Null => Ok(Val::Model(None)),
-                Value::String(s) if is_model_name(s) => Ok(Val::Model(Some(s.clone()))),
+                Value::String(s) if is_model_name(s) => Ok(Val::Model(Some(Cow::Owned(s.clone())))),
                 _ => Err("is not a model name of the form \"provider/model\"".into()),
+            },
+            Kind::EmbeddingModel => match value {
+                Value::Null => Ok(Val::Model(None)),
+                Value::String(s) if is_model_name(s) || is_local_model_name(s) => {
+                    Ok(Val::Model(Some(Cow::Owned(s.clone()))))
+                }
+                _ => Err(
+                    "is not an embeddings model (\"local:<name>\" or \"provider/model\", or null)"
+                        .into(),
+                ),
             },
             Kind::ModelList => {
                 let names = value
@@ -719,7 +748,7 @@ pub(super) const KEYS: &[KeyDef] = &[
                       Split at the first slash, so the model id may contain slashes. \
                       Unset: the harness's own model (historian.harness_model), else \
                       mc-historian run refuses to start.",
-        get: |c| Val::Model(c.historian.model.clone()),
+        get: |c| Val::Model(c.historian.model.clone().map(Cow::Owned)),
         set: |c, v| {
             if let Some(m) = v.model() {
                 c.historian.model = m;
@@ -900,7 +929,7 @@ pub(super) const KEYS: &[KeyDef] = &[
         description: "The model the dreamer's model tasks (consolidate, verify, classify, \
                       archive-stale) ask first, as \"provider/model\". Unset: those tasks \
                       are skipped and say why; git-index and sync still run.",
-        get: |c| Val::Model(c.dream.model.clone()),
+        get: |c| Val::Model(c.dream.model.clone().map(Cow::Owned)),
         set: |c, v| {
             if let Some(m) = v.model() {
                 c.dream.model = m;
@@ -1109,13 +1138,16 @@ pub(super) const KEYS: &[KeyDef] = &[
     },
     KeyDef {
         path: "embeddings.model",
-        kind: Kind::Model,
-        default: Val::Model(None),
+        kind: Kind::EmbeddingModel,
+        default: Val::Model(Some(Cow::Borrowed(DEFAULT_EMBEDDINGS_MODEL))),
         trust: Trust::UserOnly,
-        description: "The embedding model as \"provider/model\": a provider of kind openai in \
-                      \"providers\" (its base_url and api_key_env), called at \
-                      <base_url>/embeddings. Unset: search is full-text (BM25) only.",
-        get: |c| Val::Model(c.embeddings.model.clone()),
+        description: "The embedding model of hybrid search: \"local:<name>\", a static model mc \
+                      runs itself once its files are fetched (mc-doctor setup, or the first \
+                      mc-search index --embeddings; until then search is full-text only), or \
+                      \"provider/model\", a provider of kind openai in \"providers\" (its \
+                      base_url and api_key_env), called at <base_url>/embeddings. null: \
+                      search is full-text (BM25) only.",
+        get: |c| Val::Model(c.embeddings.model.clone().map(Cow::Owned)),
         set: |c, v| {
             if let Some(m) = v.model() {
                 c.embeddings.model = m;

@@ -105,6 +105,20 @@ fn leaf(key: &keys::KeyDef) -> Value {
                 json!(["anthropic/claude-haiku-4-5", "local/qwen3:8b"]),
             );
         }
+        Kind::EmbeddingModel => {
+            schema.insert(
+                "anyOf".into(),
+                json!([
+                    {"type": "string", "pattern": keys::LOCAL_MODEL_PATTERN},
+                    {"type": "string", "pattern": keys::MODEL_PATTERN},
+                    {"type": "null"},
+                ]),
+            );
+            schema.insert(
+                "examples".into(),
+                json!([keys::DEFAULT_EMBEDDINGS_MODEL, "local/nomic-embed-text"]),
+            );
+        }
         Kind::ModelList => {
             schema.insert("type".into(), "array".into());
             schema.insert(

@@ -33,6 +33,10 @@ fn other_value(kind: Kind, default: &Val) -> Val {
             None => Some("anthropic/claude-haiku-4-5".into()),
             Some(_) => None,
         }),
+        (Kind::EmbeddingModel, Val::Model(m)) => Val::Model(match m {
+            None => Some("local:another-model".into()),
+            Some(_) => None,
+        }),
         (Kind::ModelList, Val::ModelList(l)) => Val::ModelList(if l.is_empty() {
             vec!["local/qwen3:8b".into(), "router/openai/gpt-4o-mini".into()]
         } else {

@@ -306,10 +306,7 @@ fn hybrid_search_fuses_full_text_and_cosine_and_falls_back_with_a_warning() {
         assert!(answer.warnings[0].ends_with("ranked by full text only"));
     }
     // Down: nothing listens on the port any more.
-    let down = Provider {
-        url: format!("http://127.0.0.1:{}/v1/embeddings", fake.port),
-        ..provider.clone()
-    };
+    let down = provider.clone();
     drop(fake);
     let answer = hybrid(&store, &down, "car");
     assert_eq!(contents(&answer), bm25_now);
@@ -317,5 +314,107 @@ fn hybrid_search_fuses_full_text_and_cosine_and_falls_back_with_a_warning() {
         answer.warnings[0].contains("cannot be reached"),
         "{:?}",
         answer.warnings
+    );
+}
+
+fn local_provider(dir: std::path::PathBuf) -> Provider {
+    let spec = &local::WORDLLAMA_L2_256;
+    Provider {
+        name: format!("{LOCAL_PREFIX}{}", spec.name),
+        backend: Backend::Local(Arc::new(LocalModel::new(spec, dir))),
+        dimensions: Some(spec.dimensions),
+        batch_size: 64,
+        timeout: Duration::from_secs(5),
+        query_timeout: Duration::from_secs(5),
+        retries: 0,
+    }
+}
+
+#[test]
+fn the_local_model_backfills_and_ranks_in_process_and_a_damaged_one_falls_back() {
+    let mut store = store_with(&[
+        "Settle the release checklist with the team on Fridays.",
+        "The release script uploads the binaries after the checks pass.",
+        "MSRV is pinned at 1.85 in the release workflow.",
+    ]);
+    let provider = local_provider(crate::testkit::test_model());
+    let report = backfill(&mut store, &provider, &mut |_, _| {}, &no_sleep).unwrap();
+    assert_eq!((report.embedded, report.requests), (3, 1));
+    assert_eq!(report.dimensions, Some(256));
+    let first = contents(&hybrid(
+        &store,
+        &provider,
+        "release minimum compiler version",
+    ));
+    let answer = hybrid(&store, &provider, "release minimum compiler version");
+    assert!(answer.warnings.is_empty(), "{:?}", answer.warnings);
+    assert_eq!(answer.hits.len(), 3);
+    // Same stored state, same query: the same order, byte for byte.
+    assert_eq!(contents(&answer), first);
+
+    // The same model's files, damaged: full text, with a warning that says why.
+    let dir = tempfile::tempdir().unwrap();
+    for f in [local::TOKENIZER, local::WEIGHTS] {
+        std::fs::copy(crate::testkit::test_model().join(f), dir.path().join(f)).unwrap();
+    }
+    let weights = dir.path().join(local::WEIGHTS);
+    let bytes = std::fs::read(&weights).unwrap();
+    std::fs::write(&weights, &bytes[..bytes.len() - 10]).unwrap();
+    let damaged = local_provider(dir.path().to_path_buf());
+    let plain = query::search(
+        store.conn(),
+        &query::Request {
+            project: PROJECT,
+            text: "release minimum compiler version",
+            limit: 10,
+            ..query::Request::default()
+        },
+    )
+    .unwrap();
+    let answer = hybrid(&store, &damaged, "release minimum compiler version");
+    assert_eq!(answer.hits, plain);
+    assert!(
+        answer.warnings[0].contains("damaged")
+            && answer.warnings[0].ends_with("ranked by full text only"),
+        "{:?}",
+        answer.warnings
+    );
+    // A backfill with it stops with the cause and stores nothing new.
+    memory::write(&mut store, PROJECT, "NAMING", "One more fact", "user", T0).unwrap();
+    let err = backfill(&mut store, &damaged, &mut |_, _| {}, &no_sleep).unwrap_err();
+    assert!(err.to_string().contains("cut short"), "{err}");
+    assert_eq!(vectors(&store), 3);
+}
+
+#[test]
+fn config_names_a_local_model_by_default_and_refuses_unknown_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::default();
+    let p = Provider::from_config(&config, &|_| None, Some(dir.path()))
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.name, mc_base::config::DEFAULT_EMBEDDINGS_MODEL);
+    let local = p.local().unwrap();
+    assert_eq!(local.dir, dir.path().join("wordllama-l2-supercat-256"));
+    // Never fetched: search goes without it, and says nothing.
+    assert!(Provider::for_search(&config, &|_| None, Some(dir.path())).is_none());
+    // Fetched but cut: search keeps it, to warn.
+    std::fs::create_dir_all(&local.dir).unwrap();
+    std::fs::write(local.dir.join(local::WEIGHTS), b"cut").unwrap();
+    assert!(matches!(
+        Provider::for_search(&config, &|_| None, Some(dir.path())),
+        Some(Ok(_))
+    ));
+    let mut other = Config::default();
+    other.embeddings.model = Some("local:no-such-model".into());
+    let err = Provider::from_config(&other, &|_| None, Some(dir.path())).unwrap_err();
+    assert!(err.to_string().contains("no local model mc knows"), "{err}");
+    let err = Provider::from_config(&config, &|_| None, None).unwrap_err();
+    assert!(err.to_string().contains("no cache folder"), "{err}");
+    other.embeddings.model = None;
+    assert!(
+        Provider::from_config(&other, &|_| None, None)
+            .unwrap()
+            .is_none()
     );
 }
