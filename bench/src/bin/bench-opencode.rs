@@ -238,6 +238,10 @@ fn spent_reads(requests: &[Recorded], keep: usize) -> Vec<u64> {
     tags[..tags.len().saturating_sub(keep)].to_vec()
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "a benchmark's scenario, read top to bottom; the 150-line rule is for mc's own code"
+)]
 fn drive(mode: Mode, script: Script, mc_config: Option<&str>) -> Run {
     let with_mc = mode.with_mc();
     let Script {

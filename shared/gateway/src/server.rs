@@ -425,6 +425,22 @@ fn run_pass(shared: &Shared, call: &Call<'_>) -> Option<Vec<u8>> {
     }
 }
 
+/// The harness and session a call of `api` names.
+fn whose<'a>(shared: &'a Shared, head: &'a Head, api: Api) -> (&'a str, Option<&'a str>) {
+    match api {
+        Api::AnthropicMessages => (
+            shared.config.harness.as_str(),
+            head.header("x-claude-code-session-id"),
+        ),
+        // Codex 0.169 names the session `session-id`; older builds `session_id`.
+        Api::OpenAiResponses => (
+            "codex",
+            head.header("session-id")
+                .or_else(|| head.header("session_id")),
+        ),
+    }
+}
+
 fn forward(
     mut stream: TcpStream,
     shared: &Shared,
@@ -436,18 +452,7 @@ fn forward(
     let counters = &shared.counters;
     let (upstream_headers, pass_headers) = request_headers(head);
     let sees_pass = sees_pass(api, &head.method, &head.target);
-    let (harness, session_id) = match api {
-        Api::AnthropicMessages => (
-            shared.config.harness.as_str(),
-            head.header("x-claude-code-session-id"),
-        ),
-        // Codex 0.169 names the session `session-id`; older builds `session_id`.
-        Api::OpenAiResponses => (
-            "codex",
-            head.header("session-id")
-                .or_else(|| head.header("session_id")),
-        ),
-    };
+    let (harness, session_id) = whose(shared, head, api);
     let call = Call {
         api,
         harness,
