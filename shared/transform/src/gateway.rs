@@ -450,22 +450,35 @@ impl TransformPass {
             return Ok(false);
         };
         drop(memory);
-        let request = OverflowRequest {
-            harness: HARNESS.into(),
-            session_id: Some(key),
-            model: ModelInfo {
-                provider: Some("anthropic".into()),
-                id: model,
-                ..ModelInfo::default()
-            },
-            error: Value::String(String::from_utf8_lossy(error).into_owned()),
-        };
-        let mut store = self
-            .store
-            .lock()
-            .map_err(|_| Error::input("the gateway pass's store is poisoned"))?;
-        Ok(overflow::report(&mut store, &request, call.now_ms)?.recognised)
+        let session = (HARNESS, key.as_str(), model);
+        learn_overflow(&self.store, session, "anthropic", error, call.now_ms)
     }
+}
+
+/// Hand a failed call's error body to the overflow path (a context-overflow
+/// error teaches the model's limit); `true` when it was recognised. What
+/// every wire's gateway pass does with an upstream error.
+pub(crate) fn learn_overflow(
+    store: &Mutex<Store>,
+    (harness, session, model): (&str, &str, Option<String>),
+    provider: &str,
+    error: &[u8],
+    now_ms: i64,
+) -> Result<bool> {
+    let request = OverflowRequest {
+        harness: harness.into(),
+        session_id: Some(session.into()),
+        model: ModelInfo {
+            provider: Some(provider.into()),
+            id: model,
+            ..ModelInfo::default()
+        },
+        error: Value::String(String::from_utf8_lossy(error).into_owned()),
+    };
+    let mut store = store
+        .lock()
+        .map_err(|_| Error::input("the gateway pass's store is poisoned"))?;
+    Ok(overflow::report(&mut store, &request, now_ms)?.recognised)
 }
 
 impl Pass for TransformPass {

@@ -38,7 +38,7 @@ use mc_base::domain::gateway::{Answer, Api, Call, Forward, Pass};
 use mc_base::error::{Error, Result};
 use mc_base::store::{Store, StoreOptions};
 
-use crate::overflow::{self, OverflowRequest};
+use crate::gateway::learn_overflow;
 use crate::pass::{Resident, run_pass_on};
 use crate::report::PassReport;
 
@@ -264,21 +264,8 @@ impl ResponsesPass {
             return Ok(false);
         };
         drop(memory);
-        let request = OverflowRequest {
-            harness: HARNESS.into(),
-            session_id: Some(key),
-            model: ModelInfo {
-                provider: Some("openai".into()),
-                id: model,
-                ..ModelInfo::default()
-            },
-            error: Value::String(String::from_utf8_lossy(error).into_owned()),
-        };
-        let mut store = self
-            .store
-            .lock()
-            .map_err(|_| Error::input("the gateway pass's store is poisoned"))?;
-        Ok(overflow::report(&mut store, &request, call.now_ms)?.recognised)
+        let session = (HARNESS, key.as_str(), model);
+        learn_overflow(&self.store, session, "openai", error, call.now_ms)
     }
 }
 
