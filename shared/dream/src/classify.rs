@@ -62,52 +62,28 @@ fn line(m: &LiveMemory) -> String {
 
 pub fn parse(answer: &str, sent: &[i64]) -> Result<Vec<Verdict>, String> {
     let elements = manifest::parse(answer, "classify", &["memory"])?;
-    let mut verdicts: BTreeMap<i64, Verdict> = BTreeMap::new();
-    for el in elements {
-        el.only(&["id", "importance", "scope"])?;
-        let id = single_id(el.required("id")?)?;
-        if !sent.contains(&id) {
-            return Err(format!("memory #{id} was not sent"));
-        }
-        let importance = el
-            .required("importance")?
-            .trim()
-            .parse::<i64>()
-            .ok()
-            .filter(|n| (0..=100).contains(n))
-            .ok_or_else(|| format!("memory #{id}'s importance is not 0-100"))?;
-        let scope = el.required("scope")?.trim().to_ascii_lowercase();
-        if scope != "project" && scope != "general" {
-            return Err(format!(
-                "memory #{id}'s scope {scope:?} is not project or general"
-            ));
-        }
-        if verdicts
-            .insert(
+    let verdicts =
+        manifest::per_memory(elements, sent, &["id", "importance", "scope"], |id, el| {
+            let importance = el
+                .required("importance")?
+                .trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|n| (0..=100).contains(n))
+                .ok_or_else(|| format!("memory #{id}'s importance is not 0-100"))?;
+            let scope = el.required("scope")?.trim().to_ascii_lowercase();
+            if scope != "project" && scope != "general" {
+                return Err(format!(
+                    "memory #{id}'s scope {scope:?} is not project or general"
+                ));
+            }
+            Ok(Verdict {
                 id,
-                Verdict {
-                    id,
-                    importance,
-                    scope,
-                },
-            )
-            .is_some()
-        {
-            return Err(format!("memory #{id} is answered twice"));
-        }
-    }
-    if let Some(missing) = sent.iter().find(|id| !verdicts.contains_key(id)) {
-        return Err(format!("memory #{missing} was not answered"));
-    }
+                importance,
+                scope,
+            })
+        })?;
     Ok(verdicts.into_values().collect())
-}
-
-/// `"12"` or `"#12"`.
-pub(crate) fn single_id(text: &str) -> Result<i64, String> {
-    match manifest::ids(text)?.as_slice() {
-        [id] => Ok(*id),
-        _ => Err(format!("id {text:?} names more than one memory")),
-    }
 }
 
 pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {

@@ -9,6 +9,8 @@
 //! hold `<`, `&` and code; entities are decoded (`mc_base::xml`). What each
 //! task accepts (which attributes, which ids) is checked by the task.
 
+use std::collections::BTreeMap;
+
 pub use mc_base::xml::escape;
 use mc_base::xml::{Cursor, unescape};
 
@@ -120,6 +122,42 @@ fn element(cursor: &mut Cursor, name: &str) -> Result<Element, String> {
         attributes,
         text,
     })
+}
+
+/// One verdict per memory sent, by id: each element may carry only
+/// `attributes`, names one memory (`id`) that was sent and not answered
+/// before, and `verdict` reads the rest of it; every memory sent must be
+/// answered. The rule classify, verify and archive-stale share.
+pub fn per_memory<V>(
+    elements: Vec<Element>,
+    sent: &[i64],
+    attributes: &[&str],
+    mut verdict: impl FnMut(i64, &Element) -> Result<V, String>,
+) -> Result<BTreeMap<i64, V>, String> {
+    let mut verdicts = BTreeMap::new();
+    for el in elements {
+        el.only(attributes)?;
+        let id = single_id(el.required("id")?)?;
+        if !sent.contains(&id) {
+            return Err(format!("memory #{id} was not sent"));
+        }
+        let answer = verdict(id, &el)?;
+        if verdicts.insert(id, answer).is_some() {
+            return Err(format!("memory #{id} is answered twice"));
+        }
+    }
+    if let Some(missing) = sent.iter().find(|id| !verdicts.contains_key(id)) {
+        return Err(format!("memory #{missing} was not answered"));
+    }
+    Ok(verdicts)
+}
+
+/// `"12"` or `"#12"`.
+pub fn single_id(text: &str) -> Result<i64, String> {
+    match ids(text)?.as_slice() {
+        [id] => Ok(*id),
+        _ => Err(format!("id {text:?} names more than one memory")),
+    }
 }
 
 /// A list of ids: `12,40` or `12 40`. Every element must be an integer.

@@ -27,7 +27,6 @@ use serde_json::json;
 use mc_history::store;
 use mc_search_core::memory;
 
-use super::classify::single_id;
 use super::manifest::{self, escape};
 use super::{Done, FailureClass, LiveMemory, Outcome, Run, TaskFailure, live_memories, usage};
 
@@ -77,14 +76,8 @@ fn line(m: &LiveMemory) -> String {
 
 pub fn parse(answer: &str, sent: &[i64]) -> Result<BTreeMap<i64, Verdict>, String> {
     let elements = manifest::parse(answer, "archive_stale", &["memory"])?;
-    let mut verdicts = BTreeMap::new();
-    for el in elements {
-        el.only(&["id", "verdict"])?;
-        let id = single_id(el.required("id")?)?;
-        if !sent.contains(&id) {
-            return Err(format!("memory #{id} was not sent"));
-        }
-        let verdict = match el.required("verdict")?.trim() {
+    manifest::per_memory(elements, sent, &["id", "verdict"], |id, el| {
+        Ok(match el.required("verdict")?.trim() {
             "archive" => Verdict::Archive(
                 el.text
                     .as_deref()
@@ -99,15 +92,8 @@ pub fn parse(answer: &str, sent: &[i64]) -> Result<BTreeMap<i64, Verdict>, Strin
                     "memory #{id}'s verdict {other:?} is not archive or keep"
                 ));
             }
-        };
-        if verdicts.insert(id, verdict).is_some() {
-            return Err(format!("memory #{id} is answered twice"));
-        }
-    }
-    if let Some(missing) = sent.iter().find(|id| !verdicts.contains_key(id)) {
-        return Err(format!("memory #{missing} was not answered"));
-    }
-    Ok(verdicts)
+        })
+    })
 }
 
 /// Whether `m` is a stale candidate at `now` (rule 2 above).

@@ -42,7 +42,6 @@ use mc_base::repo_fs::{self, Refusal};
 use mc_history::store;
 use mc_search_core::memory;
 
-use super::classify::single_id;
 use super::manifest::{self, escape};
 use super::{Done, FailureClass, LiveMemory, Outcome, Run, TaskFailure, live_memories, secrets};
 
@@ -382,14 +381,8 @@ pub enum Verdict {
 
 pub fn parse(answer: &str, sent: &[i64]) -> Result<BTreeMap<i64, Verdict>, String> {
     let elements = manifest::parse(answer, "verify", &["memory"])?;
-    let mut verdicts = BTreeMap::new();
-    for el in elements {
-        el.only(&["id", "verdict"])?;
-        let id = single_id(el.required("id")?)?;
-        if !sent.contains(&id) {
-            return Err(format!("memory #{id} was not sent"));
-        }
-        let verdict = match el.required("verdict")?.trim() {
+    manifest::per_memory(elements, sent, &["id", "verdict"], |id, el| {
+        Ok(match el.required("verdict")?.trim() {
             "verified" => Verdict::Verified,
             "update" => {
                 let text = el.text()?;
@@ -412,15 +405,8 @@ pub fn parse(answer: &str, sent: &[i64]) -> Result<BTreeMap<i64, Verdict>, Strin
                     "memory #{id}'s verdict {other:?} is not verified, update or archive"
                 ));
             }
-        };
-        if verdicts.insert(id, verdict).is_some() {
-            return Err(format!("memory #{id} is answered twice"));
-        }
-    }
-    if let Some(missing) = sent.iter().find(|id| !verdicts.contains_key(id)) {
-        return Err(format!("memory #{missing} was not answered"));
-    }
-    Ok(verdicts)
+        })
+    })
 }
 
 pub fn run(run: &mut Run<'_, '_>) -> Result<Done, TaskFailure> {
