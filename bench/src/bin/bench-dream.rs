@@ -340,7 +340,7 @@ fn tokens_figure() -> Result<(), String> {
                 NOW - 200 * 86_400_000,
             )
             .map_err(|e| e.to_string())?;
-            created += usize::from(w.result == "created");
+            created += usize::from(w.result == memory::Written::Created);
         }
         let live = dream::live_memories(store.conn(), &known.project)
             .map_err(|e| e.to_string())?

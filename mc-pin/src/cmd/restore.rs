@@ -7,7 +7,7 @@ use anyhow::anyhow;
 use serde_json::Value;
 
 use mc_cli::{Failure, Wait, now_ms, write_json};
-use mc_pin_core::{self as pin, Event, Harness, RestoreReport, hook, opencode};
+use mc_pin_core::{self as pin, Event, Harness, NothingReason, RestoreReport, hook, opencode};
 
 use crate::args::{Args, NAME, RestoreArgs};
 use crate::common::{canonical, open_store, read_stdin, warn};
@@ -46,7 +46,7 @@ pub(crate) fn restore(
     match event {
         Event::OtherHook { .. } => Ok(()),
         Event::OtherEvent { kind } => {
-            let report = RestoreReport::none("not_a_compaction", None);
+            let report = RestoreReport::none(NothingReason::NotACompaction, None);
             let mut value = serde_json::to_value(&report).map_err(anyhow::Error::from)?;
             value["event"] = Value::String(kind);
             write_json(&value, args.global.pretty)?;

@@ -170,7 +170,7 @@ fn add_profile(
         return Ok(());
     }
     match memory::profile_add(store, content, now_ms) {
-        Ok(outcome) if outcome.result == "created" => report.profile_imported += 1,
+        Ok(outcome) if outcome.result == memory::Written::Created => report.profile_imported += 1,
         Ok(_) => report.memories_existing += 1,
         Err(e) => report.skipped.push(format!("{what}: {e}")),
     }
@@ -229,7 +229,9 @@ fn import_memories(
             continue;
         }
         match memory::write(store, &m.project, target, &m.content, "import", now_ms) {
-            Ok(outcome) if outcome.result == "created" => report.memories_imported += 1,
+            Ok(outcome) if outcome.result == memory::Written::Created => {
+                report.memories_imported += 1
+            }
             Ok(_) => report.memories_existing += 1,
             Err(e) => report.skipped.push(format!("{what}: {e}")),
         }

@@ -45,9 +45,33 @@ pub struct FileChange {
     /// The backup of the old file (none for a new file or a dry run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backup: Option<PathBuf>,
-    /// `created`, `changed` or `removed`.
-    pub kind: &'static str,
+    pub kind: ChangeKind,
     pub diff: String,
+}
+
+/// What a [`FileChange`] does to its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    Created,
+    Changed,
+    Removed,
+}
+
+impl ChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Created => "created",
+            ChangeKind::Changed => "changed",
+            ChangeKind::Removed => "removed",
+        }
+    }
+}
+
+impl std::fmt::Display for ChangeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// What a setup, uninstall or fix did (or, dry, would do).
@@ -58,6 +82,20 @@ pub struct Outcome {
     pub notes: Vec<String>,
 }
 
+/// How a recorded piece was written, so how it is taken back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    /// A whole file.
+    File,
+    /// A JSON value at `keys`.
+    JsonSet,
+    /// An element of the JSON array at `keys`.
+    JsonItem,
+    /// A TOML value at `keys`.
+    TomlSet,
+}
+
 /// One piece setup wrote, with what it needs to take it back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
@@ -65,8 +103,7 @@ pub struct Entry {
     pub owner: String,
     pub piece: String,
     pub path: PathBuf,
-    /// `file`, `json_set`, `json_item`, `toml_set`.
-    pub kind: String,
+    pub kind: EntryKind,
     #[serde(default)]
     pub keys: Vec<String>,
     /// What setup wrote (the value, or the array element).
@@ -260,9 +297,9 @@ impl Files {
                 new.as_deref().unwrap_or(""),
             );
             let kind = match (&old, &new) {
-                (None, _) => "created",
-                (_, None) => "removed",
-                _ => "changed",
+                (None, _) => ChangeKind::Created,
+                (_, None) => ChangeKind::Removed,
+                _ => ChangeKind::Changed,
             };
             let mut backup = None;
             if !dry {
@@ -316,7 +353,7 @@ fn install_piece(files: &mut Files, owner: &str, piece: &Piece) -> Result<Option
         owner: owner.to_string(),
         piece: piece.id.to_string(),
         path: piece.path.clone(),
-        kind: String::new(),
+        kind: EntryKind::File,
         keys: Vec::new(),
         value: Value::Null,
         previous: None,
@@ -331,7 +368,7 @@ fn install_piece(files: &mut Files, owner: &str, piece: &Piece) -> Result<Option
                 return Ok(None);
             }
             files.set(&piece.path, Some((*content).to_string()));
-            entry.kind = "file".into();
+            entry.kind = EntryKind::File;
         }
         Action::JsonSet { keys, value } => {
             let root = edit::json_value(&text, &what)?;
@@ -345,7 +382,7 @@ fn install_piece(files: &mut Files, owner: &str, piece: &Piece) -> Result<Option
                 &piece.path,
                 Some(edit::json_set(&text, keys, value, &what)?),
             );
-            entry.kind = "json_set".into();
+            entry.kind = EntryKind::JsonSet;
             entry.keys = keys.clone();
             entry.value = value.clone();
             entry.previous = previous;
@@ -378,7 +415,7 @@ fn install_piece(files: &mut Files, owner: &str, piece: &Piece) -> Result<Option
             }
             new = edit::json_push(&new, keys, item, &what)?;
             files.set(&piece.path, Some(new));
-            entry.kind = "json_item".into();
+            entry.kind = EntryKind::JsonItem;
             entry.keys = keys.clone();
             entry.value = item.clone();
             entry.replaced = replaced;
@@ -394,7 +431,7 @@ fn install_piece(files: &mut Files, owner: &str, piece: &Piece) -> Result<Option
                 &piece.path,
                 Some(edit::toml_set(&text, keys, value, &what)?),
             );
-            entry.kind = "toml_set".into();
+            entry.kind = EntryKind::TomlSet;
             entry.keys = keys.clone();
             entry.value = value.clone();
             entry.previous = previous;
@@ -422,9 +459,9 @@ fn undo(files: &mut Files, entry: &Entry) -> Result<()> {
     let Some(text) = files.current(&entry.path)? else {
         return Ok(());
     };
-    let new = match entry.kind.as_str() {
-        "file" => None,
-        "json_set" => {
+    let new = match entry.kind {
+        EntryKind::File => None,
+        EntryKind::JsonSet => {
             let root = edit::json_value(&text, &what)?;
             if edit::get(&root, &entry.keys) != Some(&entry.value) {
                 // Changed since: the user's now, left alone.
@@ -436,7 +473,7 @@ fn undo(files: &mut Files, entry: &Entry) -> Result<()> {
                 })
             }
         }
-        "json_item" => {
+        EntryKind::JsonItem => {
             let mut new = edit::json_pull(
                 &text,
                 &entry.keys,
@@ -449,7 +486,7 @@ fn undo(files: &mut Files, entry: &Entry) -> Result<()> {
             }
             Some(new)
         }
-        "toml_set" => {
+        EntryKind::TomlSet => {
             let now = edit::toml_get(&text, &entry.keys, &what)?;
             if now.as_ref() != Some(&entry.value) {
                 Some(text)
@@ -460,23 +497,18 @@ fn undo(files: &mut Files, entry: &Entry) -> Result<()> {
                 })
             }
         }
-        other => {
-            return Err(Error::Corrupt(format!(
-                "setup's record has an unknown kind {other:?}"
-            )));
-        }
     };
     // A file setup created and left holding nothing goes too.
     let new = match new {
-        Some(t) if entry.created_file && is_empty_document(&t, &entry.kind) => None,
+        Some(t) if entry.created_file && is_empty_document(&t, entry.kind) => None,
         other => other,
     };
     files.set(&entry.path, new);
     Ok(())
 }
 
-fn is_empty_document(text: &str, kind: &str) -> bool {
-    if kind == "toml_set" {
+fn is_empty_document(text: &str, kind: EntryKind) -> bool {
+    if kind == EntryKind::TomlSet {
         return text.trim().is_empty();
     }
     matches!(edit::json_value(text, ""), Ok(Value::Object(m)) if m.is_empty())
@@ -759,4 +791,36 @@ pub fn fix(env: &Env, checks: &[super::Check]) -> Fixed {
         }
     }
     fixed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_keep_the_strings_setups_record_and_output_hold() {
+        for (kind, text) in [
+            (EntryKind::File, "file"),
+            (EntryKind::JsonSet, "json_set"),
+            (EntryKind::JsonItem, "json_item"),
+            (EntryKind::TomlSet, "toml_set"),
+        ] {
+            assert_eq!(serde_json::json!(kind), serde_json::json!(text));
+            assert_eq!(
+                serde_json::from_value::<EntryKind>(serde_json::json!(text)).unwrap(),
+                kind
+            );
+        }
+        // A record from a newer or damaged mc is refused whole, naming the kind.
+        let refused = serde_json::from_str::<EntryKind>("\"yaml_set\"").unwrap_err();
+        assert!(refused.to_string().contains("yaml_set"), "{refused}");
+        for (kind, text) in [
+            (ChangeKind::Created, "created"),
+            (ChangeKind::Changed, "changed"),
+            (ChangeKind::Removed, "removed"),
+        ] {
+            assert_eq!(serde_json::json!(kind), serde_json::json!(text));
+            assert_eq!(kind.to_string(), text);
+        }
+    }
 }

@@ -77,8 +77,9 @@ use self::lease::Lease;
 use self::schedule::Schedule;
 use self::state::{Ended, KnownProject, TaskState};
 
-/// The tasks, in the order a tick runs them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// The tasks, in the order a tick runs them. Serialized by [`Task::name`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Task {
     GitIndex,
     Consolidate,
@@ -564,6 +565,19 @@ impl std::fmt::Display for Outcome {
     }
 }
 
+impl std::fmt::Display for Task {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A task is its name: `report.task == "verify"`.
+impl PartialEq<&str> for Task {
+    fn eq(&self, name: &&str) -> bool {
+        self.name() == *name
+    }
+}
+
 /// An outcome is its name: `report.outcome == "ok"`.
 impl PartialEq<&str> for Outcome {
     fn eq(&self, name: &&str) -> bool {
@@ -574,7 +588,7 @@ impl PartialEq<&str> for Outcome {
 /// What happened to one (project, task) in a tick or a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskReport {
-    pub task: &'static str,
+    pub task: Task,
     pub outcome: Outcome,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -601,7 +615,7 @@ fn is_zero(t: &Tokens) -> bool {
 impl TaskReport {
     fn new(task: Task, outcome: Outcome, reason: Option<String>) -> TaskReport {
         TaskReport {
-            task: task.name(),
+            task,
             outcome,
             reason,
             detail: Value::Null,
@@ -1263,7 +1277,7 @@ fn embed(run: &mut Run<'_, '_>) -> std::result::Result<Done, TaskFailure> {
 /// One task of one project, as `status` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskStatus {
-    pub task: &'static str,
+    pub task: Task,
     /// The cron expression, or `off`.
     pub schedule: String,
     #[serde(flatten)]
@@ -1352,7 +1366,7 @@ pub fn status(
                 .map(|d| serde_json::from_str(d).unwrap_or_else(|_| Value::from(d)))
                 .unwrap_or(Value::Null);
             tasks.push(TaskStatus {
-                task: task.name(),
+                task,
                 schedule: expression.unwrap_or("off").to_string(),
                 last_detail,
                 next_due_ms,

@@ -452,7 +452,7 @@ fn create(
     now_ms: i64,
 ) -> Result<Made> {
     let written = memory::write_in(conn, project, category, &entry.content, "team", now_ms)?;
-    if written.result == "created" {
+    if written.result == memory::Written::Created {
         set_team(conn, written.id, Some(&entry.id), Some(key))?;
         return Ok(Made::Created);
     }

@@ -207,7 +207,7 @@ fn outcomes(report: &TickReport) -> Vec<(&'static str, &'static str)> {
     report
         .projects
         .iter()
-        .flat_map(|p| p.tasks.iter().map(|t| (t.task, t.outcome.as_str())))
+        .flat_map(|p| p.tasks.iter().map(|t| (t.task.name(), t.outcome.as_str())))
         .collect()
 }
 
@@ -1305,4 +1305,12 @@ fn embed_fills_vectors_once_skips_without_a_provider_and_keeps_what_it_stored_on
         .query_row("SELECT count(*) FROM embeddings", [], |r| r.get(0))
         .unwrap();
     assert_eq!(kept, stored);
+}
+
+#[test]
+fn tasks_serialize_to_their_names() {
+    for task in Task::ALL {
+        assert_eq!(json!(task), json!(task.name()));
+        assert_eq!(Task::parse(task.name()), Some(task));
+    }
 }

@@ -39,11 +39,24 @@ pub struct TriggerInput {
     pub subagent: bool,
 }
 
+/// Why a historian run is due, first match wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DueReason {
+    /// Usage is in the force band.
+    ForceBand,
+    /// The tail mentions enough separate runs of commits.
+    CommitClusters,
+    /// The eligible tail is three trigger budgets or more.
+    TailSize,
+    /// Usage is within two points of the threshold.
+    ProjectedHeadroom,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Due {
     pub due: bool,
-    /// force_band | commit_clusters | tail_size | projected_headroom
-    pub reason: Option<&'static str>,
+    pub reason: Option<DueReason>,
     /// At ≥ 95 % the adapter should wait for the fold before sending.
     pub blocking: bool,
     pub trigger_budget: u64,
@@ -68,13 +81,13 @@ pub fn historian_due(input: &TriggerInput) -> Due {
     let reason = if input.subagent || eligible < MIN_CHUNK_TOKENS {
         None
     } else if input.usage_percent >= input.force_band {
-        Some("force_band")
+        Some(DueReason::ForceBand)
     } else if input.commit_clusters >= MIN_COMMIT_CLUSTERS && eligible >= budget {
-        Some("commit_clusters")
+        Some(DueReason::CommitClusters)
     } else if eligible >= 3 * budget {
-        Some("tail_size")
+        Some(DueReason::TailSize)
     } else if input.usage_percent >= input.threshold - 2.0 {
-        Some("projected_headroom")
+        Some(DueReason::ProjectedHeadroom)
     } else {
         None
     };
@@ -322,6 +335,18 @@ mod tests {
     }
 
     #[test]
+    fn due_reasons_keep_their_wire_strings() {
+        for (reason, text) in [
+            (DueReason::ForceBand, "force_band"),
+            (DueReason::CommitClusters, "commit_clusters"),
+            (DueReason::TailSize, "tail_size"),
+            (DueReason::ProjectedHeadroom, "projected_headroom"),
+        ] {
+            assert_eq!(serde_json::json!(reason), serde_json::json!(text));
+        }
+    }
+
+    #[test]
     fn reasons_in_order() {
         // Nothing eligible: never due, even in the force band.
         let d = historian_due(&TriggerInput {
@@ -335,7 +360,7 @@ mod tests {
             tail_tokens: 90_000,
             ..input()
         });
-        assert_eq!(d.reason, Some("force_band"));
+        assert_eq!(d.reason, Some(DueReason::ForceBand));
         assert!(!d.blocking);
         let d = historian_due(&TriggerInput {
             usage_percent: 96.0,
@@ -348,7 +373,7 @@ mod tests {
             commit_clusters: 3,
             ..input()
         });
-        assert_eq!(d.reason, Some("commit_clusters"));
+        assert_eq!(d.reason, Some(DueReason::CommitClusters));
         let d = historian_due(&TriggerInput {
             tail_tokens: 80_000 + 6_499,
             commit_clusters: 3,
@@ -359,13 +384,13 @@ mod tests {
             tail_tokens: 80_000 + 19_500,
             ..input()
         });
-        assert_eq!(d.reason, Some("tail_size"));
+        assert_eq!(d.reason, Some(DueReason::TailSize));
         let d = historian_due(&TriggerInput {
             tail_tokens: 85_000,
             usage_percent: 63.0,
             ..input()
         });
-        assert_eq!(d.reason, Some("projected_headroom"));
+        assert_eq!(d.reason, Some(DueReason::ProjectedHeadroom));
         let d = historian_due(&TriggerInput {
             tail_tokens: 85_000,
             usage_percent: 62.9,

@@ -46,7 +46,7 @@ use super::aside;
 use super::claim::{self, Claim, Found, Outcome};
 use super::local::{self, Lines, Transcript};
 use super::text::{self, HOOK_CONTEXT_LIMIT, PinnedText};
-use super::{Harness, HookInput, Pin, RestoreReport};
+use super::{Harness, HookInput, NothingReason, Pin, RestoreAction, RestoreReport};
 
 /// Restorers that see no mark of their compaction (an old Claude Code
 /// without `prompt_id` whose transcript lags, a Codex rollout without a
@@ -588,7 +588,7 @@ pub fn restore(
         )?,
         None => {
             if compact && !pins.is_empty() {
-                let mut report = none("no_transcript");
+                let mut report = none(NothingReason::NoTranscript);
                 report.warnings.push(
                     "the hook input names no transcript_path, so the pinned texts cannot be found"
                         .into(),
@@ -647,11 +647,11 @@ pub fn restore(
             Some(outcome) if compact => {
                 let mut report = match outcome {
                     Outcome::Done(key) => {
-                        let mut report = none("already_restored");
+                        let mut report = none(NothingReason::AlreadyRestored);
                         report.compaction = Some(key);
                         report
                     }
-                    Outcome::InProgress | Outcome::Won(_) => none("in_progress"),
+                    Outcome::InProgress | Outcome::Won(_) => none(NothingReason::InProgress),
                 };
                 report.warnings = warnings;
                 return Ok(report);
@@ -684,9 +684,9 @@ pub fn restore(
         Lines::Pi(_) => true,
     });
     let mut report = none(if in_context {
-        "already_in_context"
+        NothingReason::AlreadyInContext
     } else {
-        "nothing_to_send"
+        NothingReason::NothingToSend
     });
     report.warnings = warnings;
     if in_context || !options.history {
@@ -704,11 +704,7 @@ pub fn restore(
     if head.text.is_empty() {
         return Ok(report);
     }
-    report.action = if options.dry_run {
-        "dry_run"
-    } else {
-        "restored"
-    };
+    report.action = RestoreAction::done(options.dry_run);
     report.reason = None;
     report.hook_output = Some(output(&head.text));
     report.context_chars = utf16_len(&head.text);
@@ -780,7 +776,7 @@ fn after_compaction(
 ) -> Result<RestoreReport> {
     let sid = input.session_id.as_str();
     let name = harness.as_str();
-    let mut report = RestoreReport::none("nothing_to_send", Some(sid));
+    let mut report = RestoreReport::none(NothingReason::NothingToSend, Some(sid));
     let mut text = pins_text(pins, transcript, compaction, &mut report);
     if options.history && !compaction.kept.holds_history() {
         let room = HOOK_CONTEXT_LIMIT.saturating_sub(utf16_len(&text) + 2);
@@ -807,12 +803,12 @@ fn after_compaction(
         let lost = |outcome: Outcome, warnings: Vec<String>| {
             let mut lost = match outcome {
                 Outcome::Done(key) => {
-                    let mut lost = RestoreReport::none("already_restored", Some(sid));
+                    let mut lost = RestoreReport::none(NothingReason::AlreadyRestored, Some(sid));
                     lost.compaction = Some(key);
                     lost
                 }
                 Outcome::InProgress | Outcome::Won(_) => {
-                    RestoreReport::none("in_progress", Some(sid))
+                    RestoreReport::none(NothingReason::InProgress, Some(sid))
                 }
             };
             lost.warnings = warnings;
@@ -915,11 +911,7 @@ fn after_compaction(
             wait: options.wait,
         });
     }
-    report.action = if options.dry_run {
-        "dry_run"
-    } else {
-        "restored"
-    };
+    report.action = RestoreAction::done(options.dry_run);
     report.reason = None;
     report.compaction = Some(compaction.cursor.clone());
     report.context_chars = utf16_len(&text);
@@ -1181,7 +1173,7 @@ mod tests {
         // Another hook while the first one's output is not out yet.
         let second = hooks.restore(T0 + 3_700_001, false);
         assert!(!printed(&second));
-        assert_eq!(second.reason, Some("in_progress"));
+        assert_eq!(second.reason, Some(NothingReason::InProgress));
         // A dry run looks but claims nothing.
         let dry = hooks.restore(T0 + 3_700_001, true);
         assert!(!printed(&dry));
@@ -1203,7 +1195,7 @@ mod tests {
             Some("s1")
         );
         let replay = hooks.restore(T0 + 3_700_004, false);
-        assert_eq!(replay.reason, Some("already_restored"));
+        assert_eq!(replay.reason, Some(NothingReason::AlreadyRestored));
         // A hook that died after claiming holds the next compaction up for
         // the claim timeout only.
         hooks.write(&[
@@ -1214,7 +1206,10 @@ mod tests {
         ]);
         let t = T0 + 7_300_000;
         assert!(printed(&hooks.restore(t, false)));
-        assert_eq!(hooks.restore(t + 1, false).reason, Some("in_progress"));
+        assert_eq!(
+            hooks.restore(t + 1, false).reason,
+            Some(NothingReason::InProgress)
+        );
         assert!(printed(&hooks.restore(t + claim::CLAIM_TIMEOUT_MS, false)));
     }
 
@@ -1226,17 +1221,23 @@ mod tests {
         let now = T0 + 3_700_000;
         let blind = hooks.restore(now, false);
         assert!(printed(&blind));
-        assert_eq!(hooks.restore(now + 500, false).reason, Some("in_progress"));
+        assert_eq!(
+            hooks.restore(now + 500, false).reason,
+            Some(NothingReason::InProgress)
+        );
         // The boundary lands; a second hook reading now sees it.
         hooks.write(&[
             pinned_message("2026-03-02T10:00:00Z"),
             boundary("b1", "2026-03-02T11:01:39Z"),
         ]);
-        assert_eq!(hooks.restore(now + 800, false).reason, Some("in_progress"));
+        assert_eq!(
+            hooks.restore(now + 800, false).reason,
+            Some(NothingReason::InProgress)
+        );
         commit(&mut hooks.store, &blind, now + 900).unwrap();
         assert_eq!(
             hooks.restore(now + 1_000, false).reason,
-            Some("already_restored")
+            Some(NothingReason::AlreadyRestored)
         );
         // The summary too: the same compaction under another mark.
         hooks.write(&[
@@ -1246,7 +1247,7 @@ mod tests {
         ]);
         assert_eq!(
             hooks.restore(now + 60_000, false).reason,
-            Some("already_restored")
+            Some(NothingReason::AlreadyRestored)
         );
     }
 
@@ -1260,7 +1261,7 @@ mod tests {
         commit(&mut hooks.store, &first, now).unwrap();
         assert_eq!(
             hooks.restore(now + UNMARKED_WINDOW_MS - 1, false).reason,
-            Some("already_restored")
+            Some(NothingReason::AlreadyRestored)
         );
         // Later, an unmarked hook is taken for a new compaction (as before claims).
         assert!(printed(&hooks.restore(now + UNMARKED_WINDOW_MS, false)));
@@ -1320,7 +1321,7 @@ mod tests {
         assert_eq!(first.compaction.as_deref(), Some("prompt:p-1"));
         // A replay of that hook: nothing.
         let replay = hooks.run(Harness::ClaudeCode, "compact", Some("p-1"), now + 1_000);
-        assert_eq!(replay.reason, Some("already_restored"));
+        assert_eq!(replay.reason, Some(NothingReason::AlreadyRestored));
         // The next compaction, seconds later and with the same transcript (a
         // time cursor took it for a replay): printed again.
         let second = hooks.run(Harness::ClaudeCode, "compact", Some("p-2"), now + 2_000);
@@ -1412,7 +1413,7 @@ mod tests {
         assert_eq!(resume.compaction.as_deref(), Some("codex:w-1"));
         assert_eq!(resume.kept, ["msg_u1"]);
         let compact = hooks.run(Harness::Codex, "compact", None, T0 + 5_100);
-        assert_eq!(compact.reason, Some("already_restored"));
+        assert_eq!(compact.reason, Some(NothingReason::AlreadyRestored));
         assert!(compact.hook_output.is_none());
     }
 
@@ -1451,7 +1452,7 @@ mod tests {
             "attachment": {"type": "hook_additional_context", "content": [text], "hookEvent": "SessionStart"}});
         hooks.write(&[pinned_message("2026-03-02T10:00:00Z"), recorded]);
         let resume = hooks.run(Harness::ClaudeCode, "resume", None, T0 + 1);
-        assert_eq!(resume.reason, Some("already_in_context"));
+        assert_eq!(resume.reason, Some(NothingReason::AlreadyInContext));
         // Without it (another harness's resume, say), it is printed.
         hooks.write(&[pinned_message("2026-03-02T10:00:00Z")]);
         let resume = hooks.run(Harness::ClaudeCode, "resume", None, T0 + 2);

@@ -196,19 +196,72 @@ pub struct PinOutcome {
 /// An HTTP request mc would send (shown by `--dry-run`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlannedRequest {
-    pub method: &'static str,
+    pub method: Method,
     pub url: String,
     pub body: Value,
+}
+
+/// The HTTP method of a [`PlannedRequest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Method {
+    Post,
+    Patch,
+}
+
+/// What `restore` did: `restored`, `dry_run` (nothing sent) or `none`
+/// (nothing to do; the report's `reason` says why).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RestoreAction {
+    Restored,
+    DryRun,
+    None,
+}
+
+impl RestoreAction {
+    /// `restored`, or `dry_run` when nothing is sent.
+    pub fn done(dry_run: bool) -> RestoreAction {
+        if dry_run {
+            RestoreAction::DryRun
+        } else {
+            RestoreAction::Restored
+        }
+    }
+}
+
+/// Why `restore` did nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NothingReason {
+    /// Neither pins nor mc's record to send.
+    NothingToSend,
+    /// This compaction's pins went out already.
+    AlreadyRestored,
+    /// Another restorer holds this compaction's claim.
+    InProgress,
+    /// The harness's context still holds mc's record.
+    AlreadyInContext,
+    /// The event is no compaction.
+    NotACompaction,
+    /// A subagent's session: its parent's pins are the parent's.
+    ChildSession,
+    NoPins,
+    /// A compaction with pins whose hook input names no transcript.
+    NoTranscript,
+    /// OpenCode's session shows no compaction summary.
+    NoSummary,
+    /// The newest summary is not finished (or failed).
+    SummaryUnfinished,
 }
 
 /// What `restore` did. For OpenCode this is the answer on stdout; for a hook
 /// only `hook_output` is printed (the harness reads stdout).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RestoreReport {
-    /// `restored`, `dry_run` (nothing sent) or `none` (nothing to do; see `reason`).
-    pub action: &'static str,
+    pub action: RestoreAction,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<&'static str>,
+    pub reason: Option<NothingReason>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
     /// The compaction answered: the summary message id (OpenCode) or the
@@ -246,9 +299,9 @@ pub struct RestoreReport {
 
 impl RestoreReport {
     /// Nothing to do, and why.
-    pub fn none(reason: &'static str, session_id: Option<&str>) -> RestoreReport {
+    pub fn none(reason: NothingReason, session_id: Option<&str>) -> RestoreReport {
         RestoreReport {
-            action: "none",
+            action: RestoreAction::None,
             reason: Some(reason),
             session_id: session_id.map(str::to_string),
             compaction: None,
@@ -387,5 +440,60 @@ mod tests {
         }
         assert!(Harness::parse("aider").is_err());
         assert!(check_role("system").is_err());
+    }
+
+    #[test]
+    fn restore_reports_keep_their_wire_strings() {
+        let strings = |values: Vec<serde_json::Value>| -> Vec<String> {
+            values
+                .into_iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect()
+        };
+        let actions = [
+            RestoreAction::Restored,
+            RestoreAction::DryRun,
+            RestoreAction::None,
+        ];
+        assert_eq!(
+            strings(actions.iter().map(|a| json!(a)).collect()),
+            ["restored", "dry_run", "none"]
+        );
+        let reasons = [
+            NothingReason::NothingToSend,
+            NothingReason::AlreadyRestored,
+            NothingReason::InProgress,
+            NothingReason::AlreadyInContext,
+            NothingReason::NotACompaction,
+            NothingReason::ChildSession,
+            NothingReason::NoPins,
+            NothingReason::NoTranscript,
+            NothingReason::NoSummary,
+            NothingReason::SummaryUnfinished,
+        ];
+        assert_eq!(
+            strings(reasons.iter().map(|r| json!(r)).collect()),
+            [
+                "nothing_to_send",
+                "already_restored",
+                "in_progress",
+                "already_in_context",
+                "not_a_compaction",
+                "child_session",
+                "no_pins",
+                "no_transcript",
+                "no_summary",
+                "summary_unfinished",
+            ]
+        );
+        assert_eq!(
+            strings(vec![json!(Method::Post), json!(Method::Patch)]),
+            ["POST", "PATCH"]
+        );
+        let report = json!(RestoreReport::none(NothingReason::NoPins, Some("s")));
+        assert_eq!(
+            report,
+            json!({"action": "none", "reason": "no_pins", "session_id": "s"})
+        );
     }
 }

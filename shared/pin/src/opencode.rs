@@ -14,8 +14,9 @@ use mc_llm::opencode_api::OpenCode;
 
 use super::claim::{self, Found, Outcome};
 use super::{
-    Action, CompactedEvent, Harness, Pin, PinOutcome, PinRequest, PinnedText, PlannedRequest,
-    RestoreReport, Target, check_role, local, message_text, metadata, newest_pinnable, text,
+    Action, CompactedEvent, Harness, Method, NothingReason, Pin, PinOutcome, PinRequest,
+    PinnedText, PlannedRequest, RestoreAction, RestoreReport, Target, check_role, local,
+    message_text, metadata, newest_pinnable, text,
 };
 
 /// How many of the newest messages are searched for the compaction summary
@@ -105,7 +106,7 @@ pub fn run(
     let after = match changed {
         Some(merged) if dry_run => {
             requests.push(PlannedRequest {
-                method: "PATCH",
+                method: Method::Patch,
                 url: api.session_url(session_id),
                 body: json!({ "metadata": merged }),
             });
@@ -158,7 +159,7 @@ pub struct RestoreOptions {
 /// The compaction summary a `session.compacted` event is about: the newest
 /// `summary: true` assistant message — if it is finished and error-free.
 /// mc's own compaction boundary is no harness compaction: it is skipped.
-fn newest_summary(messages: &[Value]) -> std::result::Result<&Value, &'static str> {
+fn newest_summary(messages: &[Value]) -> std::result::Result<&Value, NothingReason> {
     let summary = messages
         .iter()
         .rev()
@@ -167,7 +168,7 @@ fn newest_summary(messages: &[Value]) -> std::result::Result<&Value, &'static st
                 && m.pointer("/info/summary").and_then(Value::as_bool) == Some(true)
                 && boundary_base_of_value(m).is_none()
         })
-        .ok_or("no_summary")?;
+        .ok_or(NothingReason::NoSummary)?;
     let field = |path: &str| summary.pointer(path).unwrap_or(&Value::Null);
     let finished = field("/info/id").is_string()
         && field("/info/time/completed").is_number()
@@ -175,7 +176,7 @@ fn newest_summary(messages: &[Value]) -> std::result::Result<&Value, &'static st
     if finished {
         Ok(summary)
     } else {
-        Err("summary_unfinished")
+        Err(NothingReason::SummaryUnfinished)
     }
 }
 
@@ -256,12 +257,12 @@ pub fn restore(
         .and_then(Value::as_str)
         .is_some_and(|p| !p.is_empty())
     {
-        return none("child_session");
+        return none(NothingReason::ChildSession);
     }
     let meta = metadata::of_session(&session);
     let pins = metadata::pins(&meta);
     if pins.is_empty() {
-        return none("no_pins");
+        return none(NothingReason::NoPins);
     }
     let recent = api.list_recent_messages(sid, MESSAGE_WINDOW)?;
     let summary = match newest_summary(&recent) {
@@ -276,8 +277,10 @@ pub fn restore(
     let harness = Harness::OpenCode.as_str();
     let answered = |outcome: Outcome| {
         let mut report = match outcome {
-            Outcome::Done(_) => RestoreReport::none("already_restored", Some(sid)),
-            Outcome::InProgress | Outcome::Won(_) => RestoreReport::none("in_progress", Some(sid)),
+            Outcome::Done(_) => RestoreReport::none(NothingReason::AlreadyRestored, Some(sid)),
+            Outcome::InProgress | Outcome::Won(_) => {
+                RestoreReport::none(NothingReason::InProgress, Some(sid))
+            }
         };
         report.compaction = Some(summary_id.clone());
         Ok(report)
@@ -292,7 +295,7 @@ pub fn restore(
     }
 
     let (mut found, missing, warnings) = fetch_pins(&api, sid, &pins);
-    let mut report = RestoreReport::none("nothing_to_send", Some(sid));
+    let mut report = RestoreReport::none(NothingReason::NothingToSend, Some(sid));
     report.compaction = Some(summary_id.clone());
     report.missing = missing;
     report.warnings = warnings;
@@ -307,15 +310,15 @@ pub fn restore(
     report.restored = found.iter().map(|p| p.id.clone()).collect();
 
     if options.dry_run {
-        report.action = "dry_run";
+        report.action = RestoreAction::DryRun;
         report.requests = vec![
             PlannedRequest {
-                method: "POST",
+                method: Method::Post,
                 url: api.prompt_async_url(sid),
                 body,
             },
             PlannedRequest {
-                method: "PATCH",
+                method: Method::Patch,
                 url: api.session_url(sid),
                 body: json!({"metadata": metadata::with_cursor(&meta, &summary_id)?}),
             },
@@ -344,7 +347,7 @@ pub fn restore(
         now_ms,
         &mut report.warnings,
     )?;
-    report.action = "restored";
+    report.action = RestoreAction::Restored;
     Ok(report)
 }
 
@@ -483,7 +486,7 @@ mod tests {
         let after = json!({"info": {"id": "a", "role": "assistant", "time": {"created": 5, "completed": 6}}, "parts": []});
         assert_eq!(
             newest_summary(std::slice::from_ref(&user)).unwrap_err(),
-            "no_summary"
+            NothingReason::NoSummary
         );
         assert_eq!(
             newest_summary(&[user.clone(), done.clone(), after.clone()]).unwrap()["info"]["id"],
@@ -491,11 +494,11 @@ mod tests {
         );
         assert_eq!(
             newest_summary(&[done.clone(), streaming]).unwrap_err(),
-            "summary_unfinished"
+            NothingReason::SummaryUnfinished
         );
         assert_eq!(
             newest_summary(&[done, failed]).unwrap_err(),
-            "summary_unfinished"
+            NothingReason::SummaryUnfinished
         );
     }
 

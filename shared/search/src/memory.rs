@@ -32,11 +32,18 @@ pub struct MemoryRecord {
     pub updated_ms: i64,
 }
 
+/// Whether a write made a memory or found the live one it duplicates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Written {
+    Created,
+    Existing,
+}
+
 /// The answer to a write: the new memory, or the live one it duplicates.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WriteOutcome {
-    /// `created` or `existing`.
-    pub result: &'static str,
+    pub result: Written,
     pub id: i64,
     pub category: String,
 }
@@ -66,7 +73,11 @@ pub fn write_in(
     let category = canonical_category(category)?;
     let w = store::write_memory(conn, project, category, content, None, source, now_ms)?;
     Ok(WriteOutcome {
-        result: if w.created { "created" } else { "existing" },
+        result: if w.created {
+            Written::Created
+        } else {
+            Written::Existing
+        },
         id: w.id,
         category: category.to_string(),
     })
@@ -382,14 +393,14 @@ pub fn profile_add(store: &mut Store, content: &str, now_ms: i64) -> Result<Writ
         for item in store::profile(tx)? {
             if store::normalize_memory(&item.content) == key {
                 return Ok(WriteOutcome {
-                    result: "existing",
+                    result: Written::Existing,
                     id: item.id,
                     category: "PROFILE".into(),
                 });
             }
         }
         Ok(WriteOutcome {
-            result: "created",
+            result: Written::Created,
             id: store::add_profile_item(tx, content, now_ms)?,
             category: "PROFILE".into(),
         })

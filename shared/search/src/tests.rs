@@ -13,6 +13,7 @@ use mc_transform_core::testkit::{SESSION, T0, body, bytes, session, warm_now};
 use mc_transform_core::{Decision, PassOutput, ReduceRequest, reduce, run_pass};
 
 use super::expand::{self, Target};
+use super::memory::Written;
 use super::{Scope, memory, notes, query, tools};
 
 struct Fixture {
@@ -459,7 +460,8 @@ fn dedup_normalizes_case_and_whitespace_and_update_refuses_a_duplicate() {
         T0,
     )
     .unwrap();
-    assert_eq!(a.result, "created");
+    assert_eq!(a.result, Written::Created);
+    assert_eq!(json!(a.result), json!("created"));
     let again = memory::write(
         &mut store,
         "git:p",
@@ -469,7 +471,8 @@ fn dedup_normalizes_case_and_whitespace_and_update_refuses_a_duplicate() {
         T0,
     )
     .unwrap();
-    assert_eq!((again.result, again.id), ("existing", a.id));
+    assert_eq!((again.result, again.id), (Written::Existing, a.id));
+    assert_eq!(json!(again.result), json!("existing"));
     // Another category, or another project, is another memory.
     assert_eq!(
         memory::write(
@@ -482,7 +485,7 @@ fn dedup_normalizes_case_and_whitespace_and_update_refuses_a_duplicate() {
         )
         .unwrap()
         .result,
-        "created"
+        Written::Created
     );
     assert_eq!(
         memory::write(
@@ -495,7 +498,7 @@ fn dedup_normalizes_case_and_whitespace_and_update_refuses_a_duplicate() {
         )
         .unwrap()
         .result,
-        "created"
+        Written::Created
     );
     let b = memory::write(&mut store, "git:p", "NAMING", "Tags are §N§.", "user", T0).unwrap();
     let err = memory::update(&mut store, "git:p", b.id, "USE SQLITE FOR MEMORY", T0).unwrap_err();

@@ -539,7 +539,7 @@ fn memory_tool(store: &mut Store, ctx: &Context<'_>, args: &Value) -> Result<Ans
             let content = need_str(args, "content", "write")?;
             let category = need_str(args, "category", "write")?;
             let w = memory::write(store, project, category, content, ctx.source, ctx.now_ms)?;
-            let text = if w.result == "created" {
+            let text = if w.result == memory::Written::Created {
                 format!(
                     "Saved memory #{} in {}. It joins your context at the next rebuild.",
                     w.id, w.category

@@ -3,6 +3,8 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use mc_history::trigger::DueReason;
+
 use super::render::ForNextPass;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -69,7 +71,7 @@ pub struct PassReport {
     /// A historian run would fold old history now (same rule as `mc-historian check`).
     pub historian_due: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub historian_reason: Option<&'static str>,
+    pub historian_reason: Option<DueReason>,
     /// Usage is so high the adapter should wait for the fold before sending.
     pub blocking: bool,
     pub warnings: Vec<String>,
@@ -101,7 +103,7 @@ impl PassReport {
     }
 
     /// The answer of a pass that stops for a blocking fold (`decision: wait`).
-    pub fn wait(usage_percent: f64, historian_reason: Option<&'static str>) -> PassReport {
+    pub fn wait(usage_percent: f64, historian_reason: Option<DueReason>) -> PassReport {
         PassReport {
             decision: Decision::Wait,
             reason: "blocking_fold",

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use mc_base::config::TransformConfig;
 use mc_base::store::Store;
 use mc_history::store::{self as history, NewCompartment};
+use mc_history::trigger::DueReason;
 
 use super::reduce::{ReduceRequest, reduce};
 use super::report::{Bust, Decision, PassOutput};
@@ -1019,10 +1020,10 @@ fn historian_due_follows_the_shared_trigger_and_blocks_at_95() {
     f.messages.insert(0, user("msg_u", "go", T0 - 1000));
     let out = f.run(30, T0 + 20_000);
     assert!(out.pass.historian_due, "{:?}", out.pass);
-    assert_eq!(out.pass.historian_reason, Some("tail_size"));
+    assert_eq!(out.pass.historian_reason, Some(DueReason::TailSize));
     assert!(!out.pass.blocking);
     let urgent = f.run(96, T0 + 21_000);
-    assert_eq!(urgent.pass.historian_reason, Some("force_band"));
+    assert_eq!(urgent.pass.historian_reason, Some(DueReason::ForceBand));
     assert!(urgent.pass.blocking);
     // A short session is not due.
     let mut g = Fixture::new(2);
@@ -1095,7 +1096,7 @@ fn an_adapter_that_can_wait_hears_of_a_blocking_fold_before_anything_is_kept() {
         (wait.pass.decision, wait.pass.reason, wait.pass.blocking),
         (Decision::Wait, "blocking_fold", true)
     );
-    assert_eq!(wait.pass.historian_reason, Some("force_band"));
+    assert_eq!(wait.pass.historian_reason, Some(DueReason::ForceBand));
     assert_eq!(wait.messages, f.messages, "the input, untouched");
     assert_eq!(counts(&f), before, "nothing kept: no tag, no drop, no pass");
     // Without the flag (after the fold) the same input is the one full pass,

@@ -264,7 +264,7 @@ struct Plan<'a> {
     tail: Vec<TailMessage<'a>>,
     chunk: Option<Chunk>,
     /// Why there is no chunk: nothing_new | protected | nothing_to_show.
-    reason: Option<&'static str>,
+    reason: Option<Idle>,
 }
 
 fn plan<'a>(
@@ -318,11 +318,11 @@ fn plan<'a>(
     let reason = if chunk.is_some() {
         None
     } else if tail.is_empty() {
-        Some("nothing_new")
+        Some(Idle::NothingNew)
     } else if end == 0 {
-        Some("protected")
+        Some(Idle::Protected)
     } else {
-        Some("nothing_to_show")
+        Some(Idle::NothingToShow)
     };
     Ok(Plan {
         covered,
@@ -398,16 +398,41 @@ fn context(
     Ok((earlier, memories))
 }
 
+/// Why a prompt or a run has nothing to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Idle {
+    /// No message after the last compartment.
+    NothingNew,
+    /// The whole unfolded tail is in the protected live tail.
+    Protected,
+    /// The eligible messages hold nothing a chunk shows.
+    NothingToShow,
+    /// Subagents have no historian.
+    Subagent,
+    /// Another historian holds the session's lease.
+    LeaseHeld,
+    /// A recompute of a session without compartments.
+    NothingFolded,
+}
+
 // ---------------------------------------------------------------------------
 // prompt
+
+/// Whether `prompt` built a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptStatus {
+    Ready,
+    NothingToDo,
+}
 
 /// `mc-historian prompt`: the request a run would send first.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PromptReport {
-    /// ready | nothing_to_do
-    pub status: &'static str,
+    pub status: PromptStatus,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<&'static str>,
+    pub reason: Option<Idle>,
     pub harness: String,
     pub session_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -441,7 +466,7 @@ pub fn prompt(
     let session = sessions::find_session(conn, &input.harness, &input.session_id)?;
     let ordinals = messages::preview_ordinals(conn, session.as_ref(), &input.messages)?;
     let mut report = PromptReport {
-        status: "nothing_to_do",
+        status: PromptStatus::NothingToDo,
         reason: None,
         harness: input.harness.clone(),
         session_id: input.session_id.clone(),
@@ -454,7 +479,7 @@ pub fn prompt(
         user: None,
     };
     if input.subagent || session.as_ref().is_some_and(|s| s.is_subagent) {
-        report.reason = Some("subagent");
+        report.reason = Some(Idle::Subagent);
         return Ok(report);
     }
     let id = session.as_ref().map(|s| s.id);
@@ -474,7 +499,7 @@ pub fn prompt(
         &memories,
         settings.historian.max_output_tokens,
     );
-    report.status = "ready";
+    report.status = PromptStatus::Ready;
     report.chunk = Some(ChunkInfo::of(&chunk));
     report.request = client.map(|c| c.describe(&request));
     report.system = Some(request.system);
@@ -535,11 +560,9 @@ pub struct RunReport {
     /// What the run folded: `fold`, `wrapup` (with `keep`) or `recomp`.
     #[serde(flatten)]
     pub job: Job,
-    /// Why nothing was done: nothing_new | protected | nothing_to_show |
-    /// subagent | lease_held | nothing_folded (a recompute of a session
-    /// without compartments).
+    /// Why nothing was done.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<&'static str>,
+    pub reason: Option<Idle>,
     pub harness: String,
     pub session_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -637,7 +660,7 @@ pub fn run(
         warnings: Vec::new(),
     };
     if input.subagent {
-        report.reason = Some("subagent");
+        report.reason = Some(Idle::Subagent);
         return Ok(report);
     }
     // Project identity may run git: outside the transaction, only when new.
@@ -666,14 +689,14 @@ pub fn run(
         Ok((session, ordinals))
     })?;
     if session.is_subagent {
-        report.reason = Some("subagent");
+        report.reason = Some(Idle::Subagent);
         return Ok(report);
     }
     let staged = match params.job {
         Job::Recomp => {
             let through = publish::covered_through(store.conn(), session.id)?;
             if through == 0 {
-                report.reason = Some("nothing_folded");
+                report.reason = Some(Idle::NothingFolded);
                 return Ok(report);
             }
             Some(recomp::Staged::new(through))
@@ -705,7 +728,7 @@ pub fn run(
     let run_id = match acquired {
         Ok(id) => id,
         Err(lease) => {
-            report.reason = Some("lease_held");
+            report.reason = Some(Idle::LeaseHeld);
             report.lease = Some(lease);
             return Ok(report);
         }

@@ -346,7 +346,7 @@ fn nothing_to_do_when_everything_is_protected_or_folded() {
     let report = run_with(&mut store, &small, &model, &historian);
     assert_eq!(
         (report.status, report.reason),
-        (RunStatus::NothingToDo, Some("protected"))
+        (RunStatus::NothingToDo, Some(Idle::Protected))
     );
     assert!(model.prompts.borrow().is_empty());
     let session = sessions::find_session(store.conn(), "opencode", "ses_small")
@@ -361,7 +361,7 @@ fn nothing_to_do_when_everything_is_protected_or_folded() {
     let mut sub = input("ses_sub", 30, 5_000);
     sub.subagent = true;
     let report = run_with(&mut store, &sub, &model, &historian);
-    assert_eq!(report.reason, Some("subagent"));
+    assert_eq!(report.reason, Some(Idle::Subagent));
 }
 
 #[test]
@@ -381,7 +381,7 @@ fn a_held_lease_stops_a_second_historian() {
     let report = run_with(&mut store, &input, &model, &historian);
     assert_eq!(
         (report.status, report.reason),
-        (RunStatus::NothingToDo, Some("lease_held"))
+        (RunStatus::NothingToDo, Some(Idle::LeaseHeld))
     );
     assert_eq!(
         report.lease.as_ref().map(|l| l.holder.as_str()),
@@ -447,7 +447,7 @@ fn check_reports_a_due_run_and_why() {
     let input = input("ses_due", 60, 18_000);
     let report = check(store.conn(), &input, &config).unwrap();
     assert!(report.due.due, "{report:?}");
-    assert_eq!(report.due.reason, Some("force_band"));
+    assert_eq!(report.due.reason, Some(trigger::DueReason::ForceBand));
     assert_eq!(
         report.protected_tail,
         trigger::protected_tail(report.window)
@@ -474,7 +474,7 @@ fn prompt_matches_what_run_sends() {
         transform: &transform,
     };
     let preview = prompt(store.conn(), &input, &settings, None, NOW).unwrap();
-    assert_eq!(preview.status, "ready");
+    assert_eq!(preview.status, PromptStatus::Ready);
     let model = Scripted::new(|_, p| Ok(good_answer(p, "")));
     run_with(&mut store, &input, &model, &historian);
     let sent = &model.prompts.borrow()[0];
@@ -664,7 +664,7 @@ fn a_recomp_that_falls_short_or_fails_changes_nothing() {
         &historian,
         Job::Recomp,
     );
-    assert_eq!(nothing.reason, Some("nothing_folded"), "{nothing:#?}");
+    assert_eq!(nothing.reason, Some(Idle::NothingFolded), "{nothing:#?}");
     let first = Scripted::new(titled("Old"));
     run_job(
         &mut store,
@@ -711,4 +711,25 @@ fn a_recomp_that_falls_short_or_fails_changes_nothing() {
     let report = run_job(&mut store, &input, &failing, &historian, Job::Recomp);
     assert_eq!(report.status, RunStatus::Failed, "{report:#?}");
     assert_eq!(compartments(&store, &input), old);
+}
+
+#[test]
+fn idle_reasons_and_statuses_keep_their_wire_strings() {
+    let idle = [
+        (Idle::NothingNew, "nothing_new"),
+        (Idle::Protected, "protected"),
+        (Idle::NothingToShow, "nothing_to_show"),
+        (Idle::Subagent, "subagent"),
+        (Idle::LeaseHeld, "lease_held"),
+        (Idle::NothingFolded, "nothing_folded"),
+    ];
+    for (reason, text) in idle {
+        assert_eq!(serde_json::json!(reason), serde_json::json!(text));
+    }
+    for (status, text) in [
+        (PromptStatus::Ready, "ready"),
+        (PromptStatus::NothingToDo, "nothing_to_do"),
+    ] {
+        assert_eq!(serde_json::json!(status), serde_json::json!(text));
+    }
 }
