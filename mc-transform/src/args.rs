@@ -123,8 +123,10 @@ pub enum Command {
     ///
     /// With --ensure it returns at once instead: 0 when mc's gateway answers
     /// at the address, the one there or one it started in the background
-    /// (detached); 1, with the reason, when none can be had. Claude Code's
-    /// SessionStart and UserPromptSubmit hooks run it (mc-doctor setup).
+    /// (detached); 2, with the reason, when none can be had (a hook's
+    /// "block": Claude Code and Codex then hold the prompt back and show the
+    /// reason). Their SessionStart and UserPromptSubmit hooks run it
+    /// (mc-doctor setup).
     Gateway {
         /// Address to listen on, loopback only [default: gateway.listen, 127.0.0.1:4141]
         #[arg(long, value_name = "ADDRESS")]

@@ -521,3 +521,163 @@ fn codex_s_own_compaction_passes_untouched_and_pins_stay_exactly_once() {
     assert!(p.turns().iter().any(|r| r.count("§") > 0));
     assert!(p.refusals().is_empty(), "{:?}", p.refusals());
 }
+
+/// `mc-doctor ARGS` in Codex's sealed environment.
+fn doctor(cx: &Codex, args: &[&str]) -> std::process::Output {
+    let mut command = cx.command(mc_tests::bin_path("mc-doctor"));
+    command.args(args);
+    mc_tests::pipe_within(&mut command, b"", std::time::Duration::from_secs(60))
+        .unwrap()
+        .expect("mc-doctor finishes")
+}
+
+fn gateway_check(cx: &Codex) -> serde_json::Value {
+    let out = doctor(cx, &["--json", "--no-probe"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "gateway")
+        .cloned()
+        .unwrap_or_else(|| panic!("no gateway check: {doc:#}"))
+}
+
+#[test]
+fn setup_sends_a_plain_codex_through_a_gateway_its_hooks_start_and_uninstall_gives_it_back() {
+    use mc_tests::gateway::{EndOnDrop, end_gateway_on, free_port, status_on};
+    let Some(cx) = launcher_codex(
+        "setup_sends_a_plain_codex_through_a_gateway_its_hooks_start_and_uninstall_gives_it_back",
+    ) else {
+        return;
+    };
+    let port = free_port();
+    let _end = EndOnDrop(port);
+    // The user's own setup: Codex's config selects their provider (the
+    // fake); mc's user config names the gateway's port, and nothing says
+    // where Codex's calls go but Codex's config.
+    let mut extra: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cx.mc_config()).unwrap()).unwrap();
+    extra.as_object_mut().unwrap().remove("gateway");
+    std::fs::write(cx.mc_config(), extra.to_string()).unwrap();
+    let user_config = cx.home().join(".config/mc/config.jsonc");
+    std::fs::create_dir_all(user_config.parent().unwrap()).unwrap();
+    let config_before = format!("// mine\n{{\"gateway\": {{\"listen\": \"127.0.0.1:{port}\"}}}}\n");
+    std::fs::write(&user_config, &config_before).unwrap();
+    let toml = cx.codex_home().join("config.toml");
+    let toml_before = std::fs::read_to_string(&toml).unwrap();
+    let hooks = cx.codex_home().join("hooks.json");
+    let hooks_before = std::fs::read_to_string(&hooks).unwrap();
+
+    let out = doctor(&cx, &["setup", "--harness", "codex", "--yes"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let toml_after = std::fs::read_to_string(&toml).unwrap();
+    assert!(
+        toml_after.contains("model_provider = \"mc-gateway\"")
+            && toml_after.contains(&format!("base_url = \"http://127.0.0.1:{port}/openai\"")),
+        "{toml_after}"
+    );
+    assert!(status_on(port).is_none(), "setup itself starts no gateway");
+
+    // A plain `codex`: its SessionStart hook starts the gateway before the
+    // first call, and every call goes through it to the user's provider.
+    cx.provider.push(shell("echo through-mc"), None);
+    cx.provider.push(Reply::Text("Done.".into()), None);
+    let run = cx.exec(None, "Run it.");
+    assert_eq!(run.message, "Done.");
+    let status = status_on(port).expect("the hook left a gateway running");
+    assert_eq!(status["openai_upstream"], cx.provider.base_url().as_str());
+    let turns = cx.provider.turns();
+    assert_eq!(turns.len(), 2);
+    assert!(
+        outputs(&turns[1]).iter().any(|o| o.starts_with('§')),
+        "not through mc: {:?}",
+        outputs(&turns[1])
+    );
+    assert!(
+        cx.provider.refusals().is_empty(),
+        "{:?}",
+        cx.provider.refusals()
+    );
+    let check = gateway_check(&cx);
+    assert_eq!(check["status"], "pass", "{check}");
+    assert!(
+        check["what"]
+            .as_str()
+            .unwrap()
+            .contains("Codex's config selects it"),
+        "{check}"
+    );
+
+    // The gateway killed between sessions: the doctor warns, and the next
+    // `codex`'s hook starts it again (no "Reconnecting..." forever).
+    end_gateway_on(port);
+    let check = gateway_check(&cx);
+    assert_eq!(check["status"], "warn", "{check}");
+    assert!(
+        check["what"]
+            .as_str()
+            .unwrap()
+            .contains("Codex is wired through the gateway"),
+        "{check}"
+    );
+    cx.provider.push(Reply::Text("Again.".into()), None);
+    let again = cx.exec(Some(&run.thread_id), "Once more.");
+    assert_eq!(again.message, "Again.");
+    assert!(status_on(port).is_some(), "the hook did not start it again");
+    assert_eq!(cx.provider.turns().len(), 3);
+
+    // The port held by another program: no gateway can be had, and the
+    // prompt's hook blocks the prompt with the reason, where Codex would
+    // otherwise wait "Reconnecting..." for good.
+    end_gateway_on(port);
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let mut command = cx.command(mc_tests::codex::codex_bin().unwrap());
+    command
+        .env("OPENAI_API_KEY", "test-key")
+        .args([
+            "exec",
+            "--dangerously-bypass-hook-trust",
+            "--skip-git-repo-check",
+        ])
+        .arg("Blocked?");
+    let out = mc_tests::pipe_within(&mut command, b"", std::time::Duration::from_secs(60))
+        .unwrap()
+        .expect("Codex ends the blocked turn instead of reconnecting");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("UserPromptSubmit Blocked"), "{text}");
+    assert_eq!(cx.provider.turns().len(), 3, "a call left for a dead port");
+    drop(squatter);
+
+    // Uninstall gives the user's files back byte for byte, and Codex goes
+    // to its provider directly again.
+    let out = doctor(&cx, &["setup", "--uninstall", "--harness", "codex"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&toml).unwrap(), toml_before);
+    assert_eq!(std::fs::read_to_string(&hooks).unwrap(), hooks_before);
+    assert_eq!(
+        std::fs::read_to_string(&user_config).unwrap(),
+        config_before
+    );
+    cx.provider.push(Reply::Text("Direct.".into()), None);
+    let direct = cx.exec(None, "Hello.");
+    assert_eq!(direct.message, "Direct.");
+    assert!(
+        status_on(port).is_none(),
+        "no hook of mc's is left to start one"
+    );
+    let last = cx.provider.turns().pop().unwrap();
+    assert_eq!(last.count("§"), 0, "went through mc");
+}

@@ -399,6 +399,14 @@ fn codex_setup_then_the_real_codex_runs_mc_s_hook_and_offers_mc_s_tools() {
     ) else {
         return;
     };
+    // The gateway setup wires Codex through, on a port of its own (its
+    // upstream the fake, in mc's config).
+    let port = mc_tests::gateway::free_port();
+    let _end = mc_tests::gateway::EndOnDrop(port);
+    let mut mc: Value =
+        serde_json::from_str(&std::fs::read_to_string(cx.mc_config()).unwrap()).unwrap();
+    mc["gateway"]["listen"] = Value::from(format!("127.0.0.1:{port}"));
+    std::fs::write(cx.mc_config(), mc.to_string()).unwrap();
     let doctor = Doctor::beside(
         cx.home(),
         &cx.file("doctor"),
@@ -428,6 +436,13 @@ fn codex_setup_then_the_real_codex_runs_mc_s_hook_and_offers_mc_s_tools() {
     cx.provider.push(Reply::Text("Hi.".into()), None);
     cx.exec(None, "hello");
     let first = &cx.provider.turns()[0];
+    // Through the gateway a hook started: mc's tags on the wire.
+    assert!(mc_tests::gateway::status_on(port).is_some());
+    assert!(
+        first.body["input"].to_string().contains('§'),
+        "{}",
+        first.body
+    );
     // The SessionStart hook setup wrote ran: mc's record reached the model.
     assert_eq!(first.count(MEMORY), 1, "{}", first.body);
     // The MCP server setup registered: mc's tools in the mcp__mc namespace.

@@ -85,9 +85,11 @@ pub fn listen_addr(global: &GlobalArgs) -> Result<SocketAddr, Failure> {
 
 /// `mc-transform gateway --ensure`: a gateway answers at `gateway.listen`
 /// when this returns 0 — the one there, or one started now. Prints nothing
-/// on stdout (a hook's stdout becomes Claude Code's context); when none can
-/// be had, says why on stderr and exits 1, which Claude Code shows as a
-/// hook error without stopping the session. Bounded: about 3.5 s at most.
+/// on stdout (a hook's stdout becomes the harness's context); when none can
+/// be had, says why on stderr and exits 2: a hook's "block", so Claude Code
+/// and Codex hold the prompt back and show the reason (Codex 0.169.0 would
+/// otherwise wait "Reconnecting..." for a gateway that is not there; a
+/// SessionStart hook's 2 is only shown). Bounded: about 3.5 s at most.
 pub fn ensure(global: &GlobalArgs, listen: Option<&str>) -> Result<ExitCode, Failure> {
     let addr = match listen {
         Some(text) => text.parse().map_err(|_| {
@@ -103,13 +105,15 @@ pub fn ensure(global: &GlobalArgs, listen: Option<&str>) -> Result<ExitCode, Fai
     if start_gateway(global, addr).is_some() {
         return Ok(ExitCode::SUCCESS);
     }
-    Err(Failure::runtime(anyhow!(
-        "no mc gateway answers on {addr} and none could be started there, so Claude \
-         Code's calls to http://{addr} fail"
+    let failure = Failure::runtime(anyhow!(
+        "no mc gateway answers on {addr} and none could be started there, so calls to \
+         http://{addr} would fail (a prompt is held back until one answers)"
     ))
     .with_hints([
         "run `mc-transform gateway` to see why (a port taken by another program?)".to_string(),
-        "or go straight to the provider: mc-doctor setup --uninstall --harness claude-code"
+        "or go straight to the provider: mc-doctor setup --uninstall --harness claude-code \
+         (or --harness codex)"
             .to_string(),
-    ]))
+    ]);
+    Err(Failure { code: 2, ..failure })
 }

@@ -121,17 +121,38 @@ fn gateway(env: &Env, config: &Config) -> Check {
     let listen = &config.gateway.listen;
     let settings = harness::claude_dir(env).join("settings.json");
     let wired = cg::wired(env, &settings);
+    let codex_toml = harness::codex_dir(env).join("config.toml");
+    let codex = super::codex_gateway::wired(env, &codex_toml);
     let Some(status) = gateway_status(listen) else {
+        let mut down = Vec::new();
         if wired {
+            down.push(format!(
+                "Claude Code is wired through the gateway on {listen}, but none answers: \
+                 a session started now starts one (its hooks), a running one's calls \
+                 fail until its next prompt"
+            ));
+        }
+        if codex {
+            down.push(format!(
+                "Codex is wired through the gateway on {listen} (model_provider = \
+                 \"{}\"), but none answers: a session started now starts one (its hooks), \
+                 a running one waits \"Reconnecting...\" until its next prompt starts one",
+                super::codex_gateway::PROVIDER
+            ));
+        }
+        if !down.is_empty() {
+            let harness = match (wired, codex) {
+                (true, false) => "claude-code",
+                (false, true) => "codex",
+                _ => "claude-code,codex",
+            };
             return Check::warn(
                 "gateway",
+                down.join("; "),
                 format!(
-                    "Claude Code is wired through the gateway on {listen}, but none answers: \
-                     a session started now starts one (its hooks), a running one's calls \
-                     fail until its next prompt"
+                    "mc-transform gateway --ensure (or go direct: mc-doctor setup --uninstall \
+                     --harness {harness})"
                 ),
-                "mc-transform gateway --ensure (or go direct: mc-doctor setup --uninstall \
-                 --harness claude-code)",
             );
         }
         return Check::pass(
@@ -154,6 +175,12 @@ fn gateway(env: &Env, config: &Config) -> Check {
         what.push_str(&format!(
             "; Codex's {} to {openai}",
             mc_gateway::OPENAI_PREFIX
+        ));
+    }
+    if codex {
+        what.push_str(&format!(
+            " (Codex's config selects it: model_provider = \"{}\")",
+            super::codex_gateway::PROVIDER
         ));
     }
     let same = |a: &str, b: &str| a.trim_end_matches('/') == b.trim_end_matches('/');

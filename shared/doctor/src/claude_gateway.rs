@@ -9,8 +9,8 @@
 //! runs in) becomes `gateway.anthropic_upstream` in mc's user config, so the
 //! gateway forwards where Claude Code went before; uninstall puts both back.
 //!
-//! The Codex counterpart sits beside this file; the checks of the gateway
-//! itself are in [`super::checks`].
+//! The Codex counterpart is [`super::codex_gateway`] (it shares the hook);
+//! the checks of the gateway itself are in [`super::checks`].
 
 use std::path::Path;
 
@@ -36,7 +36,8 @@ fn keys(path: &str) -> Vec<String> {
     path.split('.').map(str::to_string).collect()
 }
 
-fn ensure_hook() -> Value {
+/// The hook group running [`ENSURE`] (Claude Code's and Codex's alike).
+pub(crate) fn ensure_hook() -> Value {
     json!({"hooks": [{"type": "command", "command": ENSURE, "timeout": 10}]})
 }
 

@@ -303,49 +303,48 @@ fn codex_pieces(env: &Env) -> (PathBuf, Vec<Piece>) {
     let dir = codex_dir(env);
     let config = dir.join("config.toml");
     let hooks = dir.join("hooks.json");
-    (
-        dir,
-        vec![
-            Piece {
-                id: "features.hooks",
-                label: "hooks enabled ([features] hooks = true)".into(),
-                path: config.clone(),
-                action: Action::TomlSet {
-                    keys: keys("features.hooks"),
-                    value: json!(true),
-                },
+    let mut pieces = vec![
+        Piece {
+            id: "features.hooks",
+            label: "hooks enabled ([features] hooks = true)".into(),
+            path: config.clone(),
+            action: Action::TomlSet {
+                keys: keys("features.hooks"),
+                value: json!(true),
             },
-            Piece {
-                id: "mcp",
-                label: "the MCP server mc (mc-search mcp)".into(),
-                path: config,
-                action: Action::TomlSet {
-                    keys: keys("mcp_servers.mc"),
-                    value: json!({"command": "mc-search",
+        },
+        Piece {
+            id: "mcp",
+            label: "the MCP server mc (mc-search mcp)".into(),
+            path: config.clone(),
+            action: Action::TomlSet {
+                keys: keys("mcp_servers.mc"),
+                value: json!({"command": "mc-search",
                         "args": ["mcp", "--harness", "codex"],
                         "default_tools_approval_mode": "approve"}),
-                },
             },
-            Piece {
-                id: "hook.SessionStart",
-                label: "the SessionStart hook (mc-pin restore)".into(),
-                path: hooks.clone(),
-                action: Action::JsonItem {
-                    keys: keys("hooks.SessionStart"),
-                    item: hook_group("mc-pin restore --harness codex"),
-                },
+        },
+        Piece {
+            id: "hook.SessionStart",
+            label: "the SessionStart hook (mc-pin restore)".into(),
+            path: hooks.clone(),
+            action: Action::JsonItem {
+                keys: keys("hooks.SessionStart"),
+                item: hook_group("mc-pin restore --harness codex"),
             },
-            Piece {
-                id: "hook.Stop",
-                label: "the Stop hook (mc-historian hook)".into(),
-                path: hooks,
-                action: Action::JsonItem {
-                    keys: keys("hooks.Stop"),
-                    item: hook_group("mc-historian hook --harness codex"),
-                },
+        },
+        Piece {
+            id: "hook.Stop",
+            label: "the Stop hook (mc-historian hook)".into(),
+            path: hooks.clone(),
+            action: Action::JsonItem {
+                keys: keys("hooks.Stop"),
+                item: hook_group("mc-historian hook --harness codex"),
             },
-        ],
-    )
+        },
+    ];
+    pieces.extend(super::codex_gateway::pieces(env, &config, &hooks));
+    (dir, pieces)
 }
 
 /// Pi's folder and the pieces mc installs there.

@@ -20,6 +20,7 @@
 
 pub mod checks;
 pub mod claude_gateway;
+pub mod codex_gateway;
 pub mod edit;
 pub mod harness;
 pub mod indexes;

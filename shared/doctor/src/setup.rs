@@ -626,12 +626,20 @@ pub fn setup(env: &Env, request: &Request) -> Result<Outcome> {
                 todo.push((id.as_str().to_string(), piece));
             }
         }
+        // Before mc's provider is selected: the one Codex used until now.
+        if *id == HarnessId::Codex {
+            let config_toml = harness::codex_dir(env).join("config.toml");
+            if let Some(piece) = super::codex_gateway::upstream_piece(env, &config_toml)? {
+                todo.push((id.as_str().to_string(), piece));
+            }
+        }
     }
     if let Some(historian) = &request.historian {
         for piece in historian_pieces(env, historian)? {
             todo.push(("config".to_string(), piece));
         }
     }
+    let mut hooks_added = false;
     for (owner, piece) in &todo {
         match install_piece(&mut files, owner, piece)? {
             None => outcome.notes.push(format!(
@@ -641,6 +649,9 @@ pub fn setup(env: &Env, request: &Request) -> Result<Outcome> {
                 env.tilde(&piece.path)
             )),
             Some(entry) => {
+                if owner == HarnessId::Codex.as_str() && entry.kind == "json_item" {
+                    hooks_added = true;
+                }
                 let known = manifest.entries.iter().any(|e| {
                     e.owner == entry.owner && e.piece == entry.piece && e.path == entry.path
                 });
@@ -649,6 +660,13 @@ pub fn setup(env: &Env, request: &Request) -> Result<Outcome> {
                 }
             }
         }
+    }
+    if hooks_added {
+        // Codex skips an untrusted hook without a word.
+        outcome.notes.push(
+            "Codex: trust the new hooks (`/hooks` in Codex) — it runs a hook only once trusted"
+                .into(),
+        );
     }
     manifest.record(&files);
     outcome.changes = files.commit(env, request.dry_run)?;

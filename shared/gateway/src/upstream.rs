@@ -91,7 +91,7 @@ fn failed(url: &str, error: &ureq::Error) -> Failed {
             status: 502,
             kind: "api_error",
             message: format!(
-                "the upstream {origin} could not be reached ({error}); check gateway.anthropic_upstream and the network"
+                "the upstream {origin} could not be reached ({error}); check the gateway's upstream (gateway.anthropic_upstream, or gateway.openai_upstream for /openai) and the network"
             ),
         },
     }

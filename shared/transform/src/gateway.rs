@@ -37,7 +37,7 @@ use mc_base::domain::gateway::{Answer, Api, Call, Forward, Pass};
 use mc_base::error::{Error, Result};
 use mc_base::store::{Store, StoreOptions};
 
-use crate::calls::{Prompt, PromptPart};
+use crate::calls::Prompt;
 use crate::overflow::{self, OverflowRequest};
 use crate::pass::{Resident, run_pass_on};
 use crate::render::Replay;
@@ -254,18 +254,7 @@ fn session_key(call: &Call<'_>) -> Option<(String, bool)> {
 /// The request's system prompt and tool set for the per-call record: each
 /// counted only when its bytes are not the previous call's.
 fn prompt_of(request: &Request<'_>, previous: &Prompt) -> Prompt {
-    let piece = |span: Option<anthropic::Span>, old: &Option<PromptPart>| {
-        let bytes = request.body.get(span?.start..span?.end)?;
-        let print = format!("{:016x}", memory::fingerprint(bytes));
-        match old {
-            Some(old) if old.print == print => Some(old.clone()),
-            _ => Some(PromptPart::of_bytes(bytes)),
-        }
-    };
-    Prompt {
-        system: piece(request.system, &previous.system),
-        tools: piece(request.tools_span, &previous.tools),
-    }
+    memory::prompt_of(request.body, request.system, request.tools_span, previous)
 }
 
 impl TransformPass {

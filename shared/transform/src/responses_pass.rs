@@ -2,7 +2,10 @@
 //! `input` becomes mc's messages ([`mc_base::codec::responses`]), runs
 //! through the same pass as every other harness's, and is spliced back into
 //! the body it came in. The Anthropic side is [`crate::gateway`]; the two
-//! share the store, the pass and the overflow report, not their memory.
+//! share the store, the pass, the overflow report and the per-session memory
+//! ([`crate::gateway::memory`]: when assistant messages were first seen, the
+//! last usage and window, the prompt the record counted, the calls waiting
+//! for their answer). Each request is read whole.
 //!
 //! **Whose call.** The session is the `session-id` header (`session_id` in
 //! older builds): the thread id Codex names its rollout, its hooks' input and
@@ -33,12 +36,13 @@ use mc_base::codec::Message;
 use mc_base::codec::anthropic::Piece;
 use mc_base::codec::responses::{self, Request};
 use mc_base::config::TransformConfig;
-use mc_base::domain::envelope::{Envelope, ModelInfo, Usage};
+use mc_base::domain::envelope::{Envelope, ModelInfo};
 use mc_base::domain::gateway::{Answer, Api, Call, Forward, Pass};
 use mc_base::error::{Error, Result};
 use mc_base::store::{Store, StoreOptions};
 
 use crate::gateway::learn_overflow;
+use crate::gateway::memory::{self, Mark, Memory};
 use crate::pass::{Resident, run_pass_on};
 use crate::report::PassReport;
 
@@ -47,28 +51,6 @@ pub const HARNESS: &str = "codex";
 /// The window when nothing better is known (Codex's GPT-5 models; an
 /// overflow error teaches the real one).
 pub const DEFAULT_WINDOW: u64 = 272_000;
-/// Sessions kept in memory, least recently used dropped first.
-const KEPT_SESSIONS: usize = 16;
-/// Calls whose answer is still to come.
-const PENDING_CALLS: usize = 64;
-
-#[derive(Default)]
-struct Kept {
-    /// When each assistant message was first seen (requests carry no times).
-    seen: FxHashMap<String, i64>,
-    usage: Option<Usage>,
-    /// The window number of Codex's last turn (`x-codex-window-id`).
-    window: Option<u64>,
-    last_used: u64,
-}
-
-#[derive(Default)]
-struct Memory {
-    sessions: FxHashMap<String, Kept>,
-    /// Body fingerprint → (session, model) of calls the pass worked on.
-    pending: Vec<(u64, String, Option<String>)>,
-    clock: u64,
-}
 
 /// Why a call is not Codex's main conversation, if it is not.
 pub fn side_reason(call: &Call<'_>, request: &Request<'_>) -> Option<&'static str> {
@@ -111,15 +93,12 @@ fn window_number(call: &Call<'_>) -> Option<u64> {
         .ok()
 }
 
-fn print(bytes: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(bytes)
-}
-
 /// mc's transform as the gateway's pass for Codex.
 pub struct ResponsesPass {
     store: Mutex<Store>,
     config: TransformConfig,
-    memory: Mutex<Memory>,
+    /// Nothing of the codec's reading is kept: the layout is `()`.
+    memory: Mutex<Memory<()>>,
 }
 
 impl ResponsesPass {
@@ -156,32 +135,17 @@ impl ResponsesPass {
             return Ok((Forward::Untouched, None));
         };
         let ids = request.message_ids();
-        let (usage, messages) = {
+        let (usage, prompt, messages) = {
             let mut memory = self.memory.lock().map_err(|_| {
                 Error::input("the gateway pass's memory is poisoned; forward unchanged")
             })?;
-            memory.clock += 1;
-            let clock = memory.clock;
-            if !memory.sessions.contains_key(key) && memory.sessions.len() >= KEPT_SESSIONS {
-                let oldest = memory
-                    .sessions
-                    .iter()
-                    .min_by_key(|(k, s)| (s.last_used, (*k).clone()))
-                    .map(|(k, _)| k.clone());
-                if let Some(oldest) = oldest {
-                    memory.sessions.remove(&oldest);
-                }
+            // The newest item marks the call, to learn from its answer.
+            if let Some(last) = request.items.last() {
+                let print = memory::fingerprint(request.bytes(last.span));
+                let mark = Mark::new(call.body, last.span.start, last.span.end, print);
+                memory.expect_answer(mark, key, request.model.clone());
             }
-            let body_print = print(call.body);
-            memory.pending.retain(|(p, _, _)| *p != body_print);
-            if memory.pending.len() >= PENDING_CALLS {
-                memory.pending.remove(0);
-            }
-            memory
-                .pending
-                .push((body_print, key.to_string(), request.model.clone()));
-            let kept = memory.sessions.entry(key.to_string()).or_default();
-            kept.last_used = clock;
+            let kept = memory.admit(key);
             let window = window_number(call);
             if window.is_some() && kept.window != window {
                 // Codex compacted (or this is a new thread): the usage of the
@@ -202,7 +166,13 @@ impl ResponsesPass {
                 .collect();
             let live: FxHashSet<&str> = ids.iter().map(String::as_str).collect();
             kept.seen.retain(|id, _| live.contains(id.as_str()));
-            (kept.usage, messages)
+            kept.prompt = memory::prompt_of(
+                request.body,
+                request.instructions,
+                request.tools_span,
+                &kept.prompt,
+            );
+            (kept.usage, kept.prompt.clone(), messages)
         };
         let envelope = Envelope {
             harness: HARNESS.into(),
@@ -224,9 +194,8 @@ impl ResponsesPass {
         let resident = Resident {
             decoded: Some(messages),
             replay: None,
-            // Not counted for Codex's calls yet: its instructions and tools
-            // go unrecorded.
-            prompt: None,
+            // Codex's `instructions` and `tools`.
+            prompt: Some(prompt),
         };
         let output = {
             let mut store = self.store.lock().map_err(|_| {
@@ -246,15 +215,17 @@ impl ResponsesPass {
     /// [`Pass::answered`], with what it learned: `true` when an overflow
     /// error was recognised.
     pub fn learn(&self, call: &Call<'_>, answer: &Answer<'_>) -> Result<bool> {
-        let body_print = print(call.body);
+        let Some(key) = call.session_id.filter(|s| !s.is_empty()) else {
+            return Ok(false);
+        };
         let mut memory = self
             .memory
             .lock()
             .map_err(|_| Error::input("the gateway pass's memory is poisoned"))?;
-        let Some(at) = memory.pending.iter().position(|(p, _, _)| *p == body_print) else {
+        let Some((key, model)) = memory.answered(key, call.body) else {
             return Ok(false);
         };
-        let (_, key, model) = memory.pending.remove(at);
+        // A stream's `response.failed` is an error even under a 200.
         let Some(error) = answer.error_body else {
             if let (Some(usage), Some(kept)) = (answer.usage, memory.sessions.get_mut(&key))
                 && (200..300).contains(&answer.status)

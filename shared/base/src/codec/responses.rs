@@ -91,6 +91,10 @@ pub struct Request<'a> {
     pub model: Option<String>,
     /// How many tools the request declares.
     pub tools: usize,
+    /// The `instructions` and `tools` values (Codex's system prompt and
+    /// tool set, for the per-call record).
+    pub instructions: Option<Span>,
+    pub tools_span: Option<Span>,
     /// The `input` array, when it is one.
     pub input: Option<Span>,
     pub items: Vec<Item>,
@@ -135,6 +139,11 @@ impl<'a> Request<'a> {
             body,
             model: string_of(&top, "model"),
             tools,
+            instructions: top
+                .get("instructions")
+                .map(|r| span_of(body, r))
+                .transpose()?,
+            tools_span: top.get("tools").map(|r| span_of(body, r)).transpose()?,
             input: None,
             items: Vec::new(),
             groups: Vec::new(),

@@ -1,5 +1,6 @@
 //! What a gateway pass keeps of each session between its calls, whatever
-//! the wire (Anthropic Messages here; a Responses pass keeps the same): the
+//! the wire (Anthropic Messages, and Codex's Responses, which keeps the
+//! session's bookkeeping, usage and prompt but reads each request whole): the
 //! previous request's bytes and what its codec read of them (`L`, the
 //! codec's layout), each message's identity and fingerprint, the decoded
 //! messages the pass did not render again, the pass's renderings, and the
@@ -13,9 +14,10 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use mc_base::codec::Message;
+use mc_base::codec::anthropic::Span;
 use mc_base::domain::envelope::Usage;
 
-use crate::calls::Prompt;
+use crate::calls::{Prompt, PromptPart};
 use crate::render::ForNextPass;
 
 /// Sessions kept in memory, least recently used dropped first (a dropped
@@ -46,6 +48,9 @@ pub struct Kept<L> {
     pub usage: Option<Usage>,
     /// The system prompt and tool set of the last call, as the record counted them.
     pub prompt: Prompt,
+    /// The harness's context window number of the last call, where it sends
+    /// one (Codex's `x-codex-window-id`, grown after its own compaction).
+    pub window: Option<u64>,
     pub last_used: u64,
 }
 
@@ -63,18 +68,20 @@ impl<L> Default for Kept<L> {
             seen: FxHashMap::default(),
             usage: None,
             prompt: Prompt::default(),
+            window: None,
             last_used: 0,
         }
     }
 }
 
 impl<L> Kept<L> {
-    /// Forget everything but the usage and the prompt the record counted
-    /// (after a failed pass nothing else kept is trusted).
+    /// Forget everything but the usage, the window and the prompt the record
+    /// counted (after a failed pass nothing else kept is trusted).
     pub fn reset(&mut self, clock: u64) {
         *self = Kept {
             usage: self.usage,
             prompt: std::mem::take(&mut self.prompt),
+            window: self.window,
             last_used: clock,
             ..Kept::default()
         };
@@ -186,6 +193,29 @@ impl<L> Memory<L> {
 /// The fingerprint of a message's bytes.
 pub fn fingerprint(bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(bytes)
+}
+
+/// A request's system prompt and tool set (the spans of `body` they sit
+/// in) for the per-call record: each counted only when its bytes are not
+/// those of the session's previous call (`previous`).
+pub fn prompt_of(
+    body: &[u8],
+    system: Option<Span>,
+    tools: Option<Span>,
+    previous: &Prompt,
+) -> Prompt {
+    let piece = |span: Option<Span>, old: &Option<PromptPart>| {
+        let bytes = body.get(span?.start..span?.end)?;
+        let print = format!("{:016x}", fingerprint(bytes));
+        match old {
+            Some(old) if old.print == print => Some(old.clone()),
+            _ => Some(PromptPart::of_bytes(bytes)),
+        }
+    };
+    Prompt {
+        system: piece(system, &previous.system),
+        tools: piece(tools, &previous.tools),
+    }
 }
 
 /// A request's messages as a wire's codec reads them, for [`identify`].

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::report::{Bust, Decision};
 use crate::{ReduceRequest, reduce};
+use mc_base::domain::envelope::Usage;
 
 const T0: i64 = 1_800_000_000_000;
 const MINUTE: i64 = 60_000;
@@ -47,6 +48,7 @@ fn conversation(turns: usize, size: usize) -> Vec<Value> {
 fn request(items: &[Value]) -> Vec<u8> {
     serde_json::to_vec(&json!({
         "model": "gpt-5-codex",
+        "instructions": "You are Codex, a coding agent. Be concise.",
         "stream": true,
         "input": items,
         "tools": [{"type": "function", "name": "exec_command", "parameters": {"type": "object"}}],
@@ -320,4 +322,46 @@ fn the_answer_feeds_the_next_pass_and_an_overflow_is_learned() {
     let later = headers("turn", 1);
     g.pass.run(&call(&later, &body, T0 + MINUTE)).unwrap();
     assert_eq!(g.pass.memory.lock().unwrap().sessions[SESSION].usage, None);
+}
+
+#[test]
+fn each_codex_call_is_recorded_with_its_instructions_and_tool_set() {
+    let g = gate();
+    g.send(&request(&conversation(3, 400)), 20, T0);
+    g.send(&request(&conversation(4, 400)), 21, T0 + MINUTE);
+    // The same conversation with one more tool declared.
+    let mut more: Value = serde_json::from_slice(&request(&conversation(5, 400))).unwrap();
+    more["tools"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "function", "name": "apply_patch", "parameters": {"type": "object"}}));
+    g.send(&serde_json::to_vec(&more).unwrap(), 22, T0 + 2 * MINUTE);
+    let store = Store::open(&g.db, &StoreOptions::default()).unwrap();
+    let session = mc_base::domain::sessions::find_session(store.conn(), HARNESS, SESSION)
+        .unwrap()
+        .unwrap();
+    type Row = (Option<String>, Option<String>, Option<i64>, Option<i64>);
+    let rows: Vec<Row> = store
+        .conn()
+        .prepare(
+            "SELECT system_print, tools_print, system_tokens, tools_tokens
+             FROM calls WHERE session = ?1 ORDER BY id",
+        )
+        .unwrap()
+        .query_map([session.id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(rows.len(), 3);
+    assert!(
+        rows.iter()
+            .all(|r| r.2.is_some_and(|n| n > 0) && r.3.is_some_and(|n| n > 0)),
+        "{rows:?}"
+    );
+    assert_eq!(rows[0].0, rows[2].0, "the same instructions");
+    assert_eq!(rows[0].1, rows[1].1);
+    assert_ne!(rows[1].1, rows[2].1, "a tool was added");
+    assert!(rows[2].3 > rows[1].3);
 }
