@@ -1090,13 +1090,13 @@ fn relief_at_the_threshold_reclaims_every_output_outside_the_protected_window() 
     assert_eq!(out.pass.dropped, outside);
     // The bust keeps the prefix up to its first change: the head had no news,
     // so the bytes before the first dropped output (tag 2, the first turn's
-    // read, an old call: dropped whole) are the cached ones.
+    // read, an old call dropped whole, its step with it) are the cached ones.
     let (old, new) = (bytes(&before.messages), bytes(&out.messages));
     let first_change = old.iter().zip(&new).take_while(|(a, b)| a == b).count();
     assert!(
-        new[first_change].contains("\"msg_000_s0\""),
+        old[first_change].contains("\"msg_000_s0\""),
         "{}",
-        new[first_change]
+        old[first_change]
     );
     assert!(first_change >= 2, "the head (m[0], m[1]) is unchanged");
 }
