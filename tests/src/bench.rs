@@ -1,6 +1,7 @@
-//! What the harness benchmarks (bench-opencode, bench-pi) measure the same
-//! way: the share of request bytes a provider prefix cache would serve, hook
-//! time percentiles, the resident mc-transform's memory.
+//! What the harness benchmarks (bench-opencode, bench-pi, bench-claude-code)
+//! measure the same way: the share of request bytes a provider prefix cache
+//! would serve and what mc's busts cost of it, hook time percentiles, the
+//! resident mc-transform's memory.
 
 use crate::fake_provider::common_prefix;
 
@@ -22,6 +23,59 @@ pub fn growth_only_share(keys: &[String]) -> f64 {
     let total: usize = lens.iter().skip(1).sum();
     let served: usize = lens.windows(2).map(|w| w[0].min(w[1])).sum();
     served as f64 / total.max(1) as f64
+}
+
+/// A run with mc against the same script without it, as a prefix cache sees
+/// them: both shares, the share mc would have had with no bust at all, and
+/// what its busts cost.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CacheFigures {
+    pub without: f64,
+    pub with: f64,
+    /// [`growth_only_share`] of the run with mc.
+    pub no_bust: f64,
+}
+
+impl CacheFigures {
+    pub fn of(keys_without: &[String], keys_with: &[String]) -> CacheFigures {
+        CacheFigures {
+            without: cache_share(keys_without),
+            with: cache_share(keys_with),
+            no_bust: growth_only_share(keys_with),
+        }
+    }
+
+    /// mc's share as a part of the share without mc.
+    pub fn ratio(&self) -> f64 {
+        self.with / self.without.max(f64::MIN_POSITIVE)
+    }
+
+    /// The bust cost in percentage points: the share with no bust at all
+    /// minus the share measured.
+    pub fn bust_cost_points(&self) -> f64 {
+        (self.no_bust - self.with) * 100.0
+    }
+
+    /// The benchmarks' three lines on it; `target` (say `"≥ 98 %"`) follows the ratio.
+    pub fn lines(&self, target: Option<&str>) -> [String; 3] {
+        [
+            format!(
+                "  prefix-cache share without mc {:>5.1}%  with mc {:>5.1}%  → {:.1}% of the without-mc figure{}",
+                self.without * 100.0,
+                self.with * 100.0,
+                self.ratio() * 100.0,
+                target.map(|t| format!(" (target {t})")).unwrap_or_default()
+            ),
+            format!(
+                "  share without any bust        with mc {:>5.1}%  (the rest is new content: the smaller the context, the larger its share)",
+                self.no_bust * 100.0
+            ),
+            format!(
+                "  bust cost          {:.2} points (the share with no bust minus the share measured; target ≤ 0.3)",
+                self.bust_cost_points()
+            ),
+        ]
+    }
 }
 
 /// The requests whose previous request's prefix covered less than 90 % (why the share drops).
@@ -80,4 +134,23 @@ pub fn serve_rss(parent: u32) -> Option<(u64, u64)> {
         return Some((kib("VmRSS:")?, kib("VmHWM:")?));
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bust_costs_what_the_cache_could_have_served() {
+        let grow: Vec<String> = ["aaaa", "aaaabb", "aaaabbcc"].map(String::from).into();
+        let figures = CacheFigures::of(&grow, &grow);
+        assert_eq!(figures.bust_cost_points(), 0.0);
+        assert_eq!(figures.ratio(), 1.0);
+        // The third request rewrites its first byte: 8 bytes the cache could
+        // serve 6 of, and served none.
+        let bust: Vec<String> = ["aaaa", "aaaabb", "xaaabbcc"].map(String::from).into();
+        let figures = CacheFigures::of(&grow, &bust);
+        assert!((figures.bust_cost_points() - 6.0 / 14.0 * 100.0).abs() < 1e-9);
+        assert!(figures.ratio() < 1.0);
+    }
 }

@@ -19,7 +19,7 @@
 
 use std::process::ExitCode;
 
-use mc_tests::bench::{cache_share, growth_only_share, misses, percentiles, serve_rss};
+use mc_tests::bench::{CacheFigures, cache_share, misses, percentiles, serve_rss};
 use mc_tests::fake_provider::{Recorded, Reply, common_prefix};
 use mc_tests::opencode::{OpenCode, Options, cache_key, tool_results};
 
@@ -513,7 +513,8 @@ fn main() -> ExitCode {
     let keys =
         |run: &Run| -> Vec<String> { run.requests.iter().map(|r| cache_key(r).concat()).collect() };
     let (keys_without, keys_with) = (keys(&without), keys(&with));
-    let (share_without, share_with) = (cache_share(&keys_without), cache_share(&keys_with));
+    let cache = CacheFigures::of(&keys_without, &keys_with);
+    let share_without = cache.without;
     println!(
         "bench-opencode: {turns} turns, 2 reads of ~{file_kb} KB per turn{}, real OpenCode, fake provider",
         if args.edits {
@@ -533,16 +534,9 @@ fn main() -> ExitCode {
         max_tokens(&with.requests) / 1000,
         context / 1000
     );
-    println!(
-        "  prefix-cache share without mc {:>5.1}%  with mc {:>5.1}%  → {:.1}% of the without-mc figure (target ≥ 95 %)",
-        share_without * 100.0,
-        share_with * 100.0,
-        share_with / share_without * 100.0
-    );
-    println!(
-        "  share without any bust        with mc {:>5.1}%  (the rest is new content: the smaller the context, the larger its share)",
-        growth_only_share(&keys_with) * 100.0
-    );
+    for line in cache.lines(Some("≥ 95 %")) {
+        println!("{line}");
+    }
     println!(
         "  cache misses (<90 %) with mc: {}",
         misses(&keys_with).join(", ")

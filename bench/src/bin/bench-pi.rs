@@ -13,7 +13,7 @@
 
 use std::process::ExitCode;
 
-use mc_tests::bench::{cache_share, growth_only_share, misses, percentiles, serve_rss};
+use mc_tests::bench::{CacheFigures, misses, percentiles, serve_rss};
 use mc_tests::fake_provider::{Recorded, Reply};
 use mc_tests::opencode::cache_key;
 use mc_tests::pi::{Options, Pi};
@@ -193,7 +193,7 @@ fn main() -> ExitCode {
     let keys =
         |run: &Run| -> Vec<String> { run.requests.iter().map(|r| cache_key(r).concat()).collect() };
     let (keys_without, keys_with) = (keys(&without), keys(&with));
-    let (share_without, share_with) = (cache_share(&keys_without), cache_share(&keys_with));
+    let cache = CacheFigures::of(&keys_without, &keys_with);
     println!(
         "bench-pi: {turns} turns, 2 reads of ~{file_kb} KB per turn, real Pi, fake provider, mc {}",
         if one_shot { "one-shot" } else { "resident" }
@@ -213,16 +213,9 @@ fn main() -> ExitCode {
         max_tokens(&with.requests) / 1000,
         context / 1000
     );
-    println!(
-        "  prefix-cache share without mc {:>5.1}%  with mc {:>5.1}%  → {:.1}% of the without-mc figure",
-        share_without * 100.0,
-        share_with * 100.0,
-        share_with / share_without * 100.0
-    );
-    println!(
-        "  share without any bust        with mc {:>5.1}%",
-        growth_only_share(&keys_with) * 100.0
-    );
+    for line in cache.lines(None) {
+        println!("{line}");
+    }
     println!(
         "  cache misses (<90 %) without mc: {}",
         misses(&keys_without).join(", ")

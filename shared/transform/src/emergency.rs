@@ -47,6 +47,27 @@ pub fn reclaim_needed(current: u64, tagged_tokens: u64, ceiling: u64) -> u64 {
 /// Nothing when all of that together gives back under `min_saving`
 /// ([`MIN_SAVING`], or 0 after an overflow: that request fails anyway).
 pub fn plan(candidates: &[Candidate], needed: u64, min_saving: u64) -> Vec<i64> {
+    plan_with(candidates, needed, min_saving, Reserve::Newest)
+}
+
+/// Whether a drop keeps the newest 20 % of tier 1 and tier 2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reserve {
+    /// The force band, the emergency band, an overflow: keep them.
+    Newest,
+    /// Relief on a pass that busts anyway: the protected window is reserve
+    /// enough, and every tag it keeps on the wire is re-sent uncached after
+    /// the bust and brings the next threshold nearer.
+    None,
+}
+
+/// [`plan`] with the given [`Reserve`].
+pub fn plan_with(
+    candidates: &[Candidate],
+    needed: u64,
+    min_saving: u64,
+    keep: Reserve,
+) -> Vec<i64> {
     if needed == 0 {
         return Vec::new();
     }
@@ -58,7 +79,7 @@ pub fn plan(candidates: &[Candidate], needed: u64, min_saving: u64) -> Vec<i64> 
             .filter(|c| tier(c.tool_name.as_deref()) == t)
             .collect();
         in_tier.sort_by_key(|c| c.number);
-        let reserve = if t == 3 {
+        let reserve = if t == 3 || keep == Reserve::None {
             0
         } else {
             (in_tier.len() as f64 * RESERVE_SHARE).ceil() as usize
@@ -137,6 +158,22 @@ mod tests {
             vec![1, 2, 3, 4, 7, 8]
         );
         assert!(plan(&candidates, 0, MIN_SAVING).is_empty());
+    }
+
+    #[test]
+    fn relief_goes_without_the_reserve_and_the_emergency_keeps_it() {
+        let reads: Vec<Candidate> = (1..=10).map(|n| c(n, "read", 1000)).collect();
+        let all: Vec<i64> = (1..=10).collect();
+        // The emergency keeps the newest two reads (20 % of 10) on the wire.
+        assert_eq!(plan(&reads, 100_000, MIN_SAVING), all[..8].to_vec());
+        // Relief reclaims them too: 2,000 tokens more headroom before the
+        // next threshold, and 2,000 fewer re-sent after this bust.
+        assert_eq!(plan_with(&reads, 100_000, MIN_SAVING, Reserve::None), all);
+        // Still oldest first, and no more than is needed.
+        assert_eq!(
+            plan_with(&reads, 2_500, MIN_SAVING, Reserve::None),
+            vec![1, 2, 3]
+        );
     }
 
     #[test]

@@ -646,7 +646,14 @@ fn mutate(
         } else {
             emergency::MIN_SAVING
         };
-        mutation.emergency_drop(facts.prompt_tokens, facts.ceiling, min_saving)?;
+        // Relief (no force band, no overflow) keeps no reserve beyond the
+        // protected window: see `emergency::Reserve`.
+        let keep = if plan.schedule.force_band || facts.overflow.is_some() {
+            emergency::Reserve::Newest
+        } else {
+            emergency::Reserve::None
+        };
+        mutation.emergency_drop(facts.prompt_tokens, facts.ceiling, min_saving, keep)?;
         session.last_emergency_sample = Some(sample);
     }
     if mutations.heuristics {
@@ -1025,11 +1032,15 @@ fn plan(input: &PlanInput<'_>, cache: Option<HeadRow>) -> Plan {
     let mutations = busting.then(|| {
         // In the force band the tiered drop is the emergency drop; at the
         // threshold, on a pass that busts anyway, it buys headroom (relief), so
-        // the next bust is many turns away. Once per usage sample, except
-        // that an overflow drops again.
+        // the next bust is many turns away. A pass whose cache is cold anyway
+        // (idle past the TTL, another model or system prompt) rides it: from
+        // half the threshold up it buys that headroom for nothing. Once per
+        // usage sample, except that an overflow drops again.
         let over_threshold = facts.usage_percent >= config.execute_threshold_percentage;
+        let riding = scheduler::cache_cold(schedule.reason)
+            && facts.usage_percent >= config.execute_threshold_percentage * scheduler::RIDE_SHARE;
         let sample = i64::try_from(facts.prompt_tokens).unwrap_or(i64::MAX);
-        let emergency = (schedule.force_band || (config.relief_drop && over_threshold))
+        let emergency = (schedule.force_band || (config.relief_drop && (over_threshold || riding)))
             && (facts.overflow.is_some() || session.last_emergency_sample != Some(sample));
         Mutations {
             emergency_sample: emergency.then_some(sample),
@@ -1792,7 +1803,13 @@ impl Mutation<'_, '_> {
     }
 
     /// The tiered emergency drop, at or above the force band.
-    fn emergency_drop(&mut self, current: u64, ceiling: u64, min_saving: u64) -> Result<()> {
+    fn emergency_drop(
+        &mut self,
+        current: u64,
+        ceiling: u64,
+        min_saving: u64,
+        keep: emergency::Reserve,
+    ) -> Result<()> {
         if ceiling == 0 {
             return Ok(());
         }
@@ -1830,7 +1847,7 @@ impl Mutation<'_, '_> {
             .iter()
             .filter_map(|&i| Some((self.tag(i)?.number, i)))
             .collect();
-        for number in emergency::plan(&candidates, needed, min_saving) {
+        for number in emergency::plan_with(&candidates, needed, min_saving, keep) {
             self.drop_tag(
                 number,
                 TagKind::Tool,

@@ -59,6 +59,20 @@ pub struct Schedule {
     pub emergency: bool,
 }
 
+/// From this share of the execute threshold up, a pass whose cache is cold
+/// anyway runs the relief drop too ([`cache_cold`]).
+pub const RIDE_SHARE: f64 = 0.5;
+
+/// Does a busting pass with this reason find the provider's cache cold
+/// anyway (idle past the TTL, another model, another system prompt)? Then
+/// what it changes costs nothing more, wherever it sits.
+pub fn cache_cold(reason: &str) -> bool {
+    matches!(
+        reason,
+        "ttl_expired" | "ttl_idle" | "model_change" | "system_change"
+    )
+}
+
 pub fn ttl_expired(ttl: CacheTtl, last_response_ms: i64, now_ms: i64) -> bool {
     match ttl.as_millis() {
         None => false,
@@ -248,6 +262,22 @@ mod tests {
             (s.decision, s.reason, s.emergency),
             (Decision::Execute, "emergency", true)
         );
+    }
+
+    #[test]
+    fn only_a_cache_that_expired_or_changed_model_or_prompt_is_cold() {
+        for reason in ["ttl_expired", "ttl_idle", "model_change", "system_change"] {
+            assert!(cache_cold(reason), "{reason}");
+        }
+        for reason in [
+            "threshold",
+            "force_band",
+            "emergency",
+            "deferred_execute",
+            "cache_warm",
+        ] {
+            assert!(!cache_cold(reason), "{reason}");
+        }
     }
 
     #[test]

@@ -1058,3 +1058,104 @@ fn pi_messages_are_tagged_replayed_and_dropped_in_their_own_shape() {
         }
     }
 }
+
+/// Relief alone: no age reclaim, so every drop below is relief's.
+fn relief_only() -> TransformConfig {
+    TransformConfig {
+        tool_reclaim: false,
+        ..TransformConfig::default()
+    }
+}
+
+#[test]
+fn relief_at_the_threshold_reclaims_every_output_outside_the_protected_window() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(20); // tags 1..=80; the newest 20 (61..=80) protected
+    start(&mut store, &messages);
+    let now = warm_now(&messages);
+    let before = pass(&mut store, &messages, 30, now);
+    // 80 % of a 100k window, ~17k tokens tagged: the target asks for more
+    // than the 30 outputs outside the protected window hold. The emergency's
+    // reserve would keep the newest 20 % of the reads (3) on the wire, and
+    // so re-send them after this bust and meet the next threshold sooner.
+    let out = run_pass(
+        &mut store,
+        envelope(&messages, 80, now + 10),
+        &relief_only(),
+        now + 10,
+    )
+    .unwrap();
+    assert_eq!(out.pass.reason, "threshold");
+    let outside: Vec<i64> = (1..61).filter(|n| n % 4 == 2 || n % 4 == 3).collect();
+    assert_eq!(out.pass.dropped, outside);
+    // The bust keeps the prefix up to its first change: the head had no news,
+    // so the bytes before the first dropped output (tag 2, the first turn's
+    // read, an old call dropped whole, its step with it) are the cached ones.
+    let (old, new) = (bytes(&before.messages), bytes(&out.messages));
+    let first_change = old.iter().zip(&new).take_while(|(a, b)| a == b).count();
+    assert!(
+        old[first_change].contains("\"msg_000_s0\""),
+        "{}",
+        old[first_change]
+    );
+    assert!(first_change >= 2, "the head (m[0], m[1]) is unchanged");
+}
+
+#[test]
+fn a_cold_cache_buys_headroom_below_the_threshold_a_warm_one_does_not() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(20);
+    start(&mut store, &messages);
+    let config = relief_only();
+    let now = warm_now(&messages);
+    // Warm at 40 %: a defer, nothing changes.
+    let warm = run_pass(&mut store, envelope(&messages, 40, now), &config, now).unwrap();
+    assert_eq!(
+        (warm.pass.decision, warm.pass.dropped.len()),
+        (Decision::Defer, 0)
+    );
+    // Idle past the TTL at 40 % (above half the 65 % threshold): the pass busts
+    // anyway, so relief drops old outputs now rather than at the threshold.
+    let idle = now + 6 * 60_000;
+    let cold = run_pass(&mut store, envelope(&messages, 40, idle), &config, idle).unwrap();
+    assert_eq!(cold.pass.decision, Decision::Execute);
+    assert!(
+        super::scheduler::cache_cold(cold.pass.reason),
+        "{}",
+        cold.pass.reason
+    );
+    assert!(!cold.pass.dropped.is_empty(), "a cold cache rode no relief");
+    assert!(
+        cold.pass.dropped.iter().all(|&n| n < 61),
+        "{:?}",
+        cold.pass.dropped
+    );
+    // Replayed byte for byte while warm.
+    let again = run_pass(
+        &mut store,
+        envelope(&messages, 40, idle + 10),
+        &config,
+        idle + 10,
+    )
+    .unwrap();
+    assert_eq!(again.pass.decision, Decision::Defer);
+    assert_eq!(bytes(&again.messages), bytes(&cold.messages));
+}
+
+#[test]
+fn a_cold_cache_well_under_the_threshold_rides_no_relief() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(20);
+    start(&mut store, &messages);
+    let idle = warm_now(&messages) + 6 * 60_000;
+    // 30 % is under half the threshold: the context is small, nothing to buy.
+    let cold = run_pass(
+        &mut store,
+        envelope(&messages, 30, idle),
+        &relief_only(),
+        idle,
+    )
+    .unwrap();
+    assert_eq!(cold.pass.decision, Decision::Execute);
+    assert!(cold.pass.dropped.is_empty(), "{:?}", cold.pass.dropped);
+}
