@@ -67,6 +67,11 @@ pub struct Resident {
     /// The harness's system prompt and tool set as the caller read them
     /// (the gateway, from the request), for the per-call record.
     pub prompt: Option<calls::Prompt>,
+    /// The harness rewrote its history from the start since the previous
+    /// call (Claude Code's own compaction, seen by the gateway): every byte
+    /// after the head is new anyway, so a head that has not shown the
+    /// newest fold yet takes it now (reason `history_rewritten`).
+    pub history_rewritten: bool,
 }
 
 /// [`run_pass`] with what a resident process brings ([`Resident`]).
@@ -81,6 +86,7 @@ pub fn run_pass_on(
         decoded,
         replay,
         prompt,
+        history_rewritten,
     } = resident;
     let Envelope {
         harness,
@@ -130,6 +136,7 @@ pub fn run_pass_on(
     let recovery = overflow::Recovery::load(store.conn(), &harness, &session_id, &model)?;
     let mut facts = InputFacts::read(&messages, &recovery.model(&model), usage, config, &recovery);
     facts.wait_for_fold = wait_for_fold;
+    facts.history_rewritten = history_rewritten;
     facts.sample = usage;
 
     let key = SessionKey {
@@ -275,6 +282,8 @@ struct InputFacts {
     wait_for_fold: bool,
     /// The envelope's usage sample (the previous call's answer).
     sample: Option<Usage>,
+    /// [`Resident::history_rewritten`].
+    history_rewritten: bool,
 }
 
 impl InputFacts {
@@ -316,6 +325,7 @@ impl InputFacts {
             overflow: recovery.pending,
             wait_for_fold: false,
             sample: None,
+            history_rewritten: false,
         }
     }
 }
@@ -985,6 +995,21 @@ fn plan(input: &PlanInput<'_>, cache: Option<HeadRow>) -> Plan {
     if render_outdated && !head_enabled && schedule.decision == Decision::Defer {
         schedule.decision = Decision::Execute;
         schedule.reason = "render_version";
+        schedule.deferred_mid_turn = false;
+    }
+    // The harness rewrote its history (its own compaction): what follows the
+    // head misses the cache anyway, so a fold the head does not cover yet
+    // comes in now rather than at mc's next bust.
+    if facts.history_rewritten
+        && head_enabled
+        && hard.is_none()
+        && schedule.decision == Decision::Defer
+        && cache
+            .as_ref()
+            .is_some_and(|c| c.covered_through < markers.covered_through)
+    {
+        schedule.decision = Decision::Execute;
+        schedule.reason = "history_rewritten";
         schedule.deferred_mid_turn = false;
     }
     // A HARD fold turns a scheduled defer into an execute.
@@ -1931,6 +1956,7 @@ mod plan_tests {
             overflow: None,
             wait_for_fold: false,
             sample: None,
+            history_rewritten: false,
         }
     }
 

@@ -227,6 +227,7 @@ impl ResponsesPass {
             // Not counted for Codex's calls yet: its instructions and tools
             // go unrecorded.
             prompt: None,
+            history_rewritten: false,
         };
         let output = {
             let mut store = self.store.lock().map_err(|_| {
