@@ -905,6 +905,19 @@ struct Plan {
     mutations: Option<Mutations>,
 }
 
+/// The harness rewrote its history (its own compaction): what follows the
+/// head misses the cache anyway, so a fold the head does not cover yet
+/// comes in now rather than at mc's next bust.
+fn bust_for_a_rewrite(schedule: &mut Schedule, cache: Option<&HeadRow>, markers: &Markers) {
+    if schedule.decision == Decision::Defer
+        && cache.is_some_and(|c| c.covered_through < markers.covered_through)
+    {
+        schedule.decision = Decision::Execute;
+        schedule.reason = "history_rewritten";
+        schedule.deferred_mid_turn = false;
+    }
+}
+
 /// Phase 2: a pure function of what the pass observed.
 fn plan(input: &PlanInput<'_>, cache: Option<HeadRow>) -> Plan {
     let PlanInput {
@@ -997,20 +1010,8 @@ fn plan(input: &PlanInput<'_>, cache: Option<HeadRow>) -> Plan {
         schedule.reason = "render_version";
         schedule.deferred_mid_turn = false;
     }
-    // The harness rewrote its history (its own compaction): what follows the
-    // head misses the cache anyway, so a fold the head does not cover yet
-    // comes in now rather than at mc's next bust.
-    if facts.history_rewritten
-        && head_enabled
-        && hard.is_none()
-        && schedule.decision == Decision::Defer
-        && cache
-            .as_ref()
-            .is_some_and(|c| c.covered_through < markers.covered_through)
-    {
-        schedule.decision = Decision::Execute;
-        schedule.reason = "history_rewritten";
-        schedule.deferred_mid_turn = false;
+    if head_enabled && hard.is_none() && facts.history_rewritten {
+        bust_for_a_rewrite(&mut schedule, cache.as_ref(), markers);
     }
     // A HARD fold turns a scheduled defer into an execute.
     if let Some(reason) = hard
