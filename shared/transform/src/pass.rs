@@ -908,8 +908,14 @@ struct Plan {
 /// The harness rewrote its history (its own compaction): what follows the
 /// head misses the cache anyway, so a fold the head does not cover yet
 /// comes in now rather than at mc's next bust.
-fn bust_for_a_rewrite(schedule: &mut Schedule, cache: Option<&HeadRow>, markers: &Markers) {
-    if schedule.decision == Decision::Defer
+fn bust_for_a_rewrite(
+    schedule: &mut Schedule,
+    rewritten: bool,
+    cache: Option<&HeadRow>,
+    markers: &Markers,
+) {
+    if rewritten
+        && schedule.decision == Decision::Defer
         && cache.is_some_and(|c| c.covered_through < markers.covered_through)
     {
         schedule.decision = Decision::Execute;
@@ -1010,9 +1016,8 @@ fn plan(input: &PlanInput<'_>, cache: Option<HeadRow>) -> Plan {
         schedule.reason = "render_version";
         schedule.deferred_mid_turn = false;
     }
-    if head_enabled && hard.is_none() && facts.history_rewritten {
-        bust_for_a_rewrite(&mut schedule, cache.as_ref(), markers);
-    }
+    let rewritten = facts.history_rewritten && head_enabled && hard.is_none();
+    bust_for_a_rewrite(&mut schedule, rewritten, cache.as_ref(), markers);
     // A HARD fold turns a scheduled defer into an execute.
     if let Some(reason) = hard
         && schedule.decision == Decision::Defer
