@@ -27,6 +27,8 @@ pub(crate) fn read_stdin() -> Result<String, Failure> {
 pub(crate) struct Loaded {
     pub(crate) input: Input,
     pub(crate) now_ms: Option<i64>,
+    /// Read from a transcript (which mc's own record may replace).
+    pub(crate) transcript: bool,
 }
 
 pub(crate) fn load_input(args: &Args, source: &Source) -> Result<Loaded, Failure> {
@@ -52,6 +54,7 @@ pub(crate) fn load_input(args: &Args, source: &Source) -> Result<Loaded, Failure
         Loaded {
             input: Input::from_envelope(envelope).map_err(|e| Failure::input(e.into()))?,
             now_ms,
+            transcript: false,
         }
     };
     if let Some(dir) = &source.project_dir {
@@ -136,6 +139,7 @@ pub(crate) fn from_transcript(
         return Ok(Loaded {
             input,
             now_ms: None,
+            transcript: true,
         });
     }
     let (harness, session_id, messages, project_dir, window) = if rollout {
@@ -182,6 +186,7 @@ pub(crate) fn from_transcript(
     Ok(Loaded {
         input,
         now_ms: None,
+        transcript: true,
     })
 }
 
@@ -205,6 +210,7 @@ pub(crate) fn from_opencode(url: &str, source: &Source) -> Result<Loaded, Failur
     Ok(Loaded {
         input,
         now_ms: None,
+        transcript: false,
     })
 }
 
@@ -225,6 +231,13 @@ pub(crate) fn session_setup(args: &Args, loaded: &mut Loaded) -> anyhow::Result<
     let store = setup
         .store
         .with_context(|| format!("opening {}", path.display()))?;
+    // Claude Code through mc's gateway: mc's record of the session is the
+    // one to fold, not a second copy from the transcript.
+    if loaded.transcript {
+        input
+            .adopt_gateway_record(store.conn())
+            .context("reading mc's record of the session")?;
+    }
     Ok((setup.config, store))
 }
 

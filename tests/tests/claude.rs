@@ -505,17 +505,18 @@ fn the_historian_folds_the_transcript_and_mc_s_record_comes_back_once_after_a_co
 }
 
 #[test]
-fn through_the_gateway_the_memory_rides_in_the_head_and_the_fold_in_the_record_once() {
+fn through_the_gateway_the_memory_and_the_fold_ride_in_the_head_once() {
     historian_record_once(
-        "through_the_gateway_the_memory_rides_in_the_head_and_the_fold_in_the_record_once",
+        "through_the_gateway_the_memory_and_the_fold_ride_in_the_head_once",
         true,
     );
 }
 
 /// The historian folds a session (Stop hook), then `/compact`: the fold and
 /// the memory are in each request once — both in the hook's record without
-/// a gateway; with one, the memory in the head and the fold in the record
-/// (the head gets it only at mc's next busting call).
+/// a gateway; with one, both in the head (the first call after Claude
+/// Code's compaction brings the fold in) and the record empty — and mc's
+/// store holds each message once (the historian folds the gateway's record).
 fn historian_record_once(test: &str, gateway: bool) {
     // SessionStart: mc-pin restore; Stop: mc-historian hook, in the background.
     let restore = format!(
@@ -608,11 +609,16 @@ fn historian_record_once(test: &str, gateway: bool) {
         "the historian folded nothing; its runs: {}",
         historian_runs(&cc.db)
     );
-    // Resuming before any compaction adds no second copy of mc's record.
+    // Resuming before any compaction adds no second copy of mc's record
+    // (through the gateway the record has nothing to say: the head does).
     let n = p.agent_requests().len();
     p.push(Reply::Text("Resumed.".into()), None);
     cc.prompt_in(Some(s), "Still there?", &[]);
-    assert_eq!(p.agent_requests()[n].count("<mc-history>"), 1);
+    assert_eq!(
+        p.agent_requests()[n].count("<mc-history>"),
+        usize::from(!gateway)
+    );
+    assert_each_message_once(&cc, s, gateway);
 
     cc.prompt_in(Some(s), "/compact", &[]);
     for turn in 0..3 {
@@ -620,16 +626,125 @@ fn historian_record_once(test: &str, gateway: bool) {
         p.push(Reply::Text(format!("After compaction, turn {turn}.")), None);
         cc.prompt_in(Some(s), &format!("After compaction {turn}."), &[]);
         let request = &p.agent_requests()[n];
-        // The record after the compaction: the folded history and the memory, once.
+        // After the compaction the folded history and the memory are in the
+        // request once: in mc's record, or through the gateway in the head
+        // (the first call after Claude Code's compaction brings the fold in)
+        // and not in the record.
         assert_eq!(
             request.count("<mc-history>"),
-            1,
+            usize::from(!gateway),
             "turn {turn}: {}",
             request.body
         );
         assert_eq!(request.count(MEMORY), 1, "turn {turn}");
-        assert!(request.count("Folded messages") >= 1, "{}", request.body);
+        assert_fold_once(request, turn);
+        if gateway {
+            // mc's head: m[0] and, while the fold is newer than it, m[1].
+            let head: String = request.body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .take(2)
+                .map(Value::to_string)
+                .collect();
+            assert!(
+                head.contains("Folded messages"),
+                "the fold rides in the head: {}",
+                request.body
+            );
+        }
     }
+    assert_each_message_once(&cc, s, gateway);
+}
+
+/// Each compartment of the fold is in `request` exactly once.
+fn assert_fold_once(request: &Recorded, turn: usize) {
+    let text = request.body.to_string();
+    const TITLE: &str = "Folded messages ";
+    // Each title with its range ("Folded messages 3-9").
+    let titles: Vec<&str> = text
+        .match_indices(TITLE)
+        .map(|(at, _)| {
+            let range = &text[at + TITLE.len()..];
+            let end = range
+                .find(|c: char| !c.is_ascii_digit() && c != '-')
+                .unwrap_or(range.len());
+            &text[at..at + TITLE.len() + end]
+        })
+        .collect();
+    assert!(!titles.is_empty(), "turn {turn}: no fold: {}", request.body);
+    for title in &titles {
+        assert_eq!(
+            text.matches(title).count(),
+            1,
+            "turn {turn}: {title} shown more than once: {}",
+            request.body
+        );
+    }
+}
+
+/// mc's store holds the session's conversation once: one kind of message
+/// row (the gateway's, else the transcript's), each reply and prompt in
+/// one kept part, and every compartment bounded by ordinals of those rows.
+fn assert_each_message_once(cc: &ClaudeCode, session: &str, gateway: bool) {
+    let store = Store::open(&cc.db, &StoreOptions::default()).unwrap();
+    let conn = store.conn();
+    let id: i64 = conn
+        .query_row(
+            "SELECT id FROM sessions WHERE harness = 'claude-code' AND session_id = ?1",
+            [session],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let ids: Vec<String> = conn
+        .prepare("SELECT message_id FROM messages WHERE session = ?1 ORDER BY ordinal")
+        .unwrap()
+        .query_map([id], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let from_gateway = ids.iter().filter(|m| m.starts_with("cc-")).count();
+    assert_eq!(
+        from_gateway,
+        if gateway { ids.len() } else { 0 },
+        "one record of the session's messages: {ids:?}"
+    );
+    let kept = |needle: &str| -> i64 {
+        conn.query_row(
+            "SELECT count(*) FROM raw_parts WHERE session = ?1 AND instr(content, ?2) > 0",
+            rusqlite::params![id, needle],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    // The gateway keeps each part as its call passes; without it the
+    // historian's runs keep what the transcript had when they started.
+    let once = |n: i64, what: &str| {
+        if gateway {
+            assert_eq!(n, 1, "{what} kept {n} times");
+        } else {
+            assert!(n <= 1, "{what} kept {n} times");
+        }
+    };
+    for i in 0..6 {
+        once(kept(&format!("Step {i} done.")), &format!("reply {i}"));
+    }
+    for i in 1..6 {
+        once(
+            kept(&format!("Go on with step {i}.")),
+            &format!("prompt {i}"),
+        );
+    }
+    let unbound: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM compartments c WHERE c.session = ?1 AND
+               (NOT EXISTS (SELECT 1 FROM messages m WHERE m.session = c.session AND m.ordinal = c.start_ordinal)
+                OR NOT EXISTS (SELECT 1 FROM messages m WHERE m.session = c.session AND m.ordinal = c.end_ordinal))",
+            [id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(unbound, 0, "a compartment names an ordinal of no message");
 }
 
 #[test]

@@ -828,3 +828,72 @@ fn an_overloaded_upstream_reaches_claude_code_which_retries_then_reports_it() {
     );
     assert_no_secret(&gateway);
 }
+
+/// A message with its breakpoints taken off (Claude Code moves its own to
+/// the newest message on every call).
+fn without_breakpoints(message: &Value) -> Value {
+    let mut message = message.clone();
+    for block in message["content"].as_array_mut().into_iter().flatten() {
+        if let Some(block) = block.as_object_mut() {
+            block.remove("cache_control");
+        }
+    }
+    message
+}
+
+#[test]
+fn a_fault_mid_session_keeps_mcs_shape_and_sends_the_new_tail() {
+    let Some(cc) = ClaudeCode::start(
+        "a_fault_mid_session_keeps_mcs_shape_and_sends_the_new_tail",
+        Options::default(),
+    ) else {
+        return;
+    };
+    cc.provider.strict();
+    let _gateway = cc.through_gateway();
+    let p = &cc.provider;
+    p.push(Reply::Text("First done.".into()), None);
+    let s = cc.prompt("Start.")["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    p.push(Reply::Text("Second done.".into()), None);
+    cc.prompt_in(Some(&s), "Go on.", &[]);
+    let before = p.agent_requests().last().unwrap().body["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(
+        Value::Array(before.clone()).to_string().contains('§'),
+        "mc's shape: tags on the wire"
+    );
+
+    // The fault: another process holds mc's database past the hook's wait.
+    let holder = mc_tests::env::lock_database_with(Command::new("python3"), &cc.db);
+    p.push(Reply::Text("Third done.".into()), None);
+    let out = cc.prompt_in(Some(&s), "One step while mc is stuck.", &[]);
+    assert_eq!(out["result"], "Third done.", "{out}");
+    let after = p.agent_requests().last().unwrap().body["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
+    drop(holder);
+    // The request after the fault is the one before it (mc's shape, not
+    // Claude Code's raw history) plus the new tail, which came as it was sent.
+    assert!(after.len() > before.len(), "the new tail arrived");
+    for (i, (a, b)) in before.iter().zip(&after).enumerate() {
+        assert_eq!(
+            without_breakpoints(a),
+            without_breakpoints(b),
+            "message {i} of mc's shape changed at the fault"
+        );
+    }
+    let tail = Value::Array(after[before.len()..].to_vec()).to_string();
+    assert!(tail.contains("One step while mc is stuck.") && !tail.contains('§'));
+
+    // The database free again, mc's pass runs: the new prompt is tagged.
+    p.push(Reply::Text("Fourth done.".into()), None);
+    cc.prompt_in(Some(&s), "And now mc is back.", &[]);
+    let back = p.agent_requests().last().unwrap().body["messages"].to_string();
+    assert!(back.contains("§ And now mc is back."), "{back}");
+}

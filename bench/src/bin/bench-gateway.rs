@@ -138,7 +138,7 @@ fn main() -> ExitCode {
             let forward = pass.run(&call);
             pass_ms.push(ms(start));
             let sent = match forward {
-                Ok((Forward::Body(b), _)) => {
+                Ok((Forward::Body(b) | Forward::Fallback(b), _)) => {
                     rewritten += 1;
                     b
                 }

@@ -126,10 +126,11 @@ pub(crate) fn restore_hook(
     let mut store = mc_cli::open_store_waiting(args.global.db.as_deref(), &config, Wait::Hook)?;
     // Through mc's gateway the head goes first in every call and carries the
     // project's memory and the profile from the session's first call on (the
-    // session learns its project here: a request names no folder), so the
-    // record leaves them out. The head gets the historian's compartments
-    // only at mc's next busting call (a Claude Code compaction is none), so
-    // the record keeps those, and the pins.
+    // session learns its project here: a request names no folder), and the
+    // historian's compartments from mc's next busting call on — the first
+    // call after a Claude Code compaction is one when the head has a fold to
+    // show — so the record is the pins alone: the fold in both would be
+    // shown twice until Claude Code compacts again.
     let gateway = harness == Harness::ClaudeCode && through_gateway(&config);
     if gateway
         && !flags.dry_run
@@ -148,7 +149,7 @@ pub(crate) fn restore_hook(
         transcript: flags.transcript.as_deref().map(Path::new),
         max_transcript_bytes: config.transcript.max_bytes,
         dry_run: flags.dry_run,
-        history: !flags.pins_only,
+        history: !flags.pins_only && !gateway,
         memory: !gateway,
         dates: config.transform.temporal_awareness,
         wait: std::time::Duration::from_millis(config.sqlite.hook_busy_timeout_ms),

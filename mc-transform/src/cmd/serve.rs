@@ -282,6 +282,7 @@ impl Server<'_> {
             decoded: None,
             replay: Some(Default::default()),
             prompt: None,
+            history_rewritten: false,
         };
         let input = if whole {
             match map.get("messages") {

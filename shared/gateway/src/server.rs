@@ -413,11 +413,15 @@ fn request_headers(head: &Head) -> (RawHeaders, Vec<(String, String)>) {
 }
 
 /// The pass's body for a call, or `None` to send the original: untouched,
-/// or the pass failed or panicked (counted).
+/// or the pass failed or panicked (counted, as is a failed pass's fallback).
 fn run_pass(shared: &Shared, call: &Call<'_>) -> Option<Vec<u8>> {
     match catch_unwind(AssertUnwindSafe(|| shared.pass.request(call))) {
         Ok(Ok(Forward::Body(body))) => Some(body),
         Ok(Ok(Forward::Untouched)) => None,
+        Ok(Ok(Forward::Fallback(body))) => {
+            shared.counters.pass_failed.fetch_add(1, Ordering::Relaxed);
+            Some(body)
+        }
         Ok(Err(_)) | Err(_) => {
             shared.counters.pass_failed.fetch_add(1, Ordering::Relaxed);
             None

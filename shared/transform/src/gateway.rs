@@ -198,6 +198,58 @@ fn sent_messages(
     Ok(entries)
 }
 
+/// The body for a call whose pass failed: mc's last shape of the session
+/// (the messages it forwarded last, Claude Code's breakpoint taken off any
+/// whose input changed since: it moved to the newest message) followed by
+/// the messages this request adds, as they came. Only when the request
+/// extends the previous one (its first messages are the previous ones, by
+/// identity) and the body keeps Anthropic's breakpoint rules; else `None`
+/// (the original goes).
+fn last_shape(
+    request: &Request<'_>,
+    kept: &Kept<Layout>,
+    ids: &[String],
+    prints: &[u64],
+) -> Option<Vec<u8>> {
+    let before = kept.ids.len();
+    if kept.output.is_empty() || before == 0 || ids.get(..before)? != kept.ids.as_slice() {
+        return None;
+    }
+    let position: FxHashMap<&str, usize> = kept
+        .ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (id.as_str(), i))
+        .collect();
+    let sent: Vec<std::borrow::Cow<'_, [u8]>> = kept
+        .output
+        .iter()
+        .zip(&kept.origins)
+        .map(|(bytes, origin)| {
+            let moved = origin
+                .as_deref()
+                .and_then(|id| position.get(id))
+                .is_some_and(|&i| prints.get(i) != kept.prints.get(i));
+            match moved
+                .then(|| Request::without_cache_control(bytes))
+                .flatten()
+            {
+                Some(stripped) => std::borrow::Cow::Owned(stripped),
+                None => std::borrow::Cow::Borrowed(bytes.as_slice()),
+            }
+        })
+        .collect();
+    let mut pieces: Vec<Piece<'_>> = sent.iter().map(|b| Piece::Bytes(b)).collect();
+    pieces.extend((before..ids.len()).map(Piece::Original));
+    let body = request.assemble(&pieces);
+    let points = Request::parse(&body).ok()?.breakpoints();
+    let ordered = points
+        .iter()
+        .zip(points.iter().skip(1))
+        .all(|(a, b)| a.long || !b.long);
+    (points.len() <= anthropic::MAX_BREAKPOINTS && ordered).then_some(body)
+}
+
 /// mc's transform as a gateway pass.
 pub struct TransformPass {
     store: Mutex<Store>,
@@ -331,6 +383,9 @@ impl TransformPass {
             changed,
             messages,
         } = identify(&request, repeated, kept, &key, call.now_ms);
+        // Claude Code rewrote its history from the first message on (its own
+        // compaction): the pass may bring the head's fold in now.
+        let history_rewritten = kept.ids.first().is_some_and(|old| ids.first() != Some(old));
         kept.body.clear();
         kept.body.extend_from_slice(call.body);
         kept.layout = Some(request.layout());
@@ -354,6 +409,7 @@ impl TransformPass {
             decoded: Some(messages),
             replay: Some(replay),
             prompt: Some(kept.prompt.clone()),
+            history_rewritten,
         };
         let output = {
             let mut store = self.store.lock().map_err(|_| {
@@ -364,9 +420,25 @@ impl TransformPass {
         let mut output = match output {
             Ok(output) => output,
             Err(e) => {
-                // Nothing kept is trusted after a failed pass.
-                kept.reset(clock);
-                return Err(e);
+                // Never the raw history when mc's shape can go on: what the
+                // pass sent last, and the new tail.
+                let fallback = last_shape(&request, kept, &ids, &prints);
+                // The replay went with the failed pass and the decoded
+                // messages may be part used: the next call is read whole,
+                // against what was last sent (kept, to extend again).
+                kept.body.clear();
+                kept.layout = None;
+                kept.for_next = None;
+                kept.unused.clear();
+                if fallback.is_none() {
+                    kept.reset(clock);
+                }
+                return match fallback {
+                    Some(body) if body.as_slice() != call.body => {
+                        Ok((Forward::Fallback(body), None))
+                    }
+                    _ => Err(e),
+                };
             }
         };
 

@@ -67,6 +67,11 @@ pub struct Resident {
     /// The harness's system prompt and tool set as the caller read them
     /// (the gateway, from the request), for the per-call record.
     pub prompt: Option<calls::Prompt>,
+    /// The harness rewrote its history from the start since the previous
+    /// call (Claude Code's own compaction, seen by the gateway): every byte
+    /// after the head is new anyway, so a head that has not shown the
+    /// newest fold yet takes it now (reason `history_rewritten`).
+    pub history_rewritten: bool,
 }
 
 /// [`run_pass`] with what a resident process brings ([`Resident`]).
@@ -81,6 +86,7 @@ pub fn run_pass_on(
         decoded,
         replay,
         prompt,
+        history_rewritten,
     } = resident;
     let Envelope {
         harness,
@@ -130,6 +136,7 @@ pub fn run_pass_on(
     let recovery = overflow::Recovery::load(store.conn(), &harness, &session_id, &model)?;
     let mut facts = InputFacts::read(&messages, &recovery.model(&model), usage, config, &recovery);
     facts.wait_for_fold = wait_for_fold;
+    facts.history_rewritten = history_rewritten;
     facts.sample = usage;
 
     let key = SessionKey {
@@ -275,6 +282,8 @@ struct InputFacts {
     wait_for_fold: bool,
     /// The envelope's usage sample (the previous call's answer).
     sample: Option<Usage>,
+    /// [`Resident::history_rewritten`].
+    history_rewritten: bool,
 }
 
 impl InputFacts {
@@ -316,6 +325,7 @@ impl InputFacts {
             overflow: recovery.pending,
             wait_for_fold: false,
             sample: None,
+            history_rewritten: false,
         }
     }
 }
@@ -902,6 +912,25 @@ struct Plan {
     mutations: Option<Mutations>,
 }
 
+/// The harness rewrote its history (its own compaction): what follows the
+/// head misses the cache anyway, so a fold the head does not cover yet
+/// comes in now rather than at mc's next bust.
+fn bust_for_a_rewrite(
+    schedule: &mut Schedule,
+    rewritten: bool,
+    cache: Option<&HeadRow>,
+    markers: &Markers,
+) {
+    if rewritten
+        && schedule.decision == Decision::Defer
+        && cache.is_some_and(|c| c.covered_through < markers.covered_through)
+    {
+        schedule.decision = Decision::Execute;
+        schedule.reason = "history_rewritten";
+        schedule.deferred_mid_turn = false;
+    }
+}
+
 /// Phase 2: a pure function of what the pass observed.
 fn plan(input: &PlanInput<'_>, cache: Option<HeadRow>) -> Plan {
     let PlanInput {
@@ -994,6 +1023,8 @@ fn plan(input: &PlanInput<'_>, cache: Option<HeadRow>) -> Plan {
         schedule.reason = "render_version";
         schedule.deferred_mid_turn = false;
     }
+    let rewritten = facts.history_rewritten && head_enabled && hard.is_none();
+    bust_for_a_rewrite(&mut schedule, rewritten, cache.as_ref(), markers);
     // A HARD fold turns a scheduled defer into an execute.
     if let Some(reason) = hard
         && schedule.decision == Decision::Defer
@@ -1948,6 +1979,7 @@ mod plan_tests {
             overflow: None,
             wait_for_fold: false,
             sample: None,
+            history_rewritten: false,
         }
     }
 

@@ -196,6 +196,7 @@ impl ResponsesPass {
             replay: None,
             // Codex's `instructions` and `tools`.
             prompt: Some(prompt),
+            history_rewritten: false,
         };
         let output = {
             let mut store = self.store.lock().map_err(|_| {

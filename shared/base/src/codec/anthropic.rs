@@ -50,6 +50,9 @@ use crate::error::{Error, Result};
 pub const MAX_BREAKPOINTS: usize = 4;
 /// The kind of the parts the pass leaves alone.
 pub const OPAQUE_PART: &str = "anthropic-block";
+/// How every message id this codec gives begins (a transcript's ids are
+/// UUIDs): how a store tells the gateway's record of a session.
+pub const ID_PREFIX: &str = "cc-";
 /// What is left of a tool result the pass removed whole.
 pub const DROPPED_RESULT: &str = "[dropped]";
 
@@ -435,7 +438,7 @@ impl<'a> Request<'a> {
     /// The stable identity of input message `i` (see the module docs).
     pub fn message_id(&self, i: usize) -> String {
         let Some(item) = self.items.get(i) else {
-            return format!("cc-{i}");
+            return format!("{ID_PREFIX}{i}");
         };
         let mut hash = Sha256::new();
         hash.update(i.to_le_bytes());
@@ -472,7 +475,7 @@ impl<'a> Request<'a> {
         }
         let digest = hash.finalize();
         let hex: String = digest.iter().take(10).map(|b| format!("{b:02x}")).collect();
-        format!("cc-{hex}")
+        format!("{ID_PREFIX}{hex}")
     }
 
     /// The `tool_use` blocks of input message `i`: id → (name, input).
@@ -748,6 +751,36 @@ impl<'a> Request<'a> {
             blocks.push(json!({"type": "text", "text": DROPPED_RESULT}));
         }
         Some(to_bytes(&message))
+    }
+
+    /// A message's bytes with every `cache_control` taken off its blocks
+    /// (each other block as it came), or `None` when it has none or is not
+    /// a message: a breakpoint Claude Code has since moved on.
+    pub fn without_cache_control(bytes: &[u8]) -> Option<Vec<u8>> {
+        if !contains(bytes, b"\"cache_control\"") {
+            return None;
+        }
+        let raw: &RawValue = serde_json::from_slice(bytes).ok()?;
+        let message = item(bytes, raw).ok()?;
+        let content = message.content?;
+        let mut changed = false;
+        let mut pieces: Vec<Vec<u8>> = Vec::with_capacity(message.blocks.len());
+        for span in &message.blocks {
+            let block = bytes.get(span.start..span.end)?;
+            if contains(block, b"\"cache_control\"") {
+                let mut value: Value = serde_json::from_slice(block).ok()?;
+                if value.as_object_mut()?.remove("cache_control").is_some() {
+                    changed = true;
+                    pieces.push(to_bytes(&value));
+                    continue;
+                }
+            }
+            pieces.push(block.to_vec());
+        }
+        changed.then(|| {
+            let new = join_array(pieces.iter().map(Vec::as_slice));
+            splice(bytes, message.span, content, &new)
+        })
     }
 
     /// Whether input message `i` holds a `tool_result`.

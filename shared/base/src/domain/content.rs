@@ -5,7 +5,7 @@
 //! message's ordinal.
 
 use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::codec::{Message, Part};
 use crate::error::Result;
@@ -205,6 +205,81 @@ pub fn last_ordinal(conn: &Connection, session: i64) -> Result<i64> {
     Ok(conn
         .prepare_cached("SELECT coalesce(max(ordinal), 0) FROM raw_parts WHERE session = ?1")?
         .query_row(params![session], |r| r.get(0))?)
+}
+
+/// The messages of session `session` (`session_id` names it) whose ids start
+/// with `prefix`, rebuilt from what mc kept of them, oldest first: each
+/// message's row and its kept parts at their own indices (a part mc kept
+/// nothing of is an empty `other` part, so every kept part keeps the
+/// identity its tag has). A text part for which `skip` is true is left out
+/// the same way. What a reader that needs the conversation, not its bytes,
+/// can fold when mc's record is the only one (the historian, for a
+/// session whose calls went through mc's gateway).
+pub fn recorded_messages(
+    conn: &Connection,
+    (session, session_id): (i64, &str),
+    prefix: &str,
+    skip: impl Fn(&str) -> bool,
+) -> Result<Vec<Message>> {
+    let mut rows = conn.prepare_cached(
+        "SELECT message_id, ordinal, role, created_ms FROM messages
+         WHERE session = ?1 AND substr(message_id, 1, length(?2)) = ?2 ORDER BY ordinal",
+    )?;
+    let rows: Vec<(String, i64, String, Option<i64>)> = rows
+        .query_map(params![session, prefix], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut parts_by_ordinal: std::collections::BTreeMap<i64, Vec<RawPart>> =
+        std::collections::BTreeMap::new();
+    if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
+        for part in parts_in_range(conn, session, first.1, last.1)? {
+            parts_by_ordinal.entry(part.ordinal).or_default().push(part);
+        }
+    }
+    let mut messages = Vec::with_capacity(rows.len());
+    for (id, ordinal, role, created_ms) in rows {
+        let kept = parts_by_ordinal.remove(&ordinal).unwrap_or_default();
+        let mut parts = Vec::new();
+        for raw in kept {
+            let Ok(index) = usize::try_from(raw.part_index) else {
+                continue;
+            };
+            while parts.len() < index {
+                parts.push(crate::codec::part(json!({"type": "other"})));
+            }
+            let part_id = format!("{id}/{index}");
+            let value = match raw.kind.as_str() {
+                "message" if skip(&raw.content) => json!({"type": "other"}),
+                "message" => json!({"id": part_id, "type": "text", "text": raw.content}),
+                "tool" => {
+                    let call = raw.identity.split('@').next().unwrap_or_default();
+                    let input = raw
+                        .tool_input
+                        .as_deref()
+                        .and_then(|t| serde_json::from_str::<Value>(t).ok())
+                        .unwrap_or_else(|| json!({}));
+                    json!({"id": part_id, "type": "tool", "callID": call,
+                        "tool": raw.tool_name.as_deref().unwrap_or("unknown"),
+                        "state": {"status": "completed", "input": input, "output": raw.content}})
+                }
+                _ => json!({"id": part_id, "type": "file", "mime": "application/octet-stream",
+                    "filename": raw.content, "url": raw.content}),
+            };
+            if parts.len() == index {
+                parts.push(crate::codec::part(value));
+            }
+        }
+        let mut time = serde_json::Map::new();
+        if let Some(ms) = created_ms {
+            time.insert("created".into(), json!(ms));
+        }
+        let info = json!({"id": id, "sessionID": session_id, "role": role, "time": time});
+        let mut raw = serde_json::Map::new();
+        raw.insert("info".into(), info);
+        messages.push(Message::new(raw, parts));
+    }
+    Ok(messages)
 }
 
 #[cfg(test)]

@@ -61,6 +61,9 @@ pub enum Forward {
     Untouched,
     /// Send these bytes instead.
     Body(Vec<u8>),
+    /// The pass failed: send these bytes (what the pass last sent for the
+    /// session and what the request adds to it) rather than the original.
+    Fallback(Vec<u8>),
 }
 
 /// What came back for a call the pass saw.

@@ -38,8 +38,8 @@ use serde_json::Value;
 
 use crate::store::{self, NewCompartment};
 use crate::trigger::{self, Due, MIN_CHUNK_TOKENS, Pressure};
-use mc_base::codec::Message;
 use mc_base::codec::opencode::{decode_all, take_boundary};
+use mc_base::codec::{Message, anthropic};
 use mc_base::config::{HistorianConfig, TransformConfig};
 use mc_base::domain::content;
 use mc_base::domain::envelope::{Envelope, ModelInfo, Usage};
@@ -120,6 +120,52 @@ impl Input {
             subagent: false,
             messages,
         })
+    }
+}
+
+impl Input {
+    /// Fold mc's own record of a Claude Code session instead of its
+    /// transcript when Claude Code's calls went through mc's gateway: the
+    /// gateway's messages (ids [`anthropic::ID_PREFIX`], rebuilt from their
+    /// rows and kept parts) are what its pass tags, drops and covers with
+    /// the head, so the historian's compartments must count their ordinals,
+    /// and the transcript's messages (other ids, another shape) would be a
+    /// second copy of the same conversation. A message only the transcript
+    /// has yet (the newest reply) is folded once the gateway sees it in the
+    /// next call. The transcript still gives the usage. Text parts that are
+    /// Claude Code's own reminders (`<system-reminder>`) are left out: the
+    /// transcript never had them. `false` (nothing changed) for another
+    /// harness or a session the gateway never served.
+    pub fn adopt_gateway_record(&mut self, conn: &Connection) -> Result<bool> {
+        if self.harness != CLAUDE_CODE {
+            return Ok(false);
+        }
+        let Some(session) = sessions::find_session(conn, &self.harness, &self.session_id)? else {
+            return Ok(false);
+        };
+        let recorded = content::recorded_messages(
+            conn,
+            (session.id, &self.session_id),
+            anthropic::ID_PREFIX,
+            |text| text.trim_start().starts_with("<system-reminder>"),
+        )?;
+        if recorded.is_empty() {
+            return Ok(false);
+        }
+        if self.usage.is_none() {
+            self.usage = self
+                .messages
+                .iter()
+                .rev()
+                .filter(|m| m.role() == mc_base::codec::Role::Assistant)
+                .find_map(Message::usage_input_tokens)
+                .map(|input| Usage {
+                    input,
+                    ..Usage::default()
+                });
+        }
+        self.messages = recorded;
+        Ok(true)
     }
 }
 

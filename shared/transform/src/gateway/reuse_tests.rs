@@ -192,7 +192,7 @@ fn both(
         let (forward, report) = side.pass.run(&call).unwrap();
         let bytes = match forward {
             Forward::Untouched => body.to_vec(),
-            Forward::Body(b) => b,
+            Forward::Body(b) | Forward::Fallback(b) => b,
         };
         let answer = Answer {
             status: 200,

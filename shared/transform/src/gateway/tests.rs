@@ -121,7 +121,7 @@ impl Gate {
         let (forward, report) = self.pass.run(&c).unwrap();
         let sent = match forward {
             Forward::Untouched => body.to_vec(),
-            Forward::Body(b) => b,
+            Forward::Body(b) | Forward::Fallback(b) => b,
         };
         assert_pairs(&sent);
         (
@@ -492,4 +492,181 @@ fn each_gateway_call_is_recorded_with_its_system_prompt_and_tool_set() {
         rows[0].4,
         Some(i64::try_from(DEFAULT_WINDOW * 21 / 100).unwrap())
     );
+}
+
+impl Gate {
+    /// Publish one compartment over the first `end` messages of session `s`,
+    /// as the historian does.
+    fn publish(&self, s: &str, end: i64) {
+        use mc_history::store::{self as history, NewCompartment};
+        let mut store = Store::open(&self.db, &StoreOptions::default()).unwrap();
+        let session: i64 = store
+            .conn()
+            .query_row("SELECT id FROM sessions WHERE session_id = ?1", [s], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        let id_of = |o: i64| -> String {
+            store
+                .conn()
+                .query_row(
+                    "SELECT message_id FROM messages WHERE session = ?1 AND ordinal = ?2",
+                    [session, o],
+                    |r| r.get(0),
+                )
+                .unwrap()
+        };
+        let c = NewCompartment {
+            start_ordinal: 1,
+            end_ordinal: end,
+            start_message_id: id_of(1),
+            end_message_id: id_of(end),
+            start_ms: None,
+            end_ms: None,
+            title: "Parser hunt".into(),
+            tiers: [
+                "Parser hunt: the whole story".into(),
+                "Parser hunt: shorter".into(),
+                "Parser hunt: short".into(),
+                "Parser hunt".into(),
+            ],
+            importance: 50,
+            episode: Some("debugging".into()),
+        };
+        store
+            .write(|tx| history::publish_compartments(tx, session, &[c], T0))
+            .unwrap();
+    }
+}
+
+#[test]
+fn claude_codes_compaction_brings_a_fold_the_head_lacks_in_once() {
+    let g = gate();
+    let mut messages = conversation(5, 500);
+    messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": "Found it."}]}));
+    messages.push(json!({"role": "user", "content": [{"type": "text", "text": "now fix it"}]}));
+    g.send("s1", &request(&messages), 30, T0);
+    // The historian folds; the head waits for a bust.
+    g.publish("s1", 4);
+    let (waiting, report) = g.send("s1", &request(&messages), 30, T0 + MINUTE);
+    assert_eq!(report.decision, Decision::Defer, "{report:?}");
+    assert!(!String::from_utf8_lossy(&waiting).contains("Parser hunt"));
+    // Claude Code compacts: everything after the head is new bytes anyway,
+    // so the head takes the fold now, once.
+    let compacted = vec![
+        json!({"role": "user", "content": [{"type": "text",
+            "text": "This session is being continued from a previous conversation. Summary: parser bug."}]}),
+        json!({"role": "user", "content": [{"type": "text", "text": "go on"}]}),
+    ];
+    let (first, report) = g.send("s1", &request(&compacted), 30, T0 + 2 * MINUTE);
+    assert_eq!(
+        (report.decision, report.reason),
+        (Decision::Execute, "history_rewritten"),
+        "{report:?}"
+    );
+    let text = String::from_utf8_lossy(&first).to_string();
+    assert_eq!(
+        text.matches("Parser hunt: the whole story").count(),
+        1,
+        "{text}"
+    );
+    // Then it is replayed, and a compaction with nothing new to show is no bust.
+    let mut next = compacted.clone();
+    next.push(json!({"role": "assistant", "content": [{"type": "text", "text": "On it."}]}));
+    next.push(json!({"role": "user", "content": [{"type": "text", "text": "and?"}]}));
+    let (second, report) = g.send("s1", &request(&next), 30, T0 + 3 * MINUTE);
+    assert_eq!(report.decision, Decision::Defer, "{report:?}");
+    assert_eq!(
+        Request::parse(&second).unwrap().item_bytes(0),
+        Request::parse(&first).unwrap().item_bytes(0)
+    );
+    let again =
+        vec![json!({"role": "user", "content": [{"type": "text", "text": "Summary two."}]})];
+    let (_, report) = g.send("s1", &request(&again), 30, T0 + 4 * MINUTE);
+    assert_eq!(report.decision, Decision::Defer, "{report:?}");
+}
+
+#[test]
+fn a_failed_pass_sends_the_last_shape_and_the_new_tail() {
+    let g = gate();
+    let mut messages = conversation(24, 500);
+    messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": "Found it."}]}));
+    messages.push(json!({"role": "user", "content": [{"type": "text", "text": "now fix it"}]}));
+    let (first, _) = g.send("s1", &request(&messages), 30, T0);
+    let tag = tag_of(
+        result_of(&sent_messages(&first), "toolu_0")["content"]
+            .as_str()
+            .unwrap(),
+    );
+    g.queue("s1", &[tag]);
+    let (shaped, report) = g.send("s1", &request(&messages), 70, T0 + MINUTE);
+    assert_eq!(report.decision, Decision::Execute, "{report:?}");
+    let before = sent_messages(&shaped);
+
+    // The fault: another process holds the database; the pass cannot run.
+    let blocker = rusqlite::Connection::open(&g.db).unwrap();
+    blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    g.pass
+        .store
+        .lock()
+        .unwrap()
+        .set_busy_timeout(std::time::Duration::ZERO)
+        .unwrap();
+    let mut grown = messages.clone();
+    for turn in 0..2 {
+        grown.push(json!({"role": "assistant", "content": [{"type": "text", "text": format!("Step {turn}.")}]}));
+        grown.push(
+            json!({"role": "user", "content": [{"type": "text", "text": format!("more {turn}")}]}),
+        );
+        let body = request(&grown);
+        let h = headers(None);
+        let c = call(
+            Some("s1"),
+            "/v1/messages",
+            &h,
+            &body,
+            T0 + (2 + turn as i64) * MINUTE,
+        );
+        let (forward, report) = g.pass.run(&c).unwrap();
+        assert!(report.is_none());
+        let Forward::Fallback(sent) = forward else {
+            panic!("turn {turn}: not mc's shape: {forward:?}");
+        };
+        assert_pairs(&sent);
+        let after = sent_messages(&sent);
+        // mc's shape, the dropped output still dropped, then the new tail as it came.
+        assert_eq!(after.len(), before.len() + 2 * (turn + 1));
+        let strip = |m: &Value| {
+            let mut m = m.clone();
+            for block in m["content"].as_array_mut().into_iter().flatten() {
+                if let Some(block) = block.as_object_mut() {
+                    block.remove("cache_control");
+                }
+            }
+            m
+        };
+        for (i, (a, b)) in before.iter().zip(&after).enumerate() {
+            assert_eq!(strip(a), strip(b), "turn {turn}: message {i} changed");
+        }
+        assert!(
+            result_of(&after, "toolu_0")["content"]
+                .as_str()
+                .unwrap()
+                .starts_with("[dropped")
+        );
+        let sent_tail = &after[before.len()..];
+        let came = sent_messages(&body);
+        assert_eq!(sent_tail, &came[came.len() - sent_tail.len()..]);
+    }
+    // A request that does not extend the last shape goes as it came.
+    let other = request(&conversation(2, 100));
+    let h = headers(None);
+    let c = call(Some("s1"), "/v1/messages", &h, &other, T0 + 5 * MINUTE);
+    assert!(g.pass.run(&c).is_err());
+
+    // The database back, the pass runs again.
+    blocker.execute_batch("ROLLBACK").unwrap();
+    let (back, report) = g.send("s1", &request(&grown), 30, T0 + 6 * MINUTE);
+    assert_eq!(report.decision, Decision::Defer, "{report:?}");
+    assert!(String::from_utf8_lossy(&back).contains("§"));
 }
