@@ -282,6 +282,7 @@ impl Server<'_> {
             decoded: None,
             replay: Some(Default::default()),
             prompt: None,
+            recall: None,
         };
         let input = if whole {
             match map.get("messages") {

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use rusqlite::{Transaction, params};
 use rustc_hash::FxHashMap;
@@ -26,7 +27,8 @@ use super::report::{Bust, Decision, PassOutput, PassReport};
 use super::scheduler::{self, Schedule, SchedulerInput};
 use super::state;
 use super::{
-    calls, caveman, emergency, nudge, overflow, reasoning, smart_drops, system, temporal, todo,
+    calls, caveman, emergency, nudge, overflow, reasoning, recall, smart_drops, system, temporal,
+    todo,
 };
 use mc_base::domain::content;
 use mc_base::domain::envelope::{Envelope, ModelInfo, Usage};
@@ -67,6 +69,9 @@ pub struct Resident {
     /// The harness's system prompt and tool set as the caller read them
     /// (the gateway, from the request), for the per-call record.
     pub prompt: Option<calls::Prompt>,
+    /// The search behind recall hints (`transform.recall_hints`): without
+    /// one, no new prompt gets a hint (stored ones still render).
+    pub recall: Option<Arc<dyn recall::Recall>>,
 }
 
 /// [`run_pass`] with what a resident process brings ([`Resident`]).
@@ -81,6 +86,7 @@ pub fn run_pass_on(
         decoded,
         replay,
         prompt,
+        recall,
     } = resident;
     let Envelope {
         harness,
@@ -141,6 +147,7 @@ pub fn run_pass_on(
         system: system.as_ref(),
         boundary: boundary.as_deref(),
         prompt: prompt.as_ref(),
+        recall: recall.as_deref(),
     };
     let applied = store.write_or_roll_back(|tx| {
         let applied = apply(tx, &key, &facts, &messages, config, now_ms)?;
@@ -181,6 +188,7 @@ pub fn run_pass_on(
         }),
         nudge2: &outcome.nudge2,
         todo: outcome.todo.as_ref(),
+        hints: &outcome.hints,
     };
     let fold_boundary = if outcome.bust == Bust::None {
         None
@@ -229,6 +237,7 @@ pub fn run_pass_on(
             blocking: outcome.due.blocking,
             warnings,
             fold_boundary,
+            recall: outcome.recall.map(recall::Outcome::as_str),
         },
     })
 }
@@ -352,6 +361,10 @@ struct Outcome {
     nudge2: BTreeMap<String, String>,
     /// The frozen synthetic todo call, after the head.
     todo: Option<Message>,
+    /// The session's recall hints by the prompt each rides on.
+    hints: BTreeMap<String, String>,
+    /// How this pass decided a new prompt's hint, when it did.
+    recall: Option<recall::Outcome>,
 }
 
 /// Is `ctx_reduce` callable, per the first user message's tool allow-list?
@@ -382,6 +395,8 @@ struct SessionKey<'a> {
     boundary: Option<&'a str>,
     /// What the caller read of the harness's prompt (else the envelope's `system`).
     prompt: Option<&'a calls::Prompt>,
+    /// The search behind recall hints, when the caller brought one.
+    recall: Option<&'a dyn recall::Recall>,
 }
 
 fn apply(
@@ -512,6 +527,9 @@ fn apply(
         nudges(tx, &mut session, &tail, &mut tags, config, now_ms)?;
     }
 
+    // A new prompt's recall hint: new bytes at the tail, decided once.
+    let recalled = recall_hint(&pass, &session, subagent)?;
+
     // What the provider had cached and this pass changed, byte for byte.
     let bust = if head.m0_changed() {
         Bust::Hard
@@ -560,7 +578,38 @@ fn apply(
         due,
         nudge2,
         todo,
+        hints: recall::load(tx, session.id)?,
+        recall: recalled,
     })))
+}
+
+/// Decide the recall hint of the input's new prompt, if it has one no pass
+/// decided yet: with `transform.recall_hints` on, a search brought, the
+/// session's project known, and not in a subagent.
+fn recall_hint(
+    pass: &Pass<'_, '_>,
+    session: &SessionRow,
+    subagent: bool,
+) -> Result<Option<recall::Outcome>> {
+    let (Some(search), Some(project)) = (pass.key.recall, session.project_identity.as_deref())
+    else {
+        return Ok(None);
+    };
+    if !pass.config.recall_hints || subagent {
+        return Ok(None);
+    }
+    let Some(message) = recall::undecided(pass.tx, session.id, pass.messages)? else {
+        return Ok(None);
+    };
+    let prompt = recall::Prompt {
+        session: session.id,
+        project,
+        harness: pass.key.harness,
+        session_id: pass.key.session_id,
+        message,
+        now_ms: pass.now_ms,
+    };
+    recall::decide(pass.tx, &prompt, search).map(Some)
 }
 
 /// What [`apply`] was called with, for its phases.

@@ -79,6 +79,10 @@ pub struct PassReport {
     /// earlier one (OpenCode: mc's compaction boundary after it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fold_boundary: Option<String>,
+    /// How this pass decided a new prompt's recall hint (hint, none, slow,
+    /// failed), when it decided one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recall: Option<&'static str>,
 }
 
 impl PassReport {
@@ -97,6 +101,7 @@ impl PassReport {
             blocking: false,
             warnings: vec![warning],
             fold_boundary: None,
+            recall: None,
         }
     }
 

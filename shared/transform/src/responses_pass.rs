@@ -24,7 +24,7 @@
 //! report, which learns the window from a `context_length_exceeded`.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::Value;
@@ -40,6 +40,7 @@ use mc_base::store::{Store, StoreOptions};
 
 use crate::gateway::learn_overflow;
 use crate::pass::{Resident, run_pass_on};
+use crate::recall::Recall;
 use crate::report::PassReport;
 
 /// The harness whose sessions Codex's calls belong to.
@@ -120,6 +121,8 @@ pub struct ResponsesPass {
     store: Mutex<Store>,
     config: TransformConfig,
     memory: Mutex<Memory>,
+    /// The search behind recall hints, when the caller brings one.
+    recall: Option<Arc<dyn Recall>>,
 }
 
 impl ResponsesPass {
@@ -140,7 +143,14 @@ impl ResponsesPass {
             store: Mutex::new(store),
             config,
             memory: Mutex::new(Memory::default()),
+            recall: None,
         }
+    }
+
+    /// The same pass with `recall` searching for recall hints.
+    pub fn with_recall(mut self, recall: Arc<dyn Recall>) -> ResponsesPass {
+        self.recall = Some(recall);
+        self
     }
 
     /// [`Pass::request`], with the pass's report when a pass ran.
@@ -227,6 +237,7 @@ impl ResponsesPass {
             // Not counted for Codex's calls yet: its instructions and tools
             // go unrecorded.
             prompt: None,
+            recall: self.recall.clone(),
         };
         let output = {
             let mut store = self.store.lock().map_err(|_| {
