@@ -237,7 +237,11 @@ pub fn run_pass_on(
             blocking: outcome.due.blocking,
             warnings,
             fold_boundary,
-            recall: outcome.recall.map(recall::Outcome::as_str),
+            // "none" is the common case: left out of the report.
+            recall: outcome
+                .recall
+                .filter(|o| *o != recall::Outcome::None)
+                .map(recall::Outcome::as_str),
         },
     })
 }
