@@ -237,11 +237,7 @@ pub fn run_pass_on(
             blocking: outcome.due.blocking,
             warnings,
             fold_boundary,
-            // "none" is the common case: left out of the report.
-            recall: outcome
-                .recall
-                .filter(|o| *o != recall::Outcome::None)
-                .map(recall::Outcome::as_str),
+            recall: recall::reported(outcome.recall),
         },
     })
 }
@@ -531,9 +527,6 @@ fn apply(
         nudges(tx, &mut session, &tail, &mut tags, config, now_ms)?;
     }
 
-    // A new prompt's recall hint: new bytes at the tail, decided once.
-    let recalled = recall_hint(&pass, &session, subagent)?;
-
     // What the provider had cached and this pass changed, byte for byte.
     let bust = if head.m0_changed() {
         Bust::Hard
@@ -560,8 +553,6 @@ fn apply(
         mutated.first_dropped.len(),
     )?;
 
-    let nudge2 = state::load_reminders(tx, session.id)?;
-    let todo = todo::frozen(tx, session.id)?;
     Ok(Applied::Pass(Box::new(Outcome {
         tags,
         bindings,
@@ -580,10 +571,10 @@ fn apply(
         }),
         system: plan.system.or_else(|| key.system.cloned()),
         due,
-        nudge2,
-        todo,
+        nudge2: state::load_reminders(tx, session.id)?,
+        todo: todo::frozen(tx, session.id)?,
+        recall: recall_hint(&pass, &session, subagent)?,
         hints: recall::load(tx, session.id)?,
-        recall: recalled,
     })))
 }
 

@@ -98,6 +98,11 @@ impl Outcome {
     }
 }
 
+/// What the pass report says of a decision: `none`, the common case, is left out.
+pub fn reported(outcome: Option<Outcome>) -> Option<&'static str> {
+    outcome.filter(|o| *o != Outcome::None).map(Outcome::as_str)
+}
+
 /// Words that say how something is asked, not what it is about.
 const STOPWORDS: &[&str] = &[
     "a", "about", "again", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be",

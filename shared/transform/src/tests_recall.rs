@@ -177,7 +177,11 @@ fn a_new_prompt_gets_its_hint_once_and_every_later_pass_replays_it() {
         "and the staging database port for tests?",
     );
     let out = run.pass(&next, 20);
-    assert_eq!((out.pass.recall, run.asked()), (None, 2), "asked, nothing new to name");
+    assert_eq!(
+        (out.pass.recall, run.asked()),
+        (None, 2),
+        "asked, nothing new to name"
+    );
     let plain = prompt_of(&out, "msg_101_u");
     assert!(
         plain.ends_with("and the staging database port for tests?"),
