@@ -1975,3 +1975,85 @@ fn an_edited_file_becomes_a_marker_and_a_dropped_todo_list_comes_back_on_the_wir
         }
     }
 }
+
+/// The user text blocks of `request` that contain `prompt`.
+fn prompt_blocks(request: &mc_tests::fake_provider::Recorded, prompt: &str) -> Vec<String> {
+    request.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|b| b["text"].as_str().map(str::to_string))
+        .filter(|t| t.contains(prompt))
+        .collect()
+}
+
+#[test]
+fn a_prompt_that_matches_a_memory_gets_a_recall_hint_and_the_next_request_replays_it() {
+    let Some((oc, _dir)) = with_mc(None) else {
+        return;
+    };
+    oc.provider.set_usage(usage_at(20));
+    let session = oc.new_session();
+    oc.provider.push(Reply::Text("hello".into()), None);
+    oc.prompt(&session, "hi");
+    // A memory written after the head was built: the head does not show it.
+    let fact = "The staging database listens on port 5433, not the default 5432.";
+    let project = oc.dir.join("project");
+    let wrote = oc.mc(
+        "mc-search",
+        &[
+            "memory",
+            "write",
+            "--category",
+            "CONFIG_VALUES",
+            "--content",
+            fact,
+            "--project-dir",
+            project.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert!(
+        wrote.status.success(),
+        "{}",
+        String::from_utf8_lossy(&wrote.stderr)
+    );
+
+    // A turn of two requests: a read, then the answer.
+    oc.provider.push(
+        Reply::Tool {
+            name: "read".into(),
+            input: json!({"filePath": "src/lib.rs"}),
+        },
+        None,
+    );
+    oc.provider.push(Reply::Text("It is 5433.".into()), None);
+    let before = oc.provider.agent_requests().len();
+    let prompt = "which port does the staging database listen on?";
+    oc.prompt(&session, prompt);
+    let turn: Vec<_> = oc.provider.agent_requests()[before..].to_vec();
+    assert_eq!(turn.len(), 2, "the read, then the answer");
+    let first = prompt_blocks(&turn[0], prompt);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let shown = &first[0];
+    let hint = shown
+        .find("\n\n<ctx-search-hint>\n")
+        .map(|at| &shown[at..])
+        .unwrap_or_else(|| panic!("the hint rides on the prompt: {shown:?}"));
+    assert!(hint.ends_with("</ctx-search-hint>"), "{hint:?}");
+    assert!(
+        hint.contains("- memory #1: The staging database listens on port 5433"),
+        "{hint:?}"
+    );
+    assert!(hint.len() <= 400, "{} bytes", hint.len());
+    // The next request of the turn carries the same bytes (a defer pass replays it).
+    assert_eq!(prompt_blocks(&turn[1], prompt), first);
+    // Nowhere else: the earlier prompt is untouched.
+    assert!(
+        !prompt_blocks(&turn[1], "hi")
+            .iter()
+            .any(|t| t.contains("ctx-search-hint") && !t.contains(prompt))
+    );
+}

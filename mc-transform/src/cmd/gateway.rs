@@ -14,6 +14,7 @@ use mc_base::domain::gateway::{ByApi, Identity, Pass};
 use mc_base::store::StoreOptions;
 use mc_cli::{Failure, GlobalArgs, Wait};
 use mc_gateway::{Gateway, Limits, Upstream};
+use mc_search_core::recall::Search;
 use mc_transform_core::gateway::TransformPass;
 use mc_transform_core::responses_pass::ResponsesPass;
 
@@ -29,8 +30,11 @@ fn pass_for(global: &GlobalArgs, config: &Config) -> (Arc<dyn Pass>, Option<Stri
         let options = StoreOptions {
             busy_timeout: Wait::Hook.timeout(config),
         };
-        let anthropic = TransformPass::open(&path, &options, config.transform.clone())?;
-        let responses = ResponsesPass::open(&path, &options, config.transform.clone())?;
+        // Recall hints search through mc-search (the core stays below it).
+        let anthropic = TransformPass::open(&path, &options, config.transform.clone())?
+            .with_recall(Arc::new(Search));
+        let responses = ResponsesPass::open(&path, &options, config.transform.clone())?
+            .with_recall(Arc::new(Search));
         Ok(ByApi {
             anthropic: Arc::new(anthropic),
             responses: Arc::new(responses),

@@ -1,5 +1,6 @@
 //! The pass (the default command): the envelope in, the transformed messages
 //! out, failing open.
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::anyhow;
@@ -7,6 +8,7 @@ use serde_json::Value;
 
 use mc_base::domain::measure;
 use mc_cli::{Failure, Wait, now_ms};
+use mc_search_core::recall::Search;
 use mc_transform_core::fallback::{self, Fallback};
 use mc_transform_core::render::ForNextPass;
 use mc_transform_core::{self as transform, Envelope, PassReport, Resident};
@@ -61,6 +63,9 @@ pub(crate) fn pass(
     envelope.project_dir = setup.project_dir.clone();
     let config = setup.config;
     let mut store = setup.store;
+    // Recall hints search through mc-search (the core stays below it).
+    let mut resident = resident;
+    resident.recall.get_or_insert_with(|| Arc::new(Search));
     let result = mc_cli::catch_panic(|| {
         let store = store.as_mut().map_err(|e| anyhow!("{e:#}"))?;
         Ok(transform::run_pass_on(

@@ -283,6 +283,7 @@ impl Server<'_> {
             replay: Some(Default::default()),
             prompt: None,
             history_rewritten: false,
+            recall: None,
         };
         let input = if whole {
             match map.get("messages") {

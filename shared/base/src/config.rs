@@ -148,6 +148,9 @@ pub struct TransformConfig {
     pub tool_reclaim: bool,
     /// Edit markers and spent control-plane drops on execute passes (default off).
     pub smart_drops: bool,
+    /// A short hint on a new user prompt naming what mc keeps that matches it
+    /// strongly (default on).
+    pub recall_hints: bool,
     /// Tiered drop to well under the threshold on busting passes at or above it (default true).
     pub relief_drop: bool,
     /// Gap markers on user messages and dates on compartments (default true).
@@ -333,6 +336,7 @@ impl Default for Config {
                 tool_reclaim_min_tokens: 0,
                 tool_reclaim: false,
                 smart_drops: false,
+                recall_hints: false,
                 relief_drop: false,
                 temporal_awareness: false,
                 history_budget_percentage: 0.0,

@@ -26,6 +26,7 @@ pub mod mcp;
 pub mod memory;
 pub mod notes;
 pub mod query;
+pub mod recall;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod tools;

@@ -814,3 +814,95 @@ fn the_commit_index_follows_git_commits_through_rewrites_and_pruning() {
         .unwrap();
     assert_eq!(rows, 0);
 }
+
+#[test]
+fn the_recall_search_names_only_what_the_asking_session_does_not_see() {
+    use mc_transform_core::recall::{Ask, Kind, Recall};
+    // Eight turns: the first read is outside the protected tags.
+    let mut f = Fixture::new(8);
+    f.warm_or_first();
+    let p = f.project();
+    let shown = memory::write(
+        &mut f.store,
+        &p,
+        "CONFIG_VALUES",
+        "The staging database listens on port 5433.",
+        "agent",
+        T0,
+    )
+    .unwrap();
+    // The first read's output dropped: off the wire, still kept. The
+    // busting pass that drops it shows the memory in the head from now on.
+    let request = ReduceRequest {
+        harness: "opencode".into(),
+        session_id: SESSION.into(),
+        drop: vec![2],
+    };
+    reduce(&mut f.store, &request, &f.config, T0).unwrap();
+    f.hot();
+    let unseen = memory::write(
+        &mut f.store,
+        &p,
+        "CONFIG_VALUES",
+        "Staging database backups listen on port 6000.",
+        "agent",
+        T0,
+    )
+    .unwrap();
+    indexed(&mut f);
+    let find = |query: &str| {
+        let ask = Ask {
+            project: &p,
+            harness: "opencode",
+            session_id: SESSION,
+            query,
+            limit: 6,
+        };
+        super::recall::Search.find(f.store.conn(), &ask).unwrap()
+    };
+    let names: Vec<String> = find("staging database port")
+        .into_iter()
+        .map(|found| found.name)
+        .collect();
+    assert!(
+        names.contains(&format!("memory #{}", unseen.id)),
+        "{names:?}"
+    );
+    assert!(
+        !names.contains(&format!("memory #{}", shown.id)),
+        "in the head: {names:?}"
+    );
+    // Of its own messages only what left the wire, with what opens it.
+    let messages: Vec<_> = find("line example return")
+        .into_iter()
+        .filter(|found| found.kind == Kind::Message)
+        .collect();
+    assert!(
+        messages.iter().any(|m| m.expand.as_deref() == Some("§2§")),
+        "{messages:?}"
+    );
+    // Every one of them is a dropped tag of this session (none still on the wire).
+    let session = mc_base::domain::sessions::find_session(f.store.conn(), "opencode", SESSION)
+        .unwrap()
+        .unwrap()
+        .id;
+    for m in &messages {
+        let tag: i64 = m
+            .expand
+            .as_deref()
+            .unwrap()
+            .trim_matches('§')
+            .parse()
+            .unwrap();
+        let status: String = f
+            .store
+            .conn()
+            .query_row(
+                "SELECT status FROM tags WHERE session = ?1 AND number = ?2",
+                rusqlite::params![session, tag],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(status, "dropped", "{m:?}");
+    }
+}

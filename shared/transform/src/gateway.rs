@@ -24,7 +24,7 @@
 //! session) is read whole, with the same answer.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::Value;
@@ -40,6 +40,7 @@ use mc_base::store::{Store, StoreOptions};
 use crate::calls::Prompt;
 use crate::overflow::{self, OverflowRequest};
 use crate::pass::{Resident, run_pass_on};
+use crate::recall::Recall;
 use crate::render::Replay;
 use crate::report::PassReport;
 
@@ -258,6 +259,8 @@ pub struct TransformPass {
     /// Read a request from where it stops repeating the previous one (off:
     /// every request read whole, the reference the reuse is tested against).
     reuse_bytes: bool,
+    /// The search behind recall hints, when the caller brings one.
+    recall: Option<Arc<dyn Recall>>,
 }
 
 /// Why a call is not the main conversation's (or a subagent's), if it is not.
@@ -332,7 +335,14 @@ impl TransformPass {
             config,
             memory: Mutex::new(Memory::default()),
             reuse_bytes: true,
+            recall: None,
         }
+    }
+
+    /// The same pass with `recall` searching for recall hints.
+    pub fn with_recall(mut self, recall: Arc<dyn Recall>) -> TransformPass {
+        self.recall = Some(recall);
+        self
     }
 
     /// The same pass reading every request whole: what the reuse of a
@@ -410,6 +420,7 @@ impl TransformPass {
             replay: Some(replay),
             prompt: Some(kept.prompt.clone()),
             history_rewritten,
+            recall: self.recall.clone(),
         };
         let output = {
             let mut store = self.store.lock().map_err(|_| {

@@ -24,6 +24,7 @@ pub mod nudge;
 pub mod overflow;
 pub mod pass;
 pub mod reasoning;
+pub mod recall;
 pub mod recount;
 pub mod reduce;
 pub mod render;
@@ -56,6 +57,9 @@ mod tests_head;
 
 #[cfg(test)]
 mod tests_drops;
+
+#[cfg(test)]
+mod tests_recall;
 
 #[cfg(test)]
 mod historian_tests;

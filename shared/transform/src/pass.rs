@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use rusqlite::{Transaction, params};
 use rustc_hash::FxHashMap;
@@ -26,7 +27,8 @@ use super::report::{Bust, Decision, PassOutput, PassReport};
 use super::scheduler::{self, Schedule, SchedulerInput};
 use super::state;
 use super::{
-    calls, caveman, emergency, nudge, overflow, reasoning, smart_drops, system, temporal, todo,
+    calls, caveman, emergency, nudge, overflow, reasoning, recall, smart_drops, system, temporal,
+    todo,
 };
 use mc_base::domain::content;
 use mc_base::domain::envelope::{Envelope, ModelInfo, Usage};
@@ -72,6 +74,9 @@ pub struct Resident {
     /// after the head is new anyway, so a head that has not shown the
     /// newest fold yet takes it now (reason `history_rewritten`).
     pub history_rewritten: bool,
+    /// The search behind recall hints (`transform.recall_hints`): without
+    /// one, no new prompt gets a hint (stored ones still render).
+    pub recall: Option<Arc<dyn recall::Recall>>,
 }
 
 /// [`run_pass`] with what a resident process brings ([`Resident`]).
@@ -87,6 +92,7 @@ pub fn run_pass_on(
         replay,
         prompt,
         history_rewritten,
+        recall,
     } = resident;
     let Envelope {
         harness,
@@ -148,6 +154,7 @@ pub fn run_pass_on(
         system: system.as_ref(),
         boundary: boundary.as_deref(),
         prompt: prompt.as_ref(),
+        recall: recall.as_deref(),
     };
     let applied = store.write_or_roll_back(|tx| {
         let applied = apply(tx, &key, &facts, &messages, config, now_ms)?;
@@ -188,6 +195,7 @@ pub fn run_pass_on(
         }),
         nudge2: &outcome.nudge2,
         todo: outcome.todo.as_ref(),
+        hints: &outcome.hints,
     };
     let fold_boundary = if outcome.bust == Bust::None {
         None
@@ -236,6 +244,7 @@ pub fn run_pass_on(
             blocking: outcome.due.blocking,
             warnings,
             fold_boundary,
+            recall: recall::reported(outcome.recall),
         },
     })
 }
@@ -362,6 +371,10 @@ struct Outcome {
     nudge2: BTreeMap<String, String>,
     /// The frozen synthetic todo call, after the head.
     todo: Option<Message>,
+    /// The session's recall hints by the prompt each rides on.
+    hints: BTreeMap<String, String>,
+    /// How this pass decided a new prompt's hint, when it did.
+    recall: Option<recall::Outcome>,
 }
 
 /// Is `ctx_reduce` callable, per the first user message's tool allow-list?
@@ -392,6 +405,8 @@ struct SessionKey<'a> {
     boundary: Option<&'a str>,
     /// What the caller read of the harness's prompt (else the envelope's `system`).
     prompt: Option<&'a calls::Prompt>,
+    /// The search behind recall hints, when the caller brought one.
+    recall: Option<&'a dyn recall::Recall>,
 }
 
 fn apply(
@@ -548,8 +563,6 @@ fn apply(
         mutated.first_dropped.len(),
     )?;
 
-    let nudge2 = state::load_reminders(tx, session.id)?;
-    let todo = todo::frozen(tx, session.id)?;
     Ok(Applied::Pass(Box::new(Outcome {
         tags,
         bindings,
@@ -568,9 +581,40 @@ fn apply(
         }),
         system: plan.system.or_else(|| key.system.cloned()),
         due,
-        nudge2,
-        todo,
+        nudge2: state::load_reminders(tx, session.id)?,
+        todo: todo::frozen(tx, session.id)?,
+        recall: recall_hint(&pass, &session, subagent)?,
+        hints: recall::load(tx, session.id)?,
     })))
+}
+
+/// Decide the recall hint of the input's new prompt, if it has one no pass
+/// decided yet: with `transform.recall_hints` on, a search brought, the
+/// session's project known, and not in a subagent.
+fn recall_hint(
+    pass: &Pass<'_, '_>,
+    session: &SessionRow,
+    subagent: bool,
+) -> Result<Option<recall::Outcome>> {
+    let (Some(search), Some(project)) = (pass.key.recall, session.project_identity.as_deref())
+    else {
+        return Ok(None);
+    };
+    if !pass.config.recall_hints || subagent {
+        return Ok(None);
+    }
+    let Some(message) = recall::undecided(pass.tx, session.id, pass.messages)? else {
+        return Ok(None);
+    };
+    let prompt = recall::Prompt {
+        session: session.id,
+        project,
+        harness: pass.key.harness,
+        session_id: pass.key.session_id,
+        message,
+        now_ms: pass.now_ms,
+    };
+    recall::decide(pass.tx, &prompt, search).map(Some)
 }
 
 /// What [`apply`] was called with, for its phases.

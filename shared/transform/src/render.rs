@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use mc_base::codec::{Message, Part, PartKind, Role};
 
-use super::{caveman, smart_drops};
+use super::{caveman, recall, smart_drops};
 use mc_base::domain::notation::{placeholder, prefixed, strip_leading_tags};
 use mc_base::domain::tags::{DropMode, TagKind, TagRow};
 
@@ -64,6 +64,8 @@ pub struct RenderState<'a> {
     /// The synthetic todo call frozen on the last busting pass (`todo`),
     /// right after the head.
     pub todo: Option<&'a Message>,
+    /// Recall hints, each appended to the prompt with its id (`recall`).
+    pub hints: &'a BTreeMap<String, String>,
 }
 
 /// The newest tag of each message, carried forward to untagged messages so
@@ -281,6 +283,8 @@ struct MessageInput<'s> {
     tags: Vec<Option<TagView<'s>>>,
     /// The Channel 2 reminder that follows it.
     reminder: Option<&'s str>,
+    /// The recall hint appended to its typed text.
+    hint: Option<&'s str>,
 }
 
 impl<'s> MessageInput<'s> {
@@ -305,6 +309,7 @@ impl<'s> MessageInput<'s> {
                 marker: None,
                 tags,
                 reminder: None,
+                hint: None,
             };
         }
         let binding = state.bindings.get(index).map_or(&[][..], Vec::as_slice);
@@ -332,6 +337,10 @@ impl<'s> MessageInput<'s> {
             reminder: message
                 .id()
                 .and_then(|id| state.nudge2.get(id))
+                .map(String::as_str),
+            hint: message
+                .id()
+                .and_then(|id| state.hints.get(id))
                 .map(String::as_str),
         }
     }
@@ -385,6 +394,7 @@ impl<'s> MessageInput<'s> {
                 }
             }
             text(bytes, self.reminder);
+            text(bytes, self.hint);
         }
         xxhash_rust::xxh3::xxh3_128(bytes)
     }
@@ -400,6 +410,7 @@ fn render_message(
         return (None, None);
     }
     let mut marker = input.marker;
+    let hint_at = input.hint.and_then(|_| recall::hint_part(&message));
     let old_parts = std::mem::take(&mut message.parts);
     let mut removed_any = false;
     let mut parts = Vec::with_capacity(old_parts.len());
@@ -457,6 +468,14 @@ fn render_message(
             && let Some(m) = marker.take()
         {
             let text = format!("{m}{}", part.text().unwrap_or_default());
+            part.set_text(text);
+        }
+        // The hint follows the typed text, unless a drop replaced it.
+        if let Some(hint) = input.hint
+            && hint_at == Some(part_index)
+            && tag.is_none_or(|t| t.dropped.is_none())
+        {
+            let text = format!("{}{hint}", part.text().unwrap_or_default());
             part.set_text(text);
         }
         parts.push(part);
@@ -591,6 +610,7 @@ mod tests {
         covered_through: i64,
         markers: Vec<Option<String>>,
         nudge2: BTreeMap<String, String>,
+        hints: BTreeMap<String, String>,
     }
 
     impl World {
@@ -611,6 +631,7 @@ mod tests {
                 }),
                 nudge2: &self.nudge2,
                 todo: None,
+                hints: &self.hints,
             }
         }
     }
@@ -668,6 +689,7 @@ mod tests {
             covered_through: 0,
             markers: vec![None; 4],
             nudge2: BTreeMap::new(),
+            hints: BTreeMap::new(),
         };
         (messages, world)
     }
@@ -714,7 +736,7 @@ mod tests {
         // render is still the render (a key that missed it would replay old
         // bytes), and the messages it does not touch are replayed.
         type Change = (&'static str, fn(&mut World), usize);
-        let changes: [Change; 12] = [
+        let changes: [Change; 13] = [
             (
                 "tool dropped whole",
                 |w| w.tags[1].dropped = Some(DropMode::Full),
@@ -757,6 +779,16 @@ mod tests {
                 },
                 3,
             ),
+            (
+                "a recall hint on a prompt",
+                |w| {
+                    w.hints.insert(
+                        "m4".into(),
+                        "\n\n<ctx-search-hint>h</ctx-search-hint>".into(),
+                    );
+                },
+                3,
+            ),
         ];
         for (what, change, replayed) in changes {
             let mut changed = world.clone();
@@ -794,6 +826,27 @@ mod tests {
         };
         let (slots, _) = render_replaying(messages, &world.state(), &short);
         assert_eq!(resolved(slots, &first), (first, 3));
+    }
+
+    #[test]
+    fn a_recall_hint_follows_the_prompts_typed_text_and_goes_with_a_drop() {
+        let (messages, mut world) = session();
+        world.hints.insert(
+            "m4".into(),
+            "\n\n<ctx-search-hint>h</ctx-search-hint>".into(),
+        );
+        let out = encoded(render(messages.clone(), &world.state()));
+        let last = out.last().unwrap();
+        assert_eq!(
+            last["parts"][0]["text"],
+            "§4§ thanks\n\n<ctx-search-hint>h</ctx-search-hint>"
+        );
+        // Only its own prompt carries it.
+        assert_eq!(out[2]["parts"][0]["text"], "§1§ please read the file");
+        // A drop of that text takes the hint with it.
+        world.tags[3].dropped = Some(DropMode::Full);
+        let out = encoded(render(messages, &world.state()));
+        assert_eq!(out.last().unwrap()["parts"][0]["text"], "[dropped §4§]");
     }
 
     #[test]

@@ -81,6 +81,10 @@ pub struct PassReport {
     /// earlier one (OpenCode: mc's compaction boundary after it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fold_boundary: Option<String>,
+    /// How this pass decided a new prompt's recall hint, when it gave one
+    /// or its search was slow or failed (`hint`, `slow`, `failed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recall: Option<&'static str>,
 }
 
 impl PassReport {
@@ -99,6 +103,7 @@ impl PassReport {
             blocking: false,
             warnings: vec![warning],
             fold_boundary: None,
+            recall: None,
         }
     }
 

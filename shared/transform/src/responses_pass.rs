@@ -27,7 +27,7 @@
 //! report, which learns the window from a `context_length_exceeded`.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::Value;
@@ -44,6 +44,7 @@ use mc_base::store::{Store, StoreOptions};
 use crate::gateway::learn_overflow;
 use crate::gateway::memory::{self, Mark, Memory};
 use crate::pass::{Resident, run_pass_on};
+use crate::recall::Recall;
 use crate::report::PassReport;
 
 /// The harness whose sessions Codex's calls belong to.
@@ -99,6 +100,8 @@ pub struct ResponsesPass {
     config: TransformConfig,
     /// Nothing of the codec's reading is kept: the layout is `()`.
     memory: Mutex<Memory<()>>,
+    /// The search behind recall hints, when the caller brings one.
+    recall: Option<Arc<dyn Recall>>,
 }
 
 impl ResponsesPass {
@@ -119,7 +122,14 @@ impl ResponsesPass {
             store: Mutex::new(store),
             config,
             memory: Mutex::new(Memory::default()),
+            recall: None,
         }
+    }
+
+    /// The same pass with `recall` searching for recall hints.
+    pub fn with_recall(mut self, recall: Arc<dyn Recall>) -> ResponsesPass {
+        self.recall = Some(recall);
+        self
     }
 
     /// [`Pass::request`], with the pass's report when a pass ran.
@@ -197,6 +207,7 @@ impl ResponsesPass {
             // Codex's `instructions` and `tools`.
             prompt: Some(prompt),
             history_rewritten: false,
+            recall: self.recall.clone(),
         };
         let output = {
             let mut store = self.store.lock().map_err(|_| {

@@ -669,4 +669,75 @@ fn a_failed_pass_sends_the_last_shape_and_the_new_tail() {
     let (back, report) = g.send("s1", &request(&grown), 30, T0 + 6 * MINUTE);
     assert_eq!(report.decision, Decision::Defer, "{report:?}");
     assert!(String::from_utf8_lossy(&back).contains("§"));
+/// A search that always finds one memory about the staging database.
+#[derive(Debug)]
+struct Staging;
+
+impl crate::recall::Recall for Staging {
+    fn find(
+        &self,
+        _conn: &rusqlite::Connection,
+        _ask: &crate::recall::Ask<'_>,
+    ) -> Result<Vec<crate::recall::Found>> {
+        Ok(vec![crate::recall::Found {
+            kind: crate::recall::Kind::Memory,
+            name: "memory #3".into(),
+            expand: None,
+            text: "The staging database listens on port 5433.".into(),
+        }])
+    }
+}
+
+/// The text blocks of the last user message that has text.
+fn prompt_texts(messages: &[Value], prompt: &str) -> Vec<String> {
+    messages
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "text")
+        .filter_map(|b| b["text"].as_str().map(str::to_string))
+        .filter(|t| t.contains(prompt))
+        .collect()
+}
+
+#[test]
+fn a_new_prompt_gets_its_recall_hint_through_the_gateway_and_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("mc.db");
+    // Claude Code's SessionStart hook names the session's project.
+    let mut store = Store::open(&db, &StoreOptions::default()).unwrap();
+    store
+        .write(|tx| {
+            mc_base::domain::sessions::create_session(tx, HARNESS, "s1", false, Some("dir:p"), T0)
+                .map(|_| ())
+        })
+        .unwrap();
+    let g = Gate {
+        pass: TransformPass::open(&db, &StoreOptions::default(), config())
+            .unwrap()
+            .with_recall(std::sync::Arc::new(Staging)),
+        db,
+        _dir: dir,
+    };
+    let prompt = "which port does the staging database listen on?";
+    let mut messages = conversation(2, 400);
+    messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": "Found it."}]}));
+    messages.push(json!({"role": "user", "content": [
+        {"type": "text", "text": "<system-reminder>reminded</system-reminder>"},
+        {"type": "text", "text": prompt}]}));
+    let (sent, report) = g.send("s1", &request(&messages), 30, T0);
+    assert_eq!(report.recall, Some("hint"), "{report:?}");
+    let shown = prompt_texts(&sent_messages(&sent), prompt);
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert!(shown[0].contains("\n\n<ctx-search-hint>\n"), "{shown:?}");
+    assert!(shown[0].contains("- memory #3: The staging database listens on port 5433."));
+
+    // The turn goes on: the same hint, the same bytes.
+    messages.push(json!({"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_9", "name": "Read", "input": {"file_path": "db.toml"}}]}));
+    messages.push(json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_9", "content": "port = 5433"}]}));
+    let (again, report) = g.send("s1", &request(&messages), 31, T0 + MINUTE / 2);
+    assert_eq!(report.recall, None, "decided once");
+    assert_eq!(report.bust, Bust::None);
+    assert_eq!(prompt_texts(&sent_messages(&again), prompt), shown);
 }
