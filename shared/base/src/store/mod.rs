@@ -26,6 +26,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0011_search_commits_and_embeddings.sql"),
     include_str!("migrations/0012_todo_state.sql"),
     include_str!("migrations/0013_calls.sql"),
+    include_str!("migrations/0014_vector_index.sql"),
 ];
 
 /// The newest schema version this build understands (the fence).
