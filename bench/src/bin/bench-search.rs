@@ -690,7 +690,7 @@ fn floor_and_process(
             std::fs::copy(dir.join(f), into.join(f)).map_err(err("copying the model"))?;
         }
     }
-    let mut one_shot = |cache: &Path, hybrid: bool| {
+    let one_shot = |cache: &Path, hybrid: bool| {
         time(
             &mut |i| {
                 let out = Command::new(bin_path("mc-search"))

@@ -810,7 +810,7 @@ pub struct Fusion {
 /// that no question kind loses recall@10 to the vectors (docs/benchmarks.md).
 pub const FUSION: Fusion = Fusion {
     weight: 1.0,
-    depth: 50,
+    depth: 30,
     keep: 3,
     nearest: 20,
     only_weight: 2.0,

@@ -211,7 +211,7 @@ pub fn store(
     }
     let mut written = 0;
     for (project, rows) in &mut projects {
-        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows.sort_by_key(|r| r.0);
         rows.dedup_by(|a, b| a.0 == b.0);
         let packed = pack(rows, dimensions);
         let digest = digest(&packed, dimensions);
@@ -350,8 +350,8 @@ pub fn load(
 
 fn unpack(index: &mut VectorIndex, items: &[u8], codes: &[u8]) -> std::result::Result<(), String> {
     let stride = 4 + index.dimensions;
-    if items.len() % ITEM_BYTES != 0
-        || codes.len() % stride != 0
+    if !items.len().is_multiple_of(ITEM_BYTES)
+        || !codes.len().is_multiple_of(stride)
         || items.len() / ITEM_BYTES != codes.len() / stride
     {
         return Err("a block of the wrong length".into());
@@ -390,7 +390,10 @@ fn unpack(index: &mut VectorIndex, items: &[u8], codes: &[u8]) -> std::result::R
 /// the first query of a project, loaded again when the stored digest is no
 /// longer the loaded one.
 #[derive(Debug, Clone, Default)]
-pub struct Cache(Arc<Mutex<Option<(String, Arc<VectorIndex>)>>>);
+pub struct Cache(Arc<Mutex<Option<Loaded>>>);
+
+/// A project and its loaded index.
+type Loaded = (String, Arc<VectorIndex>);
 
 impl Cache {
     /// `project`'s current index under `model` (see [`load`]).
