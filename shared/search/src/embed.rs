@@ -4,9 +4,10 @@
 //! or an OpenAI-compatible `/embeddings` endpoint (`provider/model`, a
 //! provider of kind `openai`). Vectors are kept as BLOBs keyed by the
 //! SHA-256 of the text they embed (so the same text is never embedded
-//! twice, and a changed text gets a new vector); a query's vector re-ranks
-//! the full-text candidates by a weighted reciprocal rank fusion
-//! ([`Fusion`]).
+//! twice, and a changed text gets a new vector), and per project in a
+//! vector index ([`vectors`]) the backfill writes; a query's vector
+//! re-ranks the full-text candidates and adds the nearest items the words
+//! did not find, by a weighted reciprocal rank fusion ([`Fusion`]).
 //!
 //! A model that is missing or damaged, an endpoint that is down, slow,
 //! answers garbage, another model or another vector length never breaks a

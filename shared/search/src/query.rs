@@ -285,9 +285,9 @@ pub struct Searched {
     pub warnings: Vec<String>,
 }
 
-/// [`search`], re-ranked with `embeddings` when given: reciprocal rank
-/// fusion of the full-text ranking and the cosine of each candidate's
-/// stored vector to the query's ([`embed::FUSION`]). Any trouble with the
+/// [`search`], ranked with `embeddings` when given: the full-text
+/// candidates and the project's items nearest the query by vector alone,
+/// by reciprocal rank fusion ([`embed::FUSION`]). Any trouble with the
 /// embeddings (model missing, endpoint down, slow, wrong answer, nothing
 /// stored yet) leaves the full-text ranking and says so in `warnings`.
 pub fn search_with(
