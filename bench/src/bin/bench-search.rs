@@ -485,10 +485,38 @@ fn hybrid_at_scale(
 ) -> Result<()> {
     use mc_search_core::embed;
     let spec = &embed::local::WORDLLAMA_L2_256;
+    // A load's parts, each timed on its own: the checksums (both files
+    // hashed), the stamp that spares them, the tokenizer, the weights.
+    let _ = std::fs::remove_file(dir.join(embed::local::STAMP));
+    let timed = |f: &dyn Fn() -> std::result::Result<(), String>| -> Result<f64> {
+        let started = Instant::now();
+        f().map_err(|e| format!("the local model: {e}"))?;
+        Ok(ms(started.elapsed()))
+    };
+    let hashed = timed(&|| match embed::local::check(dir, spec) {
+        embed::local::State::Ready => Ok(()),
+        other => Err(format!("{other:?}")),
+    })?;
+    let first = timed(&|| embed::local::StaticModel::load(dir, spec).map(|_| ()))?;
+    let stamped = timed(&|| match embed::local::check_cached(dir, spec) {
+        embed::local::State::Ready => Ok(()),
+        other => Err(format!("{other:?}")),
+    })?;
+    let tokenizer =
+        timed(&|| embed::local::read_tokenizer(&dir.join(embed::local::TOKENIZER)).map(|_| ()))?;
+    let files = timed(&|| embed::local::read_files(dir))?;
     let local = std::sync::Arc::new(embed::LocalModel::new(spec, dir.to_path_buf()));
     let started = Instant::now();
     local.model().map_err(|e| format!("the local model: {e}"))?;
     let load = started.elapsed();
+    println!(
+        "local model load: {:.1} ms with its checksums checked ({hashed:.1} ms of hashing; \
+         the first load of a process, {first:.1} ms before the stamp was written), {:.1} ms \
+         with the stamp ({stamped:.2} ms to check it); tokenizer {tokenizer:.1} ms, weights {:.1} ms",
+        hashed + files,
+        ms(load),
+        files - tokenizer
+    );
     let provider = embed::Provider {
         name: format!("{}{}", embed::LOCAL_PREFIX, spec.name),
         backend: embed::Backend::Local(local),
@@ -497,16 +525,47 @@ fn hybrid_at_scale(
         timeout: Duration::from_secs(60),
         query_timeout: Duration::from_secs(5),
         retries: 0,
+        index: Default::default(),
     };
     let started = Instant::now();
     let report = embed::backfill(store, &provider, &mut |_, _| {}, &std::thread::sleep)
         .map_err(err("backfilling"))?;
     let elapsed = started.elapsed().as_secs_f64();
     println!(
-        "local model: loaded and checked in {:.0} ms; backfill of {} texts in {elapsed:.1} s = {:.0} texts/s",
-        ms(load),
+        "backfill of {} texts in {elapsed:.1} s = {:.0} texts/s; vector index: {} rows written",
         report.embedded,
-        report.embedded as f64 / elapsed
+        report.embedded as f64 / elapsed,
+        report.indexed
+    );
+    // The vector index: its load and a brute-force scan, each alone.
+    let started = Instant::now();
+    let index = embed::vectors::load(store.conn(), &provider.name, identity)
+        .map_err(err("loading the vector index"))?
+        .ok_or("no vector index was written")?
+        .map_err(|e| format!("the vector index: {e}"))?;
+    let loaded = started.elapsed();
+    let query_vector = provider
+        .embed(&["lock timeout"], None, Duration::from_secs(1))
+        .map_err(|e| e.to_string())?
+        .pop()
+        .unwrap_or_default();
+    let q = embed::vectors::Query::new(&query_vector);
+    let mut scans = Vec::new();
+    for _ in 0..args.calls.max(10) {
+        let started = Instant::now();
+        std::hint::black_box(index.nearest(&q, embed::FUSION.nearest));
+        scans.push(started.elapsed());
+    }
+    scans.sort_unstable();
+    println!(
+        "vector index: {} rows, {:.1} MB in memory; loaded in {:.1} ms; a scan for the nearest {} \
+         median {:.2} ms (p99 {:.2})",
+        index.len(),
+        index.bytes() as f64 / 1e6,
+        ms(loaded),
+        embed::FUSION.nearest,
+        ms(percentile(&scans, 50)),
+        ms(percentile(&scans, 99))
     );
     let request = |i: usize| query::Request {
         project: identity,
@@ -618,38 +677,78 @@ fn floor_and_process(
         by_source.push((source, times));
     }
     let runs = (args.calls / 5).max(10);
-    let process = time(
-        &mut |i| {
-            let out = Command::new(bin_path("mc-search"))
-                .arg("--db")
-                .arg(db)
-                .args(["query", words[i % words.len()]])
-                .current_dir(project)
-                .env("XDG_CONFIG_HOME", db.with_extension("config"))
-                .env_remove("MC_CONFIG")
-                .env_remove("MC_DB")
-                .output()
-                .map_err(err("running mc-search query"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "mc-search query: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-            }
-            Ok(())
-        },
-        runs,
-    )?;
+    // A cache folder without the model (full text), and one with it (hybrid).
+    let no_model = db.with_extension("cache");
+    let with_model = db.with_extension("cache-model");
+    if let Some(dir) = &args.local_model {
+        let into = with_model.join("mc/models/wordllama-l2-supercat-256");
+        std::fs::create_dir_all(&into).map_err(err("the model cache folder"))?;
+        for f in [
+            mc_search_core::embed::local::TOKENIZER,
+            mc_search_core::embed::local::WEIGHTS,
+        ] {
+            std::fs::copy(dir.join(f), into.join(f)).map_err(err("copying the model"))?;
+        }
+    }
+    let one_shot = |cache: &Path, hybrid: bool| {
+        time(
+            &mut |i| {
+                let out = Command::new(bin_path("mc-search"))
+                    .arg("--db")
+                    .arg(db)
+                    .args(["query", words[i % words.len()]])
+                    .current_dir(project)
+                    .env("XDG_CONFIG_HOME", db.with_extension("config"))
+                    .env("XDG_CACHE_HOME", cache)
+                    .env_remove("MC_CONFIG")
+                    .env_remove("MC_DB")
+                    .output()
+                    .map_err(err("running mc-search query"))?;
+                if !out.status.success() {
+                    return Err(format!(
+                        "mc-search query: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    ));
+                }
+                let warned = serde_json::from_slice::<Value>(&out.stdout)
+                    .ok()
+                    .and_then(|v| {
+                        v.get("warnings")
+                            .and_then(Value::as_array)
+                            .map(|w| !w.is_empty())
+                    })
+                    .unwrap_or(true);
+                if hybrid && warned {
+                    return Err(format!(
+                        "mc-search query warned: {}",
+                        String::from_utf8_lossy(&out.stdout)
+                    ));
+                }
+                Ok(())
+            },
+            runs,
+        )
+    };
+    let process = one_shot(&no_model, false)?;
+    let process_hybrid = if args.local_model.is_some() {
+        Some(one_shot(&with_model, true)?)
+    } else {
+        None
+    };
     println!(
         "\nquery latency ({} runs; whole processes: {runs}):",
         args.calls
     );
     println!("{:<44} {:>10} {:>10}", "", "median ms", "p99 ms");
-    for (label, times) in [
+    let mut rows = vec![
         ("bare FTS5 MATCH … ORDER BY rank LIMIT 10", &floor),
         ("mc's query, in process (all sources)", &in_process),
         ("`mc-search query`, whole process", &process),
-    ] {
+    ];
+    if let Some(h) = &process_hybrid {
+        rows.push(("`mc-search query`, whole process, hybrid", h));
+    }
+    for (label, times) in rows {
         println!(
             "{label:<44} {:>10.3} {:>10.3}",
             ms(percentile(times, 50)),

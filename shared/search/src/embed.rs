@@ -4,16 +4,17 @@
 //! or an OpenAI-compatible `/embeddings` endpoint (`provider/model`, a
 //! provider of kind `openai`). Vectors are kept as BLOBs keyed by the
 //! SHA-256 of the text they embed (so the same text is never embedded
-//! twice, and a changed text gets a new vector); a query's vector re-ranks
-//! the full-text candidates by a weighted reciprocal rank fusion
-//! ([`Fusion`]).
+//! twice, and a changed text gets a new vector), and per project in a
+//! vector index ([`vectors`]) the backfill writes; a query's vector
+//! re-ranks the full-text candidates and adds the nearest items the words
+//! did not find, by a weighted reciprocal rank fusion ([`Fusion`]).
 //!
 //! A model that is missing or damaged, an endpoint that is down, slow,
 //! answers garbage, another model or another vector length never breaks a
 //! search: it falls back to full text and says why. A backfill (`mc-search
 //! index --embeddings`) refuses such answers and stores nothing of them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -29,6 +30,7 @@ use mc_base::store::Store;
 
 pub mod fetch;
 pub mod local;
+pub mod vectors;
 
 /// The most bytes of one item that are embedded (its head: what it is about).
 pub const MAX_TEXT_BYTES: usize = 4 * 1024;
@@ -54,6 +56,8 @@ pub struct Provider {
     pub timeout: Duration,
     pub query_timeout: Duration,
     pub retries: u32,
+    /// The vector index as this process loaded it (shared by clones).
+    pub index: vectors::Cache,
 }
 
 /// Where vectors come from.
@@ -124,6 +128,7 @@ impl Provider {
             timeout: Duration::from_millis(e.timeout_ms),
             query_timeout: Duration::from_millis(e.query_timeout_ms),
             retries: e.retries,
+            index: vectors::Cache::default(),
         };
         if let Some(local_name) = name.strip_prefix(LOCAL_PREFIX) {
             let spec = local::spec(local_name).ok_or_else(|| {
@@ -185,19 +190,16 @@ impl Provider {
     /// The model a search ranks with: None when none is configured, or when
     /// it is a local model never fetched (full text, as before setup,
     /// without a warning: `mc-doctor` says how to set it up). A model
-    /// whose files are there but damaged is kept: its search warns.
+    /// whose files are there but damaged is kept: its search warns. Only
+    /// looks whether the files are there (nothing is read or loaded: the
+    /// model loads at the first query that needs a vector).
     pub fn for_search(
         config: &Config,
         env: &dyn Fn(&str) -> Option<String>,
         models: Option<&Path>,
     ) -> Option<std::result::Result<Provider, String>> {
         match Provider::from_config(config, env, models) {
-            Ok(Some(p))
-                if p.local()
-                    .is_some_and(|m| m.state() == local::State::Missing) =>
-            {
-                None
-            }
+            Ok(Some(p)) if p.local().is_some_and(|m| !local::fetched(&m.dir, m.spec)) => None,
             Ok(p) => p.map(Ok),
             Err(e) => Some(Err(e.to_string())),
         }
@@ -566,44 +568,42 @@ pub fn stored_vector(
         .map(|b| from_blob(&b)))
 }
 
-/// Every item that may be searched, oldest first per source.
-fn all_items(conn: &Connection) -> Result<Vec<Item>> {
+/// Every item that may be searched, oldest first per source, with the
+/// project it belongs to (None: a session that never knew its project).
+fn all_items(conn: &Connection) -> Result<Vec<(Item, Option<String>)>> {
     let mut items = Vec::new();
-    let ids = |sql: &str| -> Result<Vec<i64>> {
-        Ok(conn
-            .prepare(sql)?
-            .query_map([], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?)
+    let mut read = |sql: &str, item: &dyn Fn(i64, i64) -> Item| -> Result<()> {
+        let mut stmt = conn.prepare(sql)?;
+        let rows = stmt.query_map([], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get(2)?))
+        })?;
+        for row in rows {
+            let (a, b, project) = row?;
+            items.push((item(a, b), project));
+        }
+        Ok(())
     };
-    items.extend(
-        ids("SELECT id FROM memories WHERE status IN ('active', 'permanent') ORDER BY id")?
-            .into_iter()
-            .map(Item::Memory),
-    );
-    items.extend(
-        ids("SELECT id FROM notes ORDER BY id")?
-            .into_iter()
-            .map(Item::Note),
-    );
-    let compartments: Vec<(i64, i64)> = conn
-        .prepare("SELECT session, sequence FROM compartments ORDER BY session, sequence")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<_>>()?;
-    items.extend(
-        compartments
-            .into_iter()
-            .map(|(s, q)| Item::Compartment(s, q)),
-    );
-    items.extend(
-        ids("SELECT id FROM raw_parts WHERE kind != 'file' ORDER BY id")?
-            .into_iter()
-            .map(Item::Message),
-    );
-    items.extend(
-        ids("SELECT id FROM git_commits ORDER BY id")?
-            .into_iter()
-            .map(Item::Commit),
-    );
+    read(
+        "SELECT id, 0, project FROM memories WHERE status IN ('active', 'permanent') ORDER BY id",
+        &|id, _| Item::Memory(id),
+    )?;
+    read("SELECT id, 0, project FROM notes ORDER BY id", &|id, _| {
+        Item::Note(id)
+    })?;
+    read(
+        "SELECT c.session, c.sequence, s.project_identity FROM compartments c
+           JOIN sessions s ON s.id = c.session ORDER BY c.session, c.sequence",
+        &Item::Compartment,
+    )?;
+    read(
+        "SELECT r.id, 0, s.project_identity FROM raw_parts r JOIN sessions s ON s.id = r.session
+         WHERE r.kind != 'file' ORDER BY r.id",
+        &|id, _| Item::Message(id),
+    )?;
+    read(
+        "SELECT id, 0, project FROM git_commits ORDER BY id",
+        &|id, _| Item::Commit(id),
+    )?;
     Ok(items)
 }
 
@@ -622,6 +622,8 @@ pub struct Backfill {
     pub requests: u64,
     /// Vectors of texts no item has any more, deleted.
     pub pruned: u64,
+    /// Rows of the vector index written (projects whose index changed).
+    pub indexed: u64,
 }
 
 /// Embed every searchable text that has no vector under `provider`'s model
@@ -646,11 +648,13 @@ pub fn backfill(
     // Which texts lack a vector: hashes only, the texts are read again per batch.
     let mut live: BTreeSet<Vec<u8>> = BTreeSet::new();
     let mut missing: Vec<(Vec<u8>, Item)> = Vec::new();
+    // What the vector index is built of: each project's items and their texts' hashes.
+    let mut indexed: BTreeMap<String, Vec<(Item, Vec<u8>)>> = BTreeMap::new();
     {
         let conn = store.conn();
         let mut has =
             conn.prepare_cached("SELECT 1 FROM embeddings WHERE model = ?1 AND hash = ?2")?;
-        for item in &items {
+        for (item, project) in &items {
             let Some(text) = item_text(conn, *item)? else {
                 continue;
             };
@@ -658,6 +662,12 @@ pub fn backfill(
                 continue;
             }
             let hash = text_hash(&text);
+            if let Some(project) = project {
+                indexed
+                    .entry(project.clone())
+                    .or_default()
+                    .push((*item, hash.clone()));
+            }
             if !live.insert(hash.clone()) {
                 continue;
             }
@@ -750,13 +760,39 @@ pub fn backfill(
         })?;
     }
     report.pruned = stale.len() as u64;
+    if let Some(dims) = report.dimensions {
+        report.indexed = store_index(store, &provider.name, dims, indexed)?;
+    }
     Ok(report)
 }
 
-/// How a query's vector re-ranks the full-text candidates: each
-/// candidate scores `1 / (RRF_K + word rank)` plus `weight / (RRF_K +
-/// vector rank)`, except that the full-text `keep` best hold their places
-/// (the words' sure hits are never pushed down by a weak vector).
+/// Write the vector index of every project from the stored vectors (a
+/// project whose rows are unchanged is left as it is).
+fn store_index(
+    store: &mut Store,
+    model: &str,
+    dims: usize,
+    indexed: BTreeMap<String, Vec<(Item, Vec<u8>)>>,
+) -> Result<u64> {
+    let mut projects: BTreeMap<String, Vec<(Item, Vec<f32>)>> = BTreeMap::new();
+    for (project, rows) in indexed {
+        let mut vectors = Vec::with_capacity(rows.len());
+        for (item, hash) in rows {
+            if let Some(v) = stored_vector(store.conn(), model, &hash, dims)? {
+                vectors.push((item, v));
+            }
+        }
+        projects.insert(project, vectors);
+    }
+    store.write(|tx| vectors::store(tx, model, dims, projects))
+}
+
+/// How the vectors take part in a ranking. Each full-text candidate scores
+/// `1 / (RRF_K + word rank)` plus `weight / (RRF_K + vector rank)`; each
+/// of the project's `nearest` items by vector that the words did not find
+/// scores `only_weight / (RRF_K + vector rank)`, the vector rank taken
+/// over both together. The full-text `keep` best hold their places (the
+/// words' sure hits are never pushed down by a weak vector).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Fusion {
     /// The vector ranking's weight against the words' (1.0: equal).
@@ -765,36 +801,83 @@ pub struct Fusion {
     pub depth: usize,
     /// The full-text top that holds its places.
     pub keep: usize,
+    /// Items taken from the vector index by similarity alone (0: none).
+    pub nearest: usize,
+    /// The weight of a vector-only candidate's rank.
+    pub only_weight: f64,
 }
 
 /// The fusion mc uses: chosen on bench-search's QA and paraphrase sets so
 /// that no question kind loses recall@10 to the vectors (docs/benchmarks.md).
 pub const FUSION: Fusion = Fusion {
     weight: 1.0,
-    depth: 50,
-    keep: 0,
+    depth: 30,
+    keep: 3,
+    nearest: 20,
+    only_weight: 2.0,
 };
 
-/// Re-rank `candidates` (best first, by full text) with the query's
-/// vector, as [`FUSION`] says. `Err` carries the warning to show when no
-/// fusion could be done (the candidates are then left as they are).
-pub fn fuse(
-    conn: &Connection,
-    provider: &Provider,
-    query: &str,
-    candidates: &[Item],
-) -> std::result::Result<Fused, String> {
-    fuse_with(conn, provider, query, candidates, &FUSION)
+impl Fusion {
+    /// The fused scores of the candidates (best first by full text; their
+    /// cosines, None without a vector) and of the vector-only items (their
+    /// cosines).
+    pub fn scores(&self, candidates: &[Option<f32>], only: &[f32]) -> (Vec<f64>, Vec<f64>) {
+        // Vector ranks over both lists: (cosine, list, position); ties in list order.
+        let mut similar: Vec<(f32, usize, usize)> = candidates
+            .iter()
+            .enumerate()
+            .filter_map(|(p, c)| c.map(|c| (c, 0, p)))
+            .chain(only.iter().enumerate().map(|(p, c)| (*c, 1, p)))
+            .collect();
+        similar.sort_by(|a, b| b.0.total_cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
+        let mut words: Vec<f64> = (0..candidates.len())
+            .map(|p| 1.0 / (RRF_K + p as f64 + 1.0))
+            .collect();
+        let mut vectors = vec![0.0; only.len()];
+        for (rank, (_, list, position)) in similar.iter().enumerate() {
+            let (slot, weight) = if *list == 0 {
+                (words.get_mut(*position), self.weight)
+            } else {
+                (vectors.get_mut(*position), self.only_weight)
+            };
+            if let Some(s) = slot {
+                *s += weight / (RRF_K + rank as f64 + 1.0);
+            }
+        }
+        // The kept top: above anything fusion can give the rest, in their order.
+        let ceiling = (1.0 + self.weight.max(self.only_weight)) / (RRF_K + 1.0);
+        for (position, s) in words.iter_mut().enumerate().take(self.keep) {
+            *s = ceiling + (self.keep - position) as f64 * 1e-6;
+        }
+        (words, vectors)
+    }
 }
 
-/// [`fuse`] with another fusion (the benchmark compares them).
-pub fn fuse_with(
+/// What the vectors say of a query: the cosine of each full-text candidate
+/// (None: no vector yet), and the project's nearest items by vector alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Similar {
+    pub candidates: Vec<Option<f32>>,
+    /// Nearest first, candidates included (the caller leaves them out).
+    pub nearest: Vec<(Item, f32)>,
+    /// Candidates with no stored vector (ranked by full text alone).
+    pub without_vector: usize,
+    /// What the caller should be told (a damaged index: no vector-only candidates).
+    pub warnings: Vec<String>,
+}
+
+/// The query's vector against `candidates` (best first, by full text) and
+/// against `project`'s vector index (its `nearest` best). `Err` carries
+/// the warning to show when no vector could be had (the candidates are
+/// then ranked by full text).
+pub fn similar(
     conn: &Connection,
     provider: &Provider,
+    project: &str,
     query: &str,
     candidates: &[Item],
-    fusion: &Fusion,
-) -> std::result::Result<Fused, String> {
+    nearest: usize,
+) -> std::result::Result<Similar, String> {
     let expected = provider
         .expected_dimensions(conn)
         .map_err(|e| format!("embeddings unavailable ({e}); ranked by full text only"))?;
@@ -810,45 +893,71 @@ pub fn fuse_with(
         .into_iter()
         .next()
         .unwrap_or_default();
-    let mut similar: Vec<(f32, usize)> = Vec::new();
+    let q = vectors::Query::new(&query_vector);
+    let mut warnings = Vec::new();
+    let index = match provider.index.get(conn, &provider.name, project) {
+        Ok(Some(Ok(index))) if index.dimensions == dims => Some(index),
+        Ok(None) => {
+            if nearest > 0 {
+                warnings.push(
+                    "no vector index of this project yet (run `mc-search index --embeddings`); \
+                     no candidates by meaning alone"
+                        .to_string(),
+                );
+            }
+            None
+        }
+        Ok(Some(Ok(_))) => {
+            warnings.push(format!(
+                "the vector index of {} is of another length (run `mc-search index \
+                 --embeddings`); no candidates by meaning alone",
+                provider.name
+            ));
+            None
+        }
+        Ok(Some(Err(why))) => {
+            warnings.push(format!(
+                "the vector index of {} is damaged ({why}; run `mc-search index \
+                 --embeddings`); no candidates by meaning alone",
+                provider.name
+            ));
+            None
+        }
+        Err(e) => {
+            warnings.push(format!(
+                "the vector index of {} cannot be read ({e}); no candidates by meaning alone",
+                provider.name
+            ));
+            None
+        }
+    };
     let mut without = 0;
-    for (position, item) in candidates.iter().enumerate() {
-        let vector = item_text(conn, *item).ok().flatten().and_then(|t| {
-            stored_vector(conn, &provider.name, &text_hash(&t), dims)
-                .ok()
-                .flatten()
-        });
-        match vector {
-            Some(v) => similar.push((cosine(&query_vector, &v), position)),
-            None => without += 1,
-        }
-    }
-    similar.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    let mut scores: Vec<f64> = (0..candidates.len())
-        .map(|p| 1.0 / (RRF_K + p as f64 + 1.0))
+    let cosines = candidates
+        .iter()
+        .map(|item| {
+            let indexed = index.as_ref().and_then(|i| i.cosine(*item, &q));
+            let c = indexed.or_else(|| {
+                // Not indexed yet (newer than the last backfill's index): its stored vector.
+                let text = item_text(conn, *item).ok().flatten()?;
+                let v = stored_vector(conn, &provider.name, &text_hash(&text), dims)
+                    .ok()
+                    .flatten()?;
+                Some(cosine(&query_vector, &v))
+            });
+            without += usize::from(c.is_none());
+            c
+        })
         .collect();
-    for (rank, (_, position)) in similar.iter().enumerate() {
-        if let Some(s) = scores.get_mut(*position) {
-            *s += fusion.weight / (RRF_K + rank as f64 + 1.0);
-        }
-    }
-    // The kept top: above anything fusion can give the rest, in their order.
-    let ceiling = (1.0 + fusion.weight) / (RRF_K + 1.0);
-    for (position, s) in scores.iter_mut().enumerate().take(fusion.keep) {
-        *s = ceiling + (fusion.keep - position) as f64 * 1e-6;
-    }
-    Ok(Fused {
-        scores,
+    let nearest = match &index {
+        Some(index) if nearest > 0 => index.nearest(&q, nearest),
+        _ => Vec::new(),
+    };
+    Ok(Similar {
+        candidates: cosines,
+        nearest,
         without_vector: without,
+        warnings,
     })
-}
-
-/// Fused scores, one per candidate in the order given.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Fused {
-    pub scores: Vec<f64>,
-    /// Candidates with no stored vector (ranked by full text alone).
-    pub without_vector: usize,
 }
 
 #[cfg(test)]

@@ -285,9 +285,9 @@ pub struct Searched {
     pub warnings: Vec<String>,
 }
 
-/// [`search`], re-ranked with `embeddings` when given: reciprocal rank
-/// fusion of the full-text ranking and the cosine of each candidate's
-/// stored vector to the query's ([`embed::FUSION`]). Any trouble with the
+/// [`search`], ranked with `embeddings` when given: the full-text
+/// candidates and the project's items nearest the query by vector alone,
+/// by reciprocal rank fusion ([`embed::FUSION`]). Any trouble with the
 /// embeddings (model missing, endpoint down, slow, wrong answer, nothing
 /// stored yet) leaves the full-text ranking and says so in `warnings`.
 pub fn search_with(
@@ -312,26 +312,51 @@ pub fn search_fused(
     } else {
         (limit * 3).max(10)
     };
-    let mut hits = candidates(conn, request, per_source as i64)?;
+    let (scope, wanted) = scope_of(conn, request, per_source as i64)?;
+    let mut hits = candidates(conn, &scope, &wanted)?;
     let mut warnings = Vec::new();
-    if let Some(provider) = embeddings
-        && !hits.is_empty()
-    {
+    if let Some(provider) = embeddings {
         let items: Vec<Item> = hits.iter().map(|h| h.item).collect();
-        match embed::fuse_with(conn, provider, request.text, &items, fusion) {
-            Ok(fused) => {
-                for (hit, s) in hits.iter_mut().zip(&fused.scores) {
-                    // Scaled so the best possible is 2 (first in both), rounded
-                    // so the printed score is the compared one.
-                    hit.score = (s * (embed::RRF_K + 1.0) * 10_000.0).round() / 10_000.0;
+        match embed::similar(
+            conn,
+            provider,
+            request.project,
+            request.text,
+            &items,
+            fusion.nearest,
+        ) {
+            Ok(similar) => {
+                warnings.extend(similar.warnings);
+                let found: std::collections::BTreeSet<Item> = items.iter().copied().collect();
+                let mut only = Vec::new();
+                let mut only_cosines = Vec::new();
+                for (item, c) in similar.nearest {
+                    if found.contains(&item) {
+                        continue;
+                    }
+                    if let Some(hit) = item_hit(conn, &scope, &wanted, item)? {
+                        only.push(hit);
+                        only_cosines.push(c);
+                    }
                 }
-                // Stable: equal fused scores keep the full-text order.
+                let (words, vectors) = fusion.scores(&similar.candidates, &only_cosines);
+                // Scaled so the best possible is 2 (first in both), rounded
+                // so the printed score is the compared one.
+                let scaled = |s: &f64| (s * (embed::RRF_K + 1.0) * 10_000.0).round() / 10_000.0;
+                for (hit, s) in hits.iter_mut().zip(&words) {
+                    hit.score = scaled(s);
+                }
+                for (hit, s) in only.iter_mut().zip(&vectors) {
+                    hit.score = scaled(s);
+                }
+                hits.extend(only);
+                // Stable: equal fused scores keep the full-text order, words first.
                 hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-                if fused.without_vector > 0 {
+                if similar.without_vector > 0 {
                     warnings.push(format!(
                         "{} of {} candidates have no embedding yet (run `mc-search index \
                          --embeddings`); they are ranked by full text alone",
-                        fused.without_vector,
+                        similar.without_vector,
                         items.len()
                     ));
                 }
@@ -343,9 +368,13 @@ pub fn search_fused(
     Ok(Searched { hits, warnings })
 }
 
-/// Every source's best `per_source` hits, in one list best first (not cut
-/// to the limit).
-fn candidates(conn: &Connection, request: &Request<'_>, per_source: i64) -> Result<Vec<Hit>> {
+/// The request as every source's search takes it, and the sources it wants
+/// (all when empty; memories and commits only project-wide).
+fn scope_of<'a>(
+    conn: &Connection,
+    request: &Request<'a>,
+    per_source: i64,
+) -> Result<(Scope<'a>, Vec<Source>)> {
     let expression = fts_expression(request.text)
         .ok_or_else(|| Error::input("a query needs at least one word to look for"))?;
     let mut wanted = Vec::new();
@@ -377,18 +406,25 @@ fn candidates(conn: &Connection, request: &Request<'_>, per_source: i64) -> Resu
     // Memories and commits belong to the project, not to a session: a
     // session or harness filter leaves them out.
     let project_wide = session_id.is_none() && harness.is_none();
+    let wanted = Source::ALL
+        .into_iter()
+        .filter(|s| wanted.is_empty() || wanted.contains(s))
+        .filter(|s| project_wide || !matches!(s, Source::Memory | Source::Commit))
+        .collect();
+    Ok((scope, wanted))
+}
+
+/// Every wanted source's best `per_source` hits, in one list best first
+/// (not cut to the limit).
+fn candidates(conn: &Connection, scope: &Scope<'_>, wanted: &[Source]) -> Result<Vec<Hit>> {
     let mut hits = Vec::new();
-    for source in Source::ALL {
-        if !(wanted.is_empty() || wanted.contains(&source)) {
-            continue;
-        }
+    for source in wanted {
         match source {
-            Source::Memory if project_wide => hits.extend(memory_hits(conn, &scope)?),
-            Source::Note => hits.extend(note_hits(conn, &scope)?),
-            Source::Compartment => hits.extend(compartment_hits(conn, &scope)?),
-            Source::Message => hits.extend(message_source_hits(conn, &scope)?),
-            Source::Commit if project_wide => hits.extend(commit_source_hits(conn, &scope)?),
-            Source::Memory | Source::Commit => {}
+            Source::Memory => hits.extend(memory_hits(conn, scope)?),
+            Source::Note => hits.extend(note_hits(conn, scope)?),
+            Source::Compartment => hits.extend(compartment_hits(conn, scope)?),
+            Source::Message => hits.extend(message_source_hits(conn, scope)?),
+            Source::Commit => hits.extend(commit_source_hits(conn, scope)?),
         }
     }
     // Highest score first; ties keep source order, then the lower id.
@@ -582,31 +618,35 @@ fn message_source_hits(conn: &Connection, scope: &Scope<'_>) -> Result<Vec<Hit>>
         &scope.seen,
         scope.per_source as usize,
     )?;
-    let mut hits = Vec::new();
-    for (rank, m) in found.into_iter().enumerate() {
-        let what = match (m.kind.as_str(), &m.tool_name) {
-            ("tool", Some(name)) => format!("tool {name}, "),
-            _ => String::new(),
-        };
-        let tag_text = m.tag.map(|t| format!(" §{t}§")).unwrap_or_default();
-        let content: String = conn
-            .prepare_cached("SELECT content FROM raw_parts WHERE id = ?1")?
-            .query_row(params![m.id], |r| r.get(0))?;
-        hits.push(Hit {
-            source: Source::Message,
-            reference: format!("{what}message {}{tag_text}", m.ordinal),
-            id: m.id,
-            session_id: Some(m.session_id),
-            category: None,
-            ordinal: Some(m.ordinal),
-            tag: m.tag,
-            commit: None,
-            score: Source::Message.score(rank),
-            snippet: snippet(&content, scope.text, 220),
-            item: Item::Message(m.id),
-        });
-    }
-    Ok(hits)
+    found
+        .into_iter()
+        .enumerate()
+        .map(|(rank, m)| message_hit(conn, m, scope.text, rank))
+        .collect()
+}
+
+fn message_hit(conn: &Connection, m: MessageHit, text: &str, rank: usize) -> Result<Hit> {
+    let what = match (m.kind.as_str(), &m.tool_name) {
+        ("tool", Some(name)) => format!("tool {name}, "),
+        _ => String::new(),
+    };
+    let tag_text = m.tag.map(|t| format!(" §{t}§")).unwrap_or_default();
+    let content: String = conn
+        .prepare_cached("SELECT content FROM raw_parts WHERE id = ?1")?
+        .query_row(params![m.id], |r| r.get(0))?;
+    Ok(Hit {
+        source: Source::Message,
+        reference: format!("{what}message {}{tag_text}", m.ordinal),
+        id: m.id,
+        session_id: Some(m.session_id),
+        category: None,
+        ordinal: Some(m.ordinal),
+        tag: m.tag,
+        commit: None,
+        score: Source::Message.score(rank),
+        snippet: snippet(&content, text, 220),
+        item: Item::Message(m.id),
+    })
 }
 
 /// The project's indexed commits that match, best first.
@@ -620,45 +660,179 @@ fn commit_source_hits(conn: &Connection, scope: &Scope<'_>) -> Result<Vec<Hit>> 
         filter.until,
         scope.per_source,
     )?;
-    let mut hits = Vec::new();
-    for (rank, c) in found.into_iter().enumerate() {
-        let day = jiff::Timestamp::from_millisecond(c.committed_ms)
-            .map(|t| t.strftime("%Y-%m-%d").to_string())
-            .unwrap_or_default();
-        let mut text = c.subject.clone();
-        if !c.body.is_empty() {
-            text.push_str(" — ");
-            text.push_str(&c.body);
-        }
-        let mut shown = snippet(&text, scope.text, 180);
-        if !c.paths.is_empty() {
-            let paths: Vec<&str> = c.paths.lines().take(4).collect();
-            let more = c.paths.lines().count().saturating_sub(paths.len());
-            shown.push_str(&format!(
-                " [{}{}]",
-                paths.join(", "),
-                if more > 0 {
-                    format!(" +{more}")
-                } else {
-                    String::new()
-                }
-            ));
-        }
-        hits.push(Hit {
-            source: Source::Commit,
-            reference: format!("commit {} ({day})", c.short_hash),
-            id: c.id,
-            session_id: None,
-            category: None,
-            ordinal: None,
-            tag: None,
-            commit: Some(c.hash),
-            score: Source::Commit.score(rank),
-            snippet: shown,
-            item: Item::Commit(c.id),
-        });
+    Ok(found
+        .into_iter()
+        .enumerate()
+        .map(|(rank, c)| commit_hit(c, scope.text, rank))
+        .collect())
+}
+
+fn commit_hit(c: CommitRow, text_asked: &str, rank: usize) -> Hit {
+    let day = jiff::Timestamp::from_millisecond(c.committed_ms)
+        .map(|t| t.strftime("%Y-%m-%d").to_string())
+        .unwrap_or_default();
+    let mut text = c.subject.clone();
+    if !c.body.is_empty() {
+        text.push_str(" — ");
+        text.push_str(&c.body);
     }
-    Ok(hits)
+    let mut shown = snippet(&text, text_asked, 180);
+    if !c.paths.is_empty() {
+        let paths: Vec<&str> = c.paths.lines().take(4).collect();
+        let more = c.paths.lines().count().saturating_sub(paths.len());
+        shown.push_str(&format!(
+            " [{}{}]",
+            paths.join(", "),
+            if more > 0 {
+                format!(" +{more}")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    Hit {
+        source: Source::Commit,
+        reference: format!("commit {} ({day})", c.short_hash),
+        id: c.id,
+        session_id: None,
+        category: None,
+        ordinal: None,
+        tag: None,
+        commit: Some(c.hash),
+        score: Source::Commit.score(rank),
+        snippet: shown,
+        item: Item::Commit(c.id),
+    }
+}
+
+/// `item` as a hit of the request (`wanted` its sources), when it passes
+/// its filters: what a vector found that the words did not. Its score is
+/// the caller's to set.
+fn item_hit(
+    conn: &Connection,
+    scope: &Scope<'_>,
+    wanted: &[Source],
+    item: Item,
+) -> Result<Option<Hit>> {
+    let filter = &scope.filter;
+    let wants = |s: Source| wanted.contains(&s);
+    let hit = match item {
+        Item::Memory(id) if wants(Source::Memory) && !scope.seen.memory_ids.contains(&id) => conn
+            .prepare_cached(
+                "SELECT category, content FROM memories WHERE id = ?1 AND project = ?2
+                   AND status IN ('active', 'permanent') AND created_ms >= ?3 AND created_ms < ?4",
+            )?
+            .query_row(params![id, filter.project, filter.since, filter.until], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .optional()?
+            .map(|(category, content)| Hit {
+                source: Source::Memory,
+                reference: format!("#{id}"),
+                id,
+                session_id: None,
+                category: Some(category),
+                ordinal: None,
+                tag: None,
+                commit: None,
+                score: 0.0,
+                snippet: preview(&content, 220),
+                item,
+            }),
+        Item::Note(id) if wants(Source::Note) => conn
+            .prepare_cached(
+                "SELECT s.session_id, n.content FROM notes n JOIN sessions s ON s.id = n.session
+                 WHERE n.id = ?1 AND n.project = ?2
+                   AND (?3 IS NULL OR s.harness = ?3) AND (?4 IS NULL OR s.session_id = ?4)
+                   AND n.created_ms >= ?5 AND n.created_ms < ?6",
+            )?
+            .query_row(
+                params![id, filter.project, filter.harness, filter.session_id, filter.since, filter.until],
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+            )
+            .optional()?
+            .map(|(session_id, content)| Hit {
+                source: Source::Note,
+                reference: format!("#{id}"),
+                id,
+                session_id: Some(session_id),
+                category: None,
+                ordinal: None,
+                tag: None,
+                commit: None,
+                score: 0.0,
+                snippet: snippet(&content, scope.text, 220),
+                item,
+            }),
+        Item::Compartment(session, sequence) if wants(Source::Compartment) => conn
+            .prepare_cached(
+                "SELECT s.session_id, c.title, c.p2, c.start_ordinal, c.end_ordinal
+                 FROM compartments c JOIN sessions s ON s.id = c.session
+                 WHERE c.session = ?1 AND c.sequence = ?2 AND s.project_identity = ?3
+                   AND (?4 IS NULL OR s.harness = ?4) AND (?5 IS NULL OR s.session_id = ?5)
+                   AND coalesce(c.end_ms, c.created_ms) >= ?6 AND coalesce(c.start_ms, c.created_ms) < ?7",
+            )?
+            .query_row(
+                params![
+                    session,
+                    sequence,
+                    filter.project,
+                    filter.harness,
+                    filter.session_id,
+                    filter.since,
+                    filter.until
+                ],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, i64>(3)?,
+                        r.get::<_, i64>(4)?,
+                    ))
+                },
+            )
+            .optional()?
+            .map(|(session_id, title, body, start, end)| Hit {
+                source: Source::Compartment,
+                reference: format!("c{sequence} (messages {start}-{end})"),
+                id: sequence,
+                session_id: Some(session_id),
+                category: None,
+                ordinal: None,
+                tag: None,
+                commit: None,
+                score: 0.0,
+                snippet: preview(&format!("{title}: {body}"), 220),
+                item,
+            }),
+        Item::Message(id) if wants(Source::Message) => {
+            match message_row(conn, id, filter, &scope.seen, &mut Sessions::new())? {
+                Some(m) => Some(message_hit(conn, m, scope.text, 0)?),
+                None => None,
+            }
+        }
+        Item::Commit(id) if wants(Source::Commit) => conn
+            .prepare_cached(
+                "SELECT id, hash, short_hash, subject, body, paths, committed_ms FROM git_commits
+                 WHERE id = ?1 AND project = ?2 AND committed_ms >= ?3 AND committed_ms < ?4",
+            )?
+            .query_row(params![id, filter.project, filter.since, filter.until], |r| {
+                Ok(CommitRow {
+                    id: r.get(0)?,
+                    hash: r.get(1)?,
+                    short_hash: r.get(2)?,
+                    subject: r.get(3)?,
+                    body: r.get(4)?,
+                    paths: r.get(5)?,
+                    committed_ms: r.get(6)?,
+                })
+            })
+            .optional()?
+            .map(|c| commit_hit(c, scope.text, 0)),
+        _ => None,
+    };
+    Ok(hit)
 }
 
 /// A commit hit as read from `git_commits`.
@@ -740,6 +914,7 @@ struct MessageFilter<'a> {
 /// A message hit before its content is read.
 struct MessageHit {
     id: i64,
+    session: i64,
     session_id: String,
     ordinal: i64,
     tag: Option<i64>,
@@ -768,8 +943,7 @@ fn message_hits(
     seen: &Visible,
     want: usize,
 ) -> Result<Vec<MessageHit>> {
-    let mut sessions: std::collections::BTreeMap<i64, Option<(String, String, Option<String>)>> =
-        std::collections::BTreeMap::new();
+    let mut sessions = Sessions::new();
     let mut kept: Vec<(f64, i64, i64, MessageHit)> = Vec::new();
     let mut offset = 0;
     loop {
@@ -785,81 +959,9 @@ fn message_hits(
         let full = page.len() as i64 == page_size(want as i64);
         offset += page_size(want as i64);
         for (id, rank) in page {
-            let Some((session, ordinal, identity, kind, tool_name)) = conn
-                .prepare_cached(
-                    "SELECT session, ordinal, identity, kind, tool_name FROM raw_parts WHERE id = ?1",
-                )?
-                .query_row(params![id], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, String>(3)?,
-                        r.get::<_, Option<String>>(4)?,
-                    ))
-                })
-                .optional()?
-            else {
-                continue;
-            };
-            if let std::collections::btree_map::Entry::Vacant(slot) = sessions.entry(session) {
-                let row = conn
-                    .prepare_cached(
-                        "SELECT harness, session_id, project_identity FROM sessions WHERE id = ?1",
-                    )?
-                    .query_row(params![session], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                    .optional()?;
-                slot.insert(row);
+            if let Some(hit) = message_row(conn, id, filter, seen, &mut sessions)? {
+                kept.push((rank, hit.session, hit.ordinal, hit));
             }
-            let Some(Some((harness, session_id, project))) = sessions.get(&session) else {
-                continue;
-            };
-            if project.as_deref() != Some(filter.project)
-                || filter.harness.is_some_and(|h| h != harness)
-                || filter.session_id.is_some_and(|s| s != session_id)
-            {
-                continue;
-            }
-            if filter.since != i64::MIN || filter.until != i64::MAX {
-                let at: Option<i64> = conn
-                    .prepare_cached(
-                        "SELECT created_ms FROM messages WHERE session = ?1 AND ordinal = ?2",
-                    )?
-                    .query_row(params![session, ordinal], |r| r.get(0))
-                    .optional()?
-                    .flatten();
-                let at = at.unwrap_or(0);
-                if at < filter.since || at >= filter.until {
-                    continue;
-                }
-            }
-            let (tag, status): (Option<i64>, Option<String>) = conn
-                .prepare_cached(
-                    "SELECT number, status FROM tags WHERE session = ?1 AND identity = ?2",
-                )?
-                .query_row(params![session, identity], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?
-                .map_or((None, None), |(n, s)| (Some(n), Some(s)));
-            // Still on the wire for the asking session: it sees this already.
-            if seen.session == Some(session)
-                && seen.boundary.is_some_and(|b| ordinal > b)
-                && status.as_deref() != Some("dropped")
-            {
-                continue;
-            }
-            kept.push((
-                rank,
-                session,
-                ordinal,
-                MessageHit {
-                    id,
-                    session_id: session_id.clone(),
-                    ordinal,
-                    tag,
-                    kind,
-                    tool_name,
-                },
-            ));
         }
         if kept.len() >= want || !full {
             break;
@@ -871,6 +973,87 @@ fn message_hits(
             .then_with(|| b.2.cmp(&a.2))
     });
     Ok(kept.into_iter().take(want).map(|(.., hit)| hit).collect())
+}
+
+/// The sessions a search has read: (harness, session id, project).
+type Sessions = std::collections::BTreeMap<i64, Option<(String, String, Option<String>)>>;
+
+/// Raw part `id` as a hit, when it passes the filter and the asking session
+/// does not have it on the wire.
+fn message_row(
+    conn: &Connection,
+    id: i64,
+    filter: &MessageFilter<'_>,
+    seen: &Visible,
+    sessions: &mut Sessions,
+) -> Result<Option<MessageHit>> {
+    let Some((session, ordinal, identity, kind, tool_name)) = conn
+        .prepare_cached(
+            "SELECT session, ordinal, identity, kind, tool_name FROM raw_parts WHERE id = ?1",
+        )?
+        .query_row(params![id], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, Option<String>>(4)?,
+            ))
+        })
+        .optional()?
+    else {
+        return Ok(None);
+    };
+    if let std::collections::btree_map::Entry::Vacant(slot) = sessions.entry(session) {
+        let row = conn
+            .prepare_cached(
+                "SELECT harness, session_id, project_identity FROM sessions WHERE id = ?1",
+            )?
+            .query_row(params![session], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?;
+        slot.insert(row);
+    }
+    let Some(Some((harness, session_id, project))) = sessions.get(&session) else {
+        return Ok(None);
+    };
+    if project.as_deref() != Some(filter.project)
+        || filter.harness.is_some_and(|h| h != harness)
+        || filter.session_id.is_some_and(|s| s != session_id)
+    {
+        return Ok(None);
+    }
+    if filter.since != i64::MIN || filter.until != i64::MAX {
+        let at: Option<i64> = conn
+            .prepare_cached("SELECT created_ms FROM messages WHERE session = ?1 AND ordinal = ?2")?
+            .query_row(params![session, ordinal], |r| r.get(0))
+            .optional()?
+            .flatten();
+        let at = at.unwrap_or(0);
+        if at < filter.since || at >= filter.until {
+            return Ok(None);
+        }
+    }
+    let (tag, status): (Option<i64>, Option<String>) = conn
+        .prepare_cached("SELECT number, status FROM tags WHERE session = ?1 AND identity = ?2")?
+        .query_row(params![session, identity], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .map_or((None, None), |(n, s)| (Some(n), Some(s)));
+    // Still on the wire for the asking session: it sees this already.
+    if seen.session == Some(session)
+        && seen.boundary.is_some_and(|b| ordinal > b)
+        && status.as_deref() != Some("dropped")
+    {
+        return Ok(None);
+    }
+    Ok(Some(MessageHit {
+        id,
+        session,
+        session_id: session_id.clone(),
+        ordinal,
+        tag,
+        kind,
+        tool_name,
+    }))
 }
 
 #[cfg(test)]

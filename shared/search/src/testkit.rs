@@ -98,6 +98,7 @@ impl Fake {
             timeout: Duration::from_secs(5),
             query_timeout: Duration::from_millis(300),
             retries: 2,
+            index: Default::default(),
         }
     }
 

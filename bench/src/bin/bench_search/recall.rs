@@ -93,16 +93,20 @@ impl Tally {
 pub type Models = Vec<(String, embed::Provider)>;
 
 /// Fusions compared on each set: (weight of the vector rank, candidates
-/// per source, full-text top kept in place).
-const FUSIONS: [(f64, usize, usize); 8] = [
-    (1.0, 50, 0),
-    (0.5, 50, 0),
-    (0.5, 50, 3),
-    (1.0, 50, 3),
-    (1.0, 100, 3),
-    (1.0, 200, 3),
-    (2.0, 200, 3),
-    (1.0, 200, 5),
+/// per source, full-text top kept in place, vector-only candidates taken
+/// from the index, their weight). The first is the hybrid before vector-only
+/// candidates (re-ranking alone).
+const FUSIONS: [(f64, usize, usize, usize, f64); 10] = [
+    (1.0, 50, 0, 0, 0.0),
+    (1.0, 50, 0, 20, 1.0),
+    (1.0, 50, 0, 20, 2.0),
+    (1.0, 50, 3, 20, 2.0),
+    (1.0, 30, 3, 20, 2.0),
+    (1.0, 50, 3, 10, 2.0),
+    (1.0, 50, 3, 50, 2.0),
+    (1.0, 50, 3, 20, 3.0),
+    (1.0, 50, 5, 20, 2.0),
+    (1.0, 50, 3, 20, 1.5),
 ];
 
 /// Recall on the QA set and the paraphrase set, full text against hybrid
@@ -125,6 +129,7 @@ pub fn run(work: &Path, turns: usize, embed_url: Option<&str>, local: Option<&Pa
                 timeout: std::time::Duration::from_secs(60),
                 query_timeout: std::time::Duration::from_secs(5),
                 retries: 0,
+                index: Default::default(),
             },
         ));
     }
@@ -153,6 +158,7 @@ pub fn run(work: &Path, turns: usize, embed_url: Option<&str>, local: Option<&Pa
                 timeout: std::time::Duration::from_secs(60),
                 query_timeout: std::time::Duration::from_secs(5),
                 retries: 3,
+                index: Default::default(),
             },
         ));
     }
@@ -285,11 +291,13 @@ fn recall_set(
             report.embedded as f64 / elapsed.max(1e-9),
             report.dimensions.unwrap_or(0)
         );
-        for (weight, depth, keep) in FUSIONS {
+        for (weight, depth, keep, nearest, only_weight) in FUSIONS {
             let fusion = embed::Fusion {
                 weight,
                 depth,
                 keep,
+                nearest,
+                only_weight,
             };
             let mut hybrid = Tally::default();
             let mut times = Vec::new();
@@ -314,27 +322,21 @@ fn recall_set(
                     super::ms(super::percentile(&plain_times, 50))
                 );
             }
-            tallies.push((format!("{label} w{weight} d{depth} k{keep}{mark}"), hybrid));
+            tallies.push((
+                format!("{label} w{weight} d{depth} k{keep} n{nearest} o{only_weight}{mark}"),
+                hybrid,
+            ));
         }
-        vector_only(
-            &store,
-            provider,
-            label,
-            questions,
-            &evidence,
-            &request,
-            &mut tallies,
-        )?;
     }
 
     println!("\nevidence recall@5 / @10 by question kind ({set}):");
-    print!("{:<44}", "ranking");
+    print!("{:<58}", "ranking");
     for kind in kinds {
         print!(" {:>12}", kind);
     }
     println!(" {:>12}", "all");
     for (name, t) in &tallies {
-        print!("{name:<44}");
+        print!("{name:<58}");
         for kind in kinds {
             print!(" {:>12}", t.cell(Some(kind)));
         }
@@ -348,73 +350,6 @@ fn recall_set(
         compare_tokenizers(&mut store, questions, &evidence, kinds)?;
     }
     Ok((store, identity))
-}
-
-/// An experiment, not in mc: the messages whose vectors are nearest the
-/// query's (brute force over all of them), `v` of them in the last places
-/// of the fused top 10.
-fn vector_only<'a>(
-    store: &Store,
-    provider: &embed::Provider,
-    label: &str,
-    questions: &[qa::Question],
-    evidence: &[Vec<i64>],
-    request: &dyn Fn(&'static str) -> query::Request<'a>,
-    tallies: &mut Vec<(String, Tally)>,
-) -> Result<()> {
-    let dims = provider.dimensions.unwrap_or(256);
-    let ids: Vec<i64> = store
-        .conn()
-        .prepare("SELECT id FROM raw_parts WHERE kind != 'file'")
-        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
-        .map_err(err("message ids"))?;
-    let mut vectors: Vec<(i64, Vec<f32>)> = Vec::new();
-    for id in ids {
-        let text = embed::item_text(store.conn(), embed::Item::Message(id))
-            .map_err(err("a text"))?
-            .unwrap_or_default();
-        if let Some(v) =
-            embed::stored_vector(store.conn(), &provider.name, &embed::text_hash(&text), dims)
-                .map_err(err("a vector"))?
-        {
-            vectors.push((id, v));
-        }
-    }
-    for v in [2usize, 3, 5] {
-        let mut tally = Tally::default();
-        for (q, ev) in questions.iter().zip(evidence) {
-            let answer = query::search_with(store.conn(), &request(q.text), Some(provider))
-                .map_err(err("the hybrid query"))?;
-            let fused: Vec<i64> = answer
-                .hits
-                .iter()
-                .filter(|h| h.source == query::Source::Message)
-                .map(|h| h.id)
-                .collect();
-            let qv = provider
-                .embed(&[q.text], Some(dims), std::time::Duration::from_secs(5))
-                .map_err(|e| e.to_string())?
-                .pop()
-                .unwrap_or_default();
-            let mut near: Vec<(f32, i64)> = vectors
-                .iter()
-                .map(|(id, x)| (embed::cosine(&qv, x), *id))
-                .collect();
-            near.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-            let mut ranked: Vec<i64> = fused.iter().take(10 - v).copied().collect();
-            for (_, id) in near {
-                if ranked.len() >= 10 {
-                    break;
-                }
-                if !ranked.contains(&id) {
-                    ranked.push(id);
-                }
-            }
-            tally.add(q.kind, ev, &ranked);
-        }
-        tallies.push((format!("{label} + {v} vector-only (experiment)"), tally));
-    }
-    Ok(())
 }
 
 /// Recall of bare `ORDER BY rank` over indexes built with each tokenizer.

@@ -27,6 +27,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0012_todo_state.sql"),
     include_str!("migrations/0013_calls.sql"),
     include_str!("migrations/0014_recall_hints.sql"),
+    include_str!("migrations/0015_vector_index.sql"),
 ];
 
 /// The newest schema version this build understands (the fence).

@@ -46,6 +46,22 @@ fn hybrid(store: &Store, provider: &Provider, words: &str) -> query::Searched {
     .unwrap()
 }
 
+/// [`hybrid`] with none of the full-text top held in place.
+fn reranked(store: &Store, provider: &Provider, words: &str) -> query::Searched {
+    query::search_fused(
+        store.conn(),
+        &query::Request {
+            project: PROJECT,
+            text: words,
+            limit: 10,
+            ..query::Request::default()
+        },
+        Some(provider),
+        &Fusion { keep: 0, ..FUSION },
+    )
+    .unwrap()
+}
+
 fn contents(s: &query::Searched) -> Vec<String> {
     s.hits.iter().map(|h| h.snippet.clone()).collect()
 }
@@ -245,7 +261,12 @@ fn hybrid_search_fuses_full_text_and_cosine_and_falls_back_with_a_warning() {
     );
 
     backfill(&mut store, &provider, &mut |_, _| {}, &no_sleep).unwrap();
-    let fused = hybrid(&store, &provider, "car");
+    // mc's fusion holds the words' top 3 in place.
+    let held = hybrid(&store, &provider, "car");
+    assert!(held.warnings.is_empty(), "{:?}", held.warnings);
+    assert_eq!(contents(&held), bm25);
+    // Holding none, the vectors re-rank them.
+    let fused = reranked(&store, &provider, "car");
     assert!(fused.warnings.is_empty(), "{:?}", fused.warnings);
     assert_eq!(
         fused.hits[0].snippet,
@@ -255,12 +276,20 @@ fn hybrid_search_fuses_full_text_and_cosine_and_falls_back_with_a_warning() {
     );
     assert!(fused.hits[0].score > fused.hits[1].score);
 
-    // A memory edited since the backfill has no vector for its new text: it
-    // is ranked by full text alone, and the warning says how many.
-    memory::update(&mut store, PROJECT, 1, "car insurance form due", T0).unwrap();
-    let partial = hybrid(&store, &provider, "car");
+    // A memory written since the backfill has no vector yet: it is ranked
+    // by full text alone, and the warning says how many.
+    memory::write(
+        &mut store,
+        PROJECT,
+        "NAMING",
+        "car insurance form due",
+        "user",
+        T0,
+    )
+    .unwrap();
+    let partial = reranked(&store, &provider, "car");
     assert!(
-        partial.warnings[0].starts_with("1 of 3 candidates have no embedding"),
+        partial.warnings[0].starts_with("1 of 4 candidates have no embedding"),
         "{:?}",
         partial.warnings
     );
@@ -327,6 +356,7 @@ fn local_provider(dir: std::path::PathBuf) -> Provider {
         timeout: Duration::from_secs(5),
         query_timeout: Duration::from_secs(5),
         retries: 0,
+        index: Default::default(),
     }
 }
 
@@ -384,6 +414,137 @@ fn the_local_model_backfills_and_ranks_in_process_and_a_damaged_one_falls_back()
     let err = backfill(&mut store, &damaged, &mut |_, _| {}, &no_sleep).unwrap_err();
     assert!(err.to_string().contains("cut short"), "{err}");
     assert_eq!(vectors(&store), 3);
+}
+
+#[test]
+fn vectors_bring_candidates_the_words_did_not_find_within_the_request_s_filters() {
+    let mut store = store_with(&[
+        "MSRV is pinned at 1.85 in Cargo.toml; CI checks it on every push.",
+        "Settle the release checklist with the team on Fridays.",
+        "The night theme uses a slate background with amber accents.",
+    ]);
+    // Another project's memory of the same meaning, which must stay invisible.
+    memory::write(
+        &mut store,
+        "git:other",
+        "NAMING",
+        "MSRV is pinned at 1.80 there.",
+        "user",
+        T0,
+    )
+    .unwrap();
+    let provider = local_provider(crate::testkit::test_model());
+    let words = "minimum Rust toolchain";
+    let plain = query::search(
+        store.conn(),
+        &query::Request {
+            project: PROJECT,
+            text: words,
+            limit: 10,
+            ..query::Request::default()
+        },
+    )
+    .unwrap();
+    assert!(plain.is_empty(), "no word in common: {plain:?}");
+    // Before any backfill there is no index: the words' answer, and why.
+    let before = hybrid(&store, &provider, words);
+    assert!(before.hits.is_empty());
+    assert!(before.warnings[0].contains("mc-search index --embeddings"));
+
+    let report = backfill(&mut store, &provider, &mut |_, _| {}, &no_sleep).unwrap();
+    assert_eq!(
+        report.indexed, 4,
+        "three rows of this project, one of the other"
+    );
+    // Each question finds the memory it means first, though no word is shared.
+    for (question, meant) in [
+        ("dark mode colours", "The night theme"),
+        (
+            "weekly meeting about shipping",
+            "Settle the release checklist",
+        ),
+        (words, "MSRV is pinned at 1.85"),
+    ] {
+        let found = hybrid(&store, &provider, question);
+        assert!(found.warnings.is_empty(), "{:?}", found.warnings);
+        assert!(
+            found.hits[0].snippet.starts_with(meant),
+            "{question}: {:?}",
+            contents(&found)
+        );
+    }
+    let found = hybrid(&store, &provider, words);
+    assert!(
+        found.hits.iter().all(|h| !h.snippet.contains("1.80")),
+        "another project's memory: {:?}",
+        contents(&found)
+    );
+    assert!(found.hits.windows(2).all(|w| w[0].score >= w[1].score));
+    // The request's filters hold for them: other sources, archived memories.
+    let messages_only = query::search_with(
+        store.conn(),
+        &query::Request {
+            project: PROJECT,
+            text: words,
+            sources: &["message".to_string()],
+            limit: 10,
+            ..query::Request::default()
+        },
+        Some(&provider),
+    )
+    .unwrap();
+    assert!(messages_only.hits.is_empty(), "{:?}", messages_only.hits);
+    memory::archive(&mut store, PROJECT, found.hits[0].id, None, T0).unwrap();
+    let after = hybrid(&store, &provider, words);
+    assert!(
+        after.hits.iter().all(|h| h.id != found.hits[0].id),
+        "an archived memory: {:?}",
+        contents(&after)
+    );
+    // A second backfill with nothing new rewrites no index row; the answer is the same.
+    let again = backfill(&mut store, &provider, &mut |_, _| {}, &no_sleep).unwrap();
+    assert_eq!(
+        (again.embedded, again.indexed),
+        (0, 2),
+        "the archive changed this project"
+    );
+    let third = backfill(&mut store, &provider, &mut |_, _| {}, &no_sleep).unwrap();
+    assert_eq!(third.indexed, 0);
+    assert_eq!(
+        contents(&hybrid(&store, &provider, words)),
+        contents(&after)
+    );
+}
+
+#[test]
+fn a_damaged_vector_index_warns_and_the_words_still_rank() {
+    let mut store = store_with(&[
+        "The release script uploads the binaries after the checks pass.",
+        "MSRV is pinned at 1.85 in Cargo.toml.",
+    ]);
+    let provider = local_provider(crate::testkit::test_model());
+    backfill(&mut store, &provider, &mut |_, _| {}, &no_sleep).unwrap();
+    let good = hybrid(&store, &provider, "release binaries");
+    store
+        .conn()
+        .execute("UPDATE embedding_blocks SET codes = x'00'", [])
+        .unwrap();
+    // A fresh process (its own cache) reads the damage.
+    let fresh = local_provider(crate::testkit::test_model());
+    let answer = hybrid(&store, &fresh, "release binaries");
+    assert!(
+        answer.warnings[0].contains("vector index") && answer.warnings[0].contains("damaged"),
+        "{:?}",
+        answer.warnings
+    );
+    assert_eq!(answer.hits[0].snippet, good.hits[0].snippet);
+    // The next backfill writes it again.
+    backfill(&mut store, &fresh, &mut |_, _| {}, &no_sleep).unwrap();
+    assert!(
+        hybrid(&store, &fresh, "release binaries")
+            .warnings
+            .is_empty()
+    );
 }
 
 #[test]
