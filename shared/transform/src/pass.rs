@@ -114,6 +114,7 @@ pub fn run_pass_on(
             for_next: None,
             system,
             pass: report,
+            call: None,
         });
     };
 
@@ -156,6 +157,7 @@ pub fn run_pass_on(
                 for_next: None,
                 system,
                 pass: PassReport::wait(facts.usage_percent, due.reason),
+                call: None,
             });
         }
     };
@@ -215,6 +217,7 @@ pub fn run_pass_on(
         messages,
         for_next,
         system: outcome.system,
+        call: Some(outcome.call),
         pass: PassReport {
             decision: outcome.schedule.decision,
             reason: outcome.schedule.reason,
@@ -352,6 +355,8 @@ struct Outcome {
     nudge2: BTreeMap<String, String>,
     /// The frozen synthetic todo call, after the head.
     todo: Option<Message>,
+    /// The pass's row of the per-call record.
+    call: i64,
 }
 
 /// Is `ctx_reduce` callable, per the first user message's tool allow-list?
@@ -529,7 +534,7 @@ fn apply(
         &mut session,
         (bust, head.materialized.is_some()),
     )?;
-    record_call(
+    let call = record_call(
         &pass,
         &plan.schedule,
         &session,
@@ -560,6 +565,7 @@ fn apply(
         due,
         nudge2,
         todo,
+        call,
     })))
 }
 
@@ -1187,7 +1193,7 @@ fn calls_head_move(plan: &HeadPlan) -> calls::HeadMove {
     }
 }
 
-/// The pass's row of the per-call record (`calls::record`).
+/// The pass's row of the per-call record (`calls::record`): its id.
 fn record_call(
     pass: &Pass<'_, '_>,
     schedule: &Schedule,
@@ -1195,7 +1201,7 @@ fn record_call(
     (bust, head_move, head): (Bust, calls::HeadMove, &HeadDone),
     (bindings, ordinals, tags): (&Bindings, &[Option<i64>], &[TagRow]),
     drops: usize,
-) -> Result<()> {
+) -> Result<i64> {
     let Pass {
         tx,
         key,
@@ -1245,8 +1251,7 @@ fn record_call(
             sample: facts.sample,
         },
         calls::Keep::of(config),
-    )?;
-    Ok(())
+    )
 }
 
 /// The live tail as the nudges measure it.

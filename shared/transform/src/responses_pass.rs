@@ -19,7 +19,8 @@
 //! the turn after it is a miss at the provider anyway.
 //!
 //! **Usage and errors.** The answer's `response.completed` usage (input,
-//! cached, output) is the session's usage on its next pass; an error body
+//! cached, output) goes onto the call's row of the per-call record and is
+//! the session's usage on its next pass; an error body
 //! (an HTTP error, or a stream's `response.failed`) goes to the overflow
 //! report, which learns the window from a `context_length_exceeded`.
 
@@ -38,7 +39,7 @@ use mc_base::domain::gateway::{Answer, Api, Call, Forward, Pass};
 use mc_base::error::{Error, Result};
 use mc_base::store::{Store, StoreOptions};
 
-use crate::gateway::learn_overflow;
+use crate::gateway::{attach_usage, learn_overflow};
 use crate::pass::{Resident, run_pass_on};
 use crate::report::PassReport;
 
@@ -65,8 +66,9 @@ struct Kept {
 #[derive(Default)]
 struct Memory {
     sessions: FxHashMap<String, Kept>,
-    /// Body fingerprint → (session, model) of calls the pass worked on.
-    pending: Vec<(u64, String, Option<String>)>,
+    /// Body fingerprint → (session, model, row of the per-call record) of
+    /// calls the pass worked on.
+    pending: Vec<(u64, String, Option<String>, Option<i64>)>,
     clock: u64,
 }
 
@@ -156,6 +158,7 @@ impl ResponsesPass {
             return Ok((Forward::Untouched, None));
         };
         let ids = request.message_ids();
+        let body_print = print(call.body);
         let (usage, messages) = {
             let mut memory = self.memory.lock().map_err(|_| {
                 Error::input("the gateway pass's memory is poisoned; forward unchanged")
@@ -172,14 +175,13 @@ impl ResponsesPass {
                     memory.sessions.remove(&oldest);
                 }
             }
-            let body_print = print(call.body);
-            memory.pending.retain(|(p, _, _)| *p != body_print);
+            memory.pending.retain(|(p, ..)| *p != body_print);
             if memory.pending.len() >= PENDING_CALLS {
                 memory.pending.remove(0);
             }
             memory
                 .pending
-                .push((body_print, key.to_string(), request.model.clone()));
+                .push((body_print, key.to_string(), request.model.clone(), None));
             let kept = memory.sessions.entry(key.to_string()).or_default();
             kept.last_used = clock;
             let window = window_number(call);
@@ -234,6 +236,11 @@ impl ResponsesPass {
             })?;
             run_pass_on(&mut store, envelope, resident, &self.config, call.now_ms)?
         };
+        if let (Some(id), Ok(mut memory)) = (output.call, self.memory.lock()) {
+            if let Some(pending) = memory.pending.iter_mut().rev().find(|p| p.0 == body_print) {
+                pending.3 = Some(id);
+            }
+        }
         let body = splice_output(&request, &ids, output.messages)?;
         let forward = if body == call.body {
             Forward::Untouched
@@ -251,15 +258,21 @@ impl ResponsesPass {
             .memory
             .lock()
             .map_err(|_| Error::input("the gateway pass's memory is poisoned"))?;
-        let Some(at) = memory.pending.iter().position(|(p, _, _)| *p == body_print) else {
+        let Some(at) = memory.pending.iter().position(|(p, ..)| *p == body_print) else {
             return Ok(false);
         };
-        let (_, key, model) = memory.pending.remove(at);
+        let (_, key, model, row) = memory.pending.remove(at);
         let Some(error) = answer.error_body else {
-            if let (Some(usage), Some(kept)) = (answer.usage, memory.sessions.get_mut(&key))
+            if let Some(usage) = answer.usage
                 && (200..300).contains(&answer.status)
             {
-                kept.usage = Some(usage);
+                if let Some(kept) = memory.sessions.get_mut(&key) {
+                    kept.usage = Some(usage);
+                }
+                drop(memory);
+                if let Some(id) = row {
+                    attach_usage(&self.store, id, &usage)?;
+                }
             }
             return Ok(false);
         };
