@@ -236,10 +236,11 @@ impl ResponsesPass {
             })?;
             run_pass_on(&mut store, envelope, resident, &self.config, call.now_ms)?
         };
-        if let (Some(id), Ok(mut memory)) = (output.call, self.memory.lock()) {
-            if let Some(pending) = memory.pending.iter_mut().rev().find(|p| p.0 == body_print) {
-                pending.3 = Some(id);
-            }
+        // The pass's row, for the usage its answer will bring.
+        if let (Some(id), Ok(mut memory)) = (output.call, self.memory.lock())
+            && let Some(pending) = memory.pending.iter_mut().rev().find(|p| p.0 == body_print)
+        {
+            pending.3 = Some(id);
         }
         let body = splice_output(&request, &ids, output.messages)?;
         let forward = if body == call.body {
