@@ -1,7 +1,8 @@
 //! What the harness benchmarks (bench-opencode, bench-pi, bench-claude-code)
 //! measure the same way: the share of request bytes a provider prefix cache
 //! would serve and what mc's busts cost of it, hook time percentiles, the
-//! resident mc-transform's memory.
+//! resident mc-transform's memory; and what the per-call record costs a pass
+//! (bench-transform, bench-dashboard).
 
 use crate::fake_provider::common_prefix;
 
@@ -153,4 +154,92 @@ mod tests {
         assert!((figures.bust_cost_points() - 6.0 / 14.0 * 100.0).abs() < 1e-9);
         assert!(figures.ratio() < 1.0);
     }
+/// What the per-call record costs a pass, in µs (medians).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordCost {
+    /// A defer pass, in-process on a warm file store (bench-transform's
+    /// 200k-token session).
+    pub pass_us: f64,
+    /// `calls::record`'s statements (one select, one insert, the usage
+    /// update) inside a transaction: what they add to the pass's own.
+    pub record_us: f64,
+    /// The same as a transaction of its own (begin and commit included):
+    /// an upper bound.
+    pub alone_us: f64,
+}
+
+/// Time [`RecordCost`]: `runs` defer passes after three warm-ups, then
+/// `runs` records onto the same session, on a SQLite file in `dir`.
+pub fn record_cost(dir: &std::path::Path, runs: usize) -> mc_base::Result<RecordCost> {
+    use std::time::Instant;
+
+    use mc_base::domain::envelope::{Envelope, Usage};
+    use mc_base::store::{Store, StoreOptions};
+    use mc_transform_core::calls::{self, HeadMove, Keep, NewCall, Prompt, Sources};
+    use mc_transform_core::{Bust, Decision};
+
+    use crate::generate::{self, SessionSpec};
+
+    let mut store = Store::open(&dir.join("record-cost.db"), &StoreOptions::default())?;
+    let config = mc_base::config::TransformConfig::default();
+    let messages = generate::session(&SessionSpec::bench());
+    let now = generate::last_time_ms(&messages) + 1_000;
+    let value = generate::envelope(
+        &messages,
+        "ses_bench",
+        generate::usage_at_percent(30.0),
+        now,
+    );
+    let mut pass = Vec::new();
+    for k in 0..runs + 3 {
+        let envelope = Envelope::from_value(value.clone())?;
+        let t = Instant::now();
+        mc_transform_core::run_pass(&mut store, envelope, &config, now)?;
+        if k >= 3 {
+            pass.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    let session = mc_base::domain::sessions::find_session(store.conn(), "opencode", "ses_bench")?
+        .map_or(1, |s| s.id);
+    let call = |k: usize| NewCall {
+        session,
+        at_ms: now + k as i64,
+        decision: Decision::Defer,
+        reason: "cache_warm",
+        bust: Bust::None,
+        head: HeadMove::Replayed,
+        head_reason: None,
+        usage_percent: 30.0,
+        context_window: 200_000,
+        model: Some("anthropic/m"),
+        prompt: Prompt::default(),
+        messages: messages.len(),
+        first_message: Some("msg_000_u"),
+        sources: Sources::default(),
+        drops: 0,
+        // A new sample each time: the usage update runs too.
+        sample: Some(Usage {
+            input: 10 + k as u64,
+            cache_read: 30_000,
+            cache_write: 100,
+            output: 50,
+        }),
+    };
+    let keep = Keep::of(&config);
+    let (mut inside, mut alone) = (Vec::new(), Vec::new());
+    for k in 0..runs {
+        let started = Instant::now();
+        let statements = store.write(|tx| {
+            let t = Instant::now();
+            calls::record(tx, &call(2 * k), keep)?;
+            Ok(t.elapsed())
+        })?;
+        alone.push(started.elapsed().as_secs_f64() * 1e6);
+        inside.push(statements.as_secs_f64() * 1e6);
+    }
+    Ok(RecordCost {
+        pass_us: percentiles(&mut pass).0,
+        record_us: percentiles(&mut inside).0,
+        alone_us: percentiles(&mut alone).0,
+    })
 }

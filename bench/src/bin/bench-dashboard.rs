@@ -5,11 +5,8 @@
 //! in a temporary folder; each page is fetched `--runs` times after
 //! `--warmup`, and the median and p90 printed.
 //!
-//! First it prices the per-call record on the pass's hot path: the same
-//! defer pass (bench-transform's 200k-token session, in-process, warm
-//! store) timed whole, and
-//! the record's own statements (`calls::record`: one select, one insert,
-//! the usage update) timed alone on that store, as a share of the pass.
+//! First it prices the per-call record on the pass's hot path
+//! (`mc_tests::bench::record_cost`, also printed by bench-transform).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -24,7 +21,7 @@ use mc_base::domain::envelope::Usage;
 use mc_base::domain::sessions;
 use mc_base::store::{Store, StoreOptions};
 use mc_dashboard::{Dashboard, Server};
-use mc_tests::bench::percentiles;
+use mc_tests::bench::{percentiles, record_cost};
 use mc_transform_core::calls::{self, HeadMove, Keep, NewCall, Prompt, Sources};
 use mc_transform_core::{Bust, Decision};
 
@@ -142,84 +139,23 @@ fn get(addr: SocketAddr, path: &str, cookie: &str) -> (u16, usize) {
     (status, answer.len())
 }
 
-/// The record's share of a defer pass: (pass median, record median), µs.
-fn record_cost(runs: usize) -> (f64, f64) {
-    use mc_tests::generate::{self, SessionSpec};
-    let mut store = Store::open_in_memory().expect("a store");
-    let config = mc_base::config::TransformConfig::default();
-    let messages = generate::session(&SessionSpec::bench());
-    let now = generate::last_time_ms(&messages) + 1_000;
-    let value = generate::envelope(
-        &messages,
-        "ses_bench",
-        generate::usage_at_percent(30.0),
-        now,
-    );
-    let mut pass = Vec::new();
-    for k in 0..runs + 3 {
-        let envelope =
-            mc_base::domain::envelope::Envelope::from_value(value.clone()).expect("an envelope");
-        let t = Instant::now();
-        mc_transform_core::run_pass(&mut store, envelope, &config, now).expect("a pass");
-        if k >= 3 {
-            pass.push(t.elapsed().as_secs_f64() * 1e6);
-        }
-    }
-    let session = sessions::find_session(store.conn(), "opencode", "ses_bench")
-        .ok()
-        .flatten()
-        .map_or(1, |s| s.id);
-    let mut record = Vec::new();
-    for k in 0..runs {
-        let t = Instant::now();
-        store
-            .write(|tx| {
-                calls::record(
-                    tx,
-                    &NewCall {
-                        session,
-                        at_ms: now + k as i64,
-                        decision: Decision::Defer,
-                        reason: "cache_warm",
-                        bust: Bust::None,
-                        head: HeadMove::Replayed,
-                        head_reason: None,
-                        usage_percent: 30.0,
-                        context_window: 100_000,
-                        model: Some("anthropic/m"),
-                        prompt: Prompt::default(),
-                        messages: messages.len(),
-                        first_message: Some("msg_000_u"),
-                        sources: Sources::default(),
-                        drops: 0,
-                        sample: Some(Usage {
-                            input: 10 + k as u64,
-                            cache_read: 30_000,
-                            cache_write: 100,
-                            output: 50,
-                        }),
-                    },
-                    Keep {
-                        rows: 200_000,
-                        days: 90,
-                    },
-                )
-            })
-            .expect("a record");
-        record.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    (percentiles(&mut pass).0, percentiles(&mut record).0)
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (pass, record) = record_cost(cli.runs.max(20));
-    println!(
-        "the per-call record on the pass's path: a defer pass (200k-token session, in-process) {pass:.0} µs median; \
-         the record alone (its own transaction) {record:.0} µs: {:.1} % of the pass\n",
-        record / pass * 100.0
-    );
     let dir = tempfile::tempdir().expect("a temporary folder");
+    match record_cost(dir.path(), cli.runs.max(20)) {
+        Ok(c) => println!(
+            "the per-call record on the pass's path: a defer pass (200k-token session, in-process) {:.0} µs median; \
+             the record's statements {:.0} µs ({:.1} % of the pass; {:.0} µs as a transaction of its own)\n",
+            c.pass_us,
+            c.record_us,
+            c.record_us / c.pass_us * 100.0,
+            c.alone_us
+        ),
+        Err(e) => {
+            eprintln!("bench-dashboard: timing the record: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let db = dir.path().join("mc.db");
     let mut store = Store::open(&db, &StoreOptions::default()).expect("the store");
     let started = Instant::now();

@@ -13,7 +13,9 @@
 //!
 //! Prints min / median / p90 and the ratios of each pass to the floor against
 //! the targets (defer ≤ 2×, execute ≤ 3×, with or without history). Missing a
-//! target is reported, not an error: this is a measurement.
+//! target is reported, not an error: this is a measurement. Last, what the
+//! per-call record costs each pass (`mc_tests::bench::record_cost`), in µs
+//! and as a share of the pass.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -23,6 +25,7 @@ use std::time::{Duration, Instant};
 use mc_base::domain::sessions::find_session;
 use mc_base::store::{Store, StoreOptions};
 use mc_history::store::{self as history_store, NewCompartment};
+use mc_tests::bench::record_cost;
 use mc_tests::generate::{self, CompartmentText, MemoryText, SessionSpec};
 use mc_tests::serve::{Incremental, Served, request_line};
 use mc_tests::{bin_path, pipe};
@@ -348,6 +351,10 @@ fn run(args: &Args, work: &Path) -> Result<()> {
         measured.push(measure(&tools, args, &inputs, prepared)?);
     }
     print_results(&stats(&floor), &measured, &history);
+    let one_shot = measured
+        .first()
+        .map_or(f64::NAN, |m| stats(&m.defer).median);
+    print_record_cost(args, work, one_shot)?;
     if args.keep.is_some() {
         println!("\n  kept      {}", work.display());
     }
@@ -1011,6 +1018,25 @@ fn print_results(floor: &Stats, measured: &[Measured], history: &History) {
         );
     }
     print!("{summary}");
+}
+
+/// What the per-call record costs each pass, absolute and as a share of
+/// the pass (in-process, and of the one-shot process timed above).
+fn print_record_cost(args: &Args, work: &Path, one_shot_ms: f64) -> Result<()> {
+    let c = record_cost(work, args.runs.max(20)).map_err(|e| format!("the record: {e}"))?;
+    println!(
+        "\n  per-call record  {:.0} µs a pass: {:.2} % of an in-process defer pass ({:.2} ms), \
+         {:.2} % of the one-shot defer process ({one_shot_ms:.2} ms)",
+        c.record_us,
+        c.record_us / c.pass_us * 100.0,
+        c.pass_us / 1000.0,
+        c.record_us / 1000.0 / one_shot_ms * 100.0,
+    );
+    println!(
+        "                   (its statements inside the pass's transaction; {:.0} µs as a transaction of its own)",
+        c.alone_us
+    );
+    Ok(())
 }
 
 fn print_row(name: &str, s: &Stats) {

@@ -15,8 +15,8 @@ use crate::prices::{self, Cost, Tokens};
 
 /// Calls a session page draws (the newest).
 pub const TIMELINE_CALLS: usize = 240;
-/// Sessions the list shows at most.
-pub const SESSION_ROWS: usize = 500;
+/// Sessions a page of the list shows.
+pub const SESSION_ROWS: usize = 200;
 
 /// One session as the list shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +30,9 @@ pub struct SessionLine {
     pub model: Option<String>,
     pub last_ms: i64,
     pub usage_percent: f64,
+    /// Calls recorded (with usage or not yet).
+    pub calls: i64,
+    /// Tokens of the calls whose usage the provider reported.
     pub tokens: Tokens,
     pub cost: Cost,
 }
@@ -59,67 +62,108 @@ fn tokens_of(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Tokens> {
     })
 }
 
-/// Token sums of the calls with usage per session, priced per model.
-/// (`GROUP BY session, model` walks the `calls_usage_by_session` index in order.)
-fn by_session(conn: &Connection, config: &Config) -> Result<BTreeMap<i64, (Tokens, Cost)>> {
+/// Per session: the token sums of the calls with usage, priced per model,
+/// and how many calls were recorded in all. (`GROUP BY session, model`
+/// walks the `calls_usage_by_session` index in order.)
+fn by_session(conn: &Connection, config: &Config) -> Result<BTreeMap<i64, Spent>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT session, model, count(*), sum(input), sum(cache_read), sum(cache_write),
-                sum(output)
-         FROM calls WHERE cache_read IS NOT NULL GROUP BY session, model",
+        "SELECT session, model, count(cache_read), sum(input), sum(cache_read),
+                sum(cache_write), sum(output), count(*)
+         FROM calls GROUP BY session, model",
     )?;
-    fold(stmt.query([])?, config, |k| k)
-}
-
-/// The same per day (UTC), folded here from the `calls_by_time` index in
-/// time order (SQLite would sort every row to group by the day).
-fn by_day(conn: &Connection, config: &Config) -> Result<BTreeMap<i64, (Tokens, Cost)>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT at_ms, model, 1, input, cache_read, cache_write, output
-         FROM calls WHERE cache_read IS NOT NULL ORDER BY at_ms",
-    )?;
-    let mut sums: BTreeMap<(i64, Option<String>), Tokens> = BTreeMap::new();
+    let mut out: BTreeMap<i64, Spent> = BTreeMap::new();
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
-        let day = r.get::<_, i64>(0)?.div_euclid(DAY_MS);
-        let model: Option<String> = r.get(1)?;
-        sums.entry((day, model)).or_default().add(&tokens_of(r, 2)?);
+        let entry = out.entry(r.get(0)?).or_default();
+        spent_add(entry, r, 1, config)?;
     }
-    let mut out: BTreeMap<i64, (Tokens, Cost)> = BTreeMap::new();
-    for ((day, model), tokens) in sums {
-        let entry = out.entry(day).or_default();
+    Ok(out)
+}
+
+/// Tokens and cost of the calls with usage, and the count of every call.
+type Spent = (Tokens, Cost, i64);
+
+/// Add a row of (model, calls with usage, input, cache read, cache write,
+/// output, calls) from column `at` on.
+fn spent_add(
+    entry: &mut Spent,
+    r: &rusqlite::Row<'_>,
+    at: usize,
+    config: &Config,
+) -> rusqlite::Result<()> {
+    let tokens = tokens_of(r, at + 1)?;
+    if tokens.calls > 0 {
+        let model: Option<String> = r.get(at)?;
         entry.0.add(&tokens);
         entry.1.add(&Cost::of(
             &tokens,
             prices::of(model.as_deref(), &config.dashboard),
         ));
     }
-    Ok(out)
+    entry.2 += r.get::<_, i64>(at + 6)?;
+    Ok(())
 }
 
-/// Rows of (key, model, calls, input, cache read, cache write, output), priced and folded per key.
-fn fold(
-    mut rows: rusqlite::Rows<'_>,
-    config: &Config,
-    key: impl Fn(i64) -> i64,
-) -> Result<BTreeMap<i64, (Tokens, Cost)>> {
+/// The same per day (UTC), folded here from the `calls_by_time` index in
+/// time order (SQLite would sort every row to group by the day): one day's
+/// models at a time, a model's name read without a copy unless it is new
+/// that day.
+fn by_day(conn: &Connection, config: &Config) -> Result<BTreeMap<i64, (Tokens, Cost)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT at_ms, model, 1, input, cache_read, cache_write, output
+         FROM calls WHERE cache_read IS NOT NULL ORDER BY at_ms",
+    )?;
     let mut out: BTreeMap<i64, (Tokens, Cost)> = BTreeMap::new();
+    let price_day = |out: &mut BTreeMap<i64, (Tokens, Cost)>,
+                     day: i64,
+                     models: &mut Vec<(Option<String>, Tokens)>| {
+        for (model, tokens) in models.drain(..) {
+            let entry = out.entry(day).or_default();
+            entry.0.add(&tokens);
+            entry.1.add(&Cost::of(
+                &tokens,
+                prices::of(model.as_deref(), &config.dashboard),
+            ));
+        }
+    };
+    let mut day = None;
+    let mut models: Vec<(Option<String>, Tokens)> = Vec::new();
+    let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
-        let k = key(r.get(0)?);
-        let model: Option<String> = r.get(1)?;
+        let this = r.get::<_, i64>(0)?.div_euclid(DAY_MS);
+        if day != Some(this) {
+            if let Some(done) = day {
+                price_day(&mut out, done, &mut models);
+            }
+            day = Some(this);
+        }
+        let model = match r.get_ref(1)? {
+            rusqlite::types::ValueRef::Text(t) => std::str::from_utf8(t).ok(),
+            _ => None,
+        };
         let tokens = tokens_of(r, 2)?;
-        let cost = Cost::of(&tokens, prices::of(model.as_deref(), &config.dashboard));
-        let entry = out.entry(k).or_default();
-        entry.0.add(&tokens);
-        entry.1.add(&cost);
+        match models.iter_mut().find(|(m, _)| m.as_deref() == model) {
+            Some((_, sum)) => sum.add(&tokens),
+            None => models.push((model.map(str::to_string), tokens)),
+        }
+    }
+    if let Some(done) = day {
+        price_day(&mut out, done, &mut models);
     }
     Ok(out)
 }
 
 const SESSION_COLUMNS: &str = "s.id, s.harness, s.session_id, s.project_identity,
     s.project_dir, s.is_subagent, s.last_model_key, s.updated_ms, s.last_usage_percent,
-    (SELECT max(at_ms) FROM calls c WHERE c.session = s.id)";
+    (SELECT at_ms FROM calls c WHERE c.session = s.id ORDER BY c.id DESC LIMIT 1),
+    (SELECT 100.0 * (coalesce(input, 0) + cache_read + coalesce(cache_write, 0))
+            / max(context_window, 1)
+     FROM calls c WHERE c.session = s.id AND c.cache_read IS NOT NULL
+     ORDER BY c.id DESC LIMIT 1)";
 
-/// A session row of [`SESSION_COLUMNS`], its spend left at zero.
+/// A session row of [`SESSION_COLUMNS`], its spend left at zero. Its
+/// context is the newest call whose usage the provider reported (through
+/// the gateway, the newest call itself), else the last pass's measure.
 fn line_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionLine> {
     Ok(SessionLine {
         id: r.get(0)?,
@@ -130,7 +174,8 @@ fn line_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionLine> {
         subagent: r.get(5)?,
         model: r.get(6)?,
         last_ms: r.get::<_, Option<i64>>(9)?.unwrap_or(r.get(7)?),
-        usage_percent: r.get(8)?,
+        usage_percent: r.get::<_, Option<f64>>(10)?.unwrap_or(r.get(8)?),
+        calls: 0,
         tokens: Tokens::default(),
         cost: Cost::default(),
     })
@@ -145,7 +190,7 @@ pub fn sessions(conn: &Connection, config: &Config, filter: &str) -> Result<Vec<
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
         let mut line = line_of(r)?;
-        (line.tokens, line.cost) = spend.get(&line.id).copied().unwrap_or_default();
+        (line.tokens, line.cost, line.calls) = spend.get(&line.id).copied().unwrap_or_default();
         if !words.is_empty() {
             let hay = line.haystack();
             if !words.iter().all(|w| hay.contains(w.as_str())) {
@@ -155,7 +200,6 @@ pub fn sessions(conn: &Connection, config: &Config, filter: &str) -> Result<Vec<
         out.push(line);
     }
     out.sort_by(|a, b| b.last_ms.cmp(&a.last_ms).then(a.id.cmp(&b.id)));
-    out.truncate(SESSION_ROWS);
     Ok(out)
 }
 
@@ -246,19 +290,16 @@ fn sessions_by_id(conn: &Connection, config: &Config, id: i64) -> Result<Option<
         return Ok(None);
     };
     let mut stmt = conn.prepare_cached(
-        "SELECT model, count(*), sum(input), sum(cache_read), sum(cache_write), sum(output)
-         FROM calls WHERE session = ?1 AND cache_read IS NOT NULL GROUP BY model",
+        "SELECT model, count(cache_read), sum(input), sum(cache_read), sum(cache_write),
+                sum(output), count(*)
+         FROM calls WHERE session = ?1 GROUP BY model",
     )?;
     let mut rows = stmt.query(params![id])?;
+    let mut spent = Spent::default();
     while let Some(r) = rows.next()? {
-        let model: Option<String> = r.get(0)?;
-        let tokens = tokens_of(r, 1)?;
-        line.tokens.add(&tokens);
-        line.cost.add(&Cost::of(
-            &tokens,
-            prices::of(model.as_deref(), &config.dashboard),
-        ));
+        spent_add(&mut spent, r, 0, config)?;
     }
+    (line.tokens, line.cost, line.calls) = spent;
     Ok(Some(line))
 }
 

@@ -15,7 +15,7 @@ use mc_transform_core::status::CallView;
 
 use crate::Dashboard;
 use crate::chart;
-use crate::data::{self, SessionLine, SessionPage};
+use crate::data::{self, SESSION_ROWS, SessionLine, SessionPage};
 use crate::html::{Frame, ago, dollars, esc, num, page, percent, short, time, url};
 use crate::prices::Tokens;
 
@@ -61,9 +61,19 @@ fn cost_cell(line: &SessionLine) -> String {
     }
 }
 
-/// The sessions list, filtered by the words of `q`.
-pub fn sessions(dash: &Dashboard, conn: &Connection, q: &str, export: bool) -> Result<String> {
-    let lines = data::sessions(conn, &dash.config, q)?;
+/// Page `page` (from 1) of the sessions list, filtered by the words of `q`.
+pub fn sessions(
+    dash: &Dashboard,
+    conn: &Connection,
+    q: &str,
+    page_no: usize,
+    export: bool,
+) -> Result<String> {
+    let all = data::sessions(conn, &dash.config, q)?;
+    let page_no = page_no.clamp(1, MAX_PAGE);
+    let from = (page_no - 1) * SESSION_ROWS;
+    let rest = all.get(from..).unwrap_or_default();
+    let lines = rest.get(..SESSION_ROWS).unwrap_or(rest);
     let now = dash.now_ms();
     let mut body = String::new();
     if !export {
@@ -77,10 +87,17 @@ pub fn sessions(dash: &Dashboard, conn: &Connection, q: &str, export: bool) -> R
     }
     let _ = write!(
         body,
-        "<p class=\"note\">{} sessions{}. Context % is the last pass's measure against the usable \
-         window; cache hit % is reads over reads, writes and uncached input of the calls whose \
-         usage the provider reported.</p>",
-        lines.len(),
+        "<p class=\"note\">{} sessions{}{}. Context % is the newest call whose usage the provider \
+         reported, against the usable window; cache hit % is reads over reads, writes and \
+         uncached input of the calls whose usage the provider reported.</p>",
+        all.len(),
+        if all.len() > lines.len() && !lines.is_empty() {
+            format!(", {}–{} shown", from + 1, from + lines.len())
+        } else if all.len() > lines.len() {
+            format!(", none on page {page_no}")
+        } else {
+            String::new()
+        },
         if q.is_empty() {
             String::new()
         } else {
@@ -92,7 +109,7 @@ pub fn sessions(dash: &Dashboard, conn: &Connection, q: &str, export: bool) -> R
          <th>Project</th><th>Last activity</th><th class=\"n\">Context</th><th class=\"n\">Cache hit</th>\
          <th class=\"n\">Calls</th><th class=\"n\">Spend</th></tr></thead><tbody>",
     );
-    for l in &lines {
+    for l in lines {
         let name = if export {
             shown(&l.session_id)
         } else {
@@ -120,16 +137,27 @@ pub fn sessions(dash: &Dashboard, conn: &Connection, q: &str, export: bool) -> R
             ago(l.last_ms, now),
             percent(Some(l.usage_percent)),
             percent(l.tokens.hit_percent()),
-            num(l.tokens.calls),
+            num(l.calls),
             cost_cell(l)
         );
     }
     body.push_str("</tbody></table></div>");
+    if !export {
+        let more = all.len() > from + lines.len();
+        body.push_str(&pager(page_no, more, |n| {
+            format!("/?q={}&page={n}", url(q))
+        }));
+    }
     Ok(body)
 }
 
-pub fn sessions_page(dash: &Dashboard, conn: &Connection, q: &str) -> Result<String> {
-    let body = sessions(dash, conn, q, false)?;
+pub fn sessions_page(
+    dash: &Dashboard,
+    conn: &Connection,
+    q: &str,
+    page_no: usize,
+) -> Result<String> {
+    let body = sessions(dash, conn, q, page_no, false)?;
     Ok(page(&frame("Sessions", "/", FOOTER), &body))
 }
 
@@ -240,7 +268,7 @@ pub fn session_body(dash: &Dashboard, s: &SessionPage, export: bool) -> String {
         stat("Last activity", &ago(l.last_ms, now)),
         stat("Context", &percent(Some(l.usage_percent))),
         stat("Cache hit", &percent(l.tokens.hit_percent())),
-        stat("Calls", &num(l.tokens.calls.max(s.calls.len() as i64))),
+        stat("Calls", &num(l.calls)),
         stat("Spend", &cost_cell(l)),
     );
     if let Some(last) = last {
@@ -424,7 +452,12 @@ pub struct MemoryQuery {
     pub status: String,
     /// What the last change did (after a POST's redirect).
     pub done: Option<String>,
+    /// Which [`MEMORY_ROWS`] of the list, from 1.
+    pub page: usize,
 }
+
+/// The highest page a list goes to (a bound on what a request can ask).
+pub const MAX_PAGE: usize = 1_000;
 
 fn hidden(name: &str, value: &str) -> String {
     format!(
@@ -491,6 +524,33 @@ fn memory_row(dash: &Dashboard, project: &str, m: &MemoryRecord) -> String {
     out
 }
 
+/// Links to the page before and after `page` (`more`: there is one after).
+fn pager(page: usize, more: bool, link: impl Fn(usize) -> String) -> String {
+    if page <= 1 && !more {
+        return String::new();
+    }
+    let mut out = String::from("<p class=\"pager\">");
+    if page > 1 {
+        let _ = write!(
+            out,
+            "<a href=\"{}\">← page {}</a> ",
+            esc(&link(page - 1)),
+            page - 1
+        );
+    }
+    let _ = write!(out, "<span>page {page}</span>");
+    if more && page < MAX_PAGE {
+        let _ = write!(
+            out,
+            " <a href=\"{}\">page {} →</a>",
+            esc(&link(page + 1)),
+            page + 1
+        );
+    }
+    out.push_str("</p>");
+    out
+}
+
 pub fn memory_page(dash: &Dashboard, conn: &Connection, query: &MemoryQuery) -> Result<String> {
     let projects = data::memory_projects(conn)?;
     let project = query
@@ -547,6 +607,7 @@ pub fn memory_page(dash: &Dashboard, conn: &Connection, query: &MemoryQuery) -> 
         );
     }
     body.push_str("</select><button>Show</button></form>");
+    let page_no = query.page.clamp(1, MAX_PAGE);
     let Some(project) = project else {
         body.push_str("<p class=\"empty\">No project has memories yet.</p>");
         return Ok(page(&frame("Project memory", "/memory", FOOTER), &body));
@@ -559,17 +620,35 @@ pub fn memory_page(dash: &Dashboard, conn: &Connection, query: &MemoryQuery) -> 
             query.status.clone()
         }),
         text: (!query.q.trim().is_empty()).then(|| query.q.clone()),
-        limit: Some(MEMORY_ROWS),
+        // One more than the page shows: whether a next page exists.
+        limit: Some(page_no * MEMORY_ROWS + 1),
     };
-    let list = memory::list(conn, &project, &filter)?;
+    let mut list = memory::list(conn, &project, &filter)?;
+    let more = list.len() > page_no * MEMORY_ROWS;
+    list.truncate(page_no * MEMORY_ROWS);
+    let shown_from = (page_no - 1) * MEMORY_ROWS;
+    let list = list.get(shown_from..).unwrap_or_default();
     let _ = write!(
         body,
-        "<p class=\"note\">{} memories shown (at most {MEMORY_ROWS}).</p>",
-        list.len()
+        "<p class=\"note\">{} memories shown ({MEMORY_ROWS} a page, oldest first).</p>",
+        if list.is_empty() {
+            "No".to_string()
+        } else {
+            format!("{}–{}", shown_from + 1, shown_from + list.len())
+        }
     );
-    for m in &list {
+    for m in list {
         body.push_str(&memory_row(dash, &project, m));
     }
+    let link = |n: usize| {
+        format!(
+            "/memory?project={}&q={}&status={}&page={n}",
+            url(&project),
+            url(&query.q),
+            url(&query.status)
+        )
+    };
+    body.push_str(&pager(page_no, more, link));
     let _ = write!(
         body,
         "<h2>Merge</h2><form class=\"merge\" method=\"post\" action=\"/memory/merge\">{}{}\
@@ -793,7 +872,7 @@ pub fn export(dash: &Dashboard, conn: &Connection, sessions_shown: usize) -> Res
         "<p class=\"note\">Exported {}: paths and credentials redacted.</p><h2>Sessions</h2>",
         time(dash.now_ms())
     );
-    body.push_str(&sessions(dash, conn, "", true)?);
+    body.push_str(&sessions(dash, conn, "", 1, true)?);
     body.push_str("<h2>Spend</h2>");
     body.push_str(&spend_body(dash, conn)?);
     for line in data::sessions(conn, &dash.config, "")?

@@ -119,6 +119,13 @@ fn param<'p>(pairs: &'p [(String, String)], name: &str) -> Option<&'p str> {
         .map(|(_, v)| v.as_str())
 }
 
+/// `?page=N` (from 1; anything else is the first page).
+fn page_param(pairs: &[(String, String)]) -> usize {
+    param(pairs, "page")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(1)
+}
+
 impl Server {
     /// Listen on `addr` (loopback only; port 0 picks a free one).
     pub fn bind(addr: SocketAddr, dash: Dashboard) -> Result<Server> {
@@ -284,7 +291,12 @@ impl Server {
         Ok(match path {
             "/" => Answer::html(
                 200,
-                pages::sessions_page(dash, conn, param(pairs, "q").unwrap_or(""))?,
+                pages::sessions_page(
+                    dash,
+                    conn,
+                    param(pairs, "q").unwrap_or(""),
+                    page_param(pairs),
+                )?,
             ),
             "/session" => {
                 let id = param(pairs, "id").and_then(|i| i.parse::<i64>().ok());
@@ -310,6 +322,7 @@ impl Server {
                     q: param(pairs, "q").unwrap_or("").to_string(),
                     status: param(pairs, "status").unwrap_or("").to_string(),
                     done: param(pairs, "done").map(str::to_string),
+                    page: page_param(pairs),
                 };
                 Answer::html(200, pages::memory_page(dash, conn, &query)?)
             }

@@ -319,3 +319,156 @@ fn a_memory_edit_goes_through_the_mutation_log_and_needs_the_csrf_token() {
     assert_eq!(f.post("/memory/archive", &archive, None).status, 303);
     let _ = f.now;
 }
+
+#[test]
+fn long_lists_come_in_pages_and_spend_counts_every_session() {
+    use mc_transform_core::calls::{self, HeadMove, Keep, NewCall, Prompt, Sources};
+    use mc_transform_core::{Bust, Decision};
+
+    let mut f = fixture();
+    let project = f.project();
+    let extra = 520;
+    let mut store = Store::open(&f.db, &StoreOptions::default()).unwrap();
+    store
+        .write(|tx| {
+            for k in 0..450 {
+                mc_search_core::memory::write_in(
+                    tx,
+                    &project,
+                    "ARCHITECTURE",
+                    &format!("Fact number {k} of the paging test"),
+                    "historian",
+                    f.now,
+                )?;
+            }
+            for k in 0..extra {
+                let s = mc_base::domain::sessions::create_session(
+                    tx,
+                    "opencode",
+                    &format!("ses_page_{k:04}"),
+                    false,
+                    Some(&project),
+                    f.now - 1_000_000 + k,
+                )?;
+                for (at, sample) in [(0, None), (1, Some((10, 2_000, 100)))] {
+                    calls::record(
+                        tx,
+                        &NewCall {
+                            session: s.id,
+                            at_ms: f.now - 1_000_000 + k + at,
+                            decision: Decision::Defer,
+                            reason: "cache_warm",
+                            bust: Bust::None,
+                            head: HeadMove::Replayed,
+                            head_reason: None,
+                            usage_percent: 5.0,
+                            context_window: 200_000,
+                            model: Some("anthropic/claude-sonnet-4-5"),
+                            prompt: Prompt::default(),
+                            messages: 1,
+                            first_message: None,
+                            sources: Sources::default(),
+                            drops: 0,
+                            sample: sample.map(|(input, cache_read, cache_write)| {
+                                mc_base::domain::envelope::Usage {
+                                    input,
+                                    cache_read,
+                                    cache_write,
+                                    output: 5,
+                                }
+                            }),
+                        },
+                        Keep {
+                            rows: 1_000_000,
+                            days: 3650,
+                        },
+                    )?;
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    // Memory: 452 live, 200 a page; the third page holds the last 52.
+    let first = f.get(&format!("/memory?project={project}")).body;
+    assert!(first.contains("1–200"), "{first}");
+    assert!(first.contains("Fact number 0 "), "{first}");
+    assert!(!first.contains("Fact number 449 "));
+    assert!(first.contains("page=2\">page 2 →"), "{first}");
+    let last = f.get(&format!("/memory?project={project}&page=3")).body;
+    assert!(last.contains("401–452"), "{last}");
+    assert!(last.contains("Fact number 449 "));
+    assert!(!last.contains("Fact number 0 "));
+    assert!(
+        last.contains("← page 2") && !last.contains("page 4"),
+        "{last}"
+    );
+    // A search pages the same way.
+    let found = f
+        .get(&format!("/memory?project={project}&q=number+44&page=1"))
+        .body;
+    assert!(
+        found.contains("1–14"),
+        "44, 144, 244, 344 and 440–449: {found}"
+    );
+    // Sessions: 521, 200 a page, newest first.
+    let list = f.get("/").body;
+    assert!(list.contains("521 sessions, 1–200 shown"), "{list}");
+    assert!(list.contains("ses_page_0519") && !list.contains("ses_page_0000"));
+    let third = f.get("/?page=3").body;
+    assert!(third.contains("401–521 shown"), "{third}");
+    assert!(third.contains("ses_page_0000") && !third.contains(SESSION));
+    assert!(list.contains(SESSION), "the newest first");
+    // Spend counts every session, whatever a page of the list shows.
+    let conn = store.conn();
+    let spend = crate::data::spend(conn, &Config::default()).unwrap();
+    let sessions: i64 = spend.sessions.iter().map(|l| l.tokens.calls).sum();
+    let projects: i64 = spend.projects.iter().map(|p| p.1.calls).sum();
+    assert_eq!(spend.sessions.len(), 1 + extra as usize);
+    assert_eq!(sessions, spend.total.0.calls);
+    assert_eq!(projects, spend.total.0.calls);
+}
+
+#[test]
+fn the_context_is_the_newest_reported_call_and_every_call_is_counted() {
+    let mut f = fixture();
+    let cell = |html: &str, label: &str| -> String {
+        let rest = html.split(label).nth(1).unwrap_or_default();
+        rest.split("<b>")
+            .nth(1)
+            .unwrap_or_default()
+            .split("</b>")
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    // Six passes, the last one's usage not come yet: the newest reported
+    // call is the fifth, whose usage the sixth pass measured (49,100 of 100k).
+    let page = f.get("/session?id=1").body;
+    assert_eq!(cell(&page, "<span>Calls</span>"), "6");
+    assert_eq!(cell(&page, "<span>Context</span>"), "49.1 %");
+    let list = f.get("/").body;
+    assert!(list.contains("<td class=\"n\">49.1 %</td>"), "{list}");
+    assert!(
+        list.contains("<td class=\"n\">6</td>"),
+        "every call: {list}"
+    );
+    // The gateway writes a call's usage when its answer ends: the context
+    // is that call's own, before any next pass.
+    let mut store = Store::open(&f.db, &StoreOptions::default()).unwrap();
+    let usage = mc_base::domain::envelope::Usage {
+        input: 100,
+        cache_read: 49_000,
+        cache_write: 1_000,
+        output: 50,
+    };
+    let newest: i64 = store
+        .conn()
+        .query_row("SELECT max(id) FROM calls", [], |r| r.get(0))
+        .unwrap();
+    store
+        .write(|tx| mc_transform_core::calls::attach_usage(tx, newest, &usage))
+        .unwrap();
+    let page = f.get("/session?id=1").body;
+    assert_eq!(cell(&page, "<span>Context</span>"), "50.1 %");
+    assert!(f.get("/").body.contains("<td class=\"n\">50.1 %</td>"));
+}

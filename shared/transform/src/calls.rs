@@ -3,9 +3,11 @@
 //! and the usage the provider reported for it.
 //!
 //! The provider's usage of a call reaches mc with the *next* call (the
-//! harness hands over the last answer's numbers, the gateway keeps them):
-//! [`record`] writes that sample onto the previous row of the session, unless
-//! it is the same sample again (no answer came between two passes). What a
+//! harness hands over the last answer's numbers): [`record`] writes that
+//! sample onto the previous row of the session, unless it is the same sample
+//! again (no answer came between two passes). The gateway reads it from the
+//! call's own answer and writes it at once ([`attach_usage`]), so a
+//! session's last call has its usage too. What a
 //! cache read that fell means is [`super::causes`]' business, at read time.
 
 use rusqlite::{OptionalExtension, Transaction, params};
@@ -352,6 +354,29 @@ pub fn record(tx: &Transaction<'_>, call: &NewCall<'_>, keep: Keep) -> Result<i6
         prune(tx, id, call.at_ms, keep)?;
     }
     Ok(id)
+}
+
+/// Write the provider's usage of call `id` read from that call's own answer
+/// (the gateway sees it as the stream ends), unless the row has usage
+/// already or the answer counted no prompt. `true` when it was written;
+/// the next call's sample then finds it there and changes nothing.
+pub fn attach_usage(tx: &Transaction<'_>, id: i64, usage: &Usage) -> Result<bool> {
+    if usage.prompt_tokens() == 0 {
+        return Ok(false);
+    }
+    let written = tx
+        .prepare_cached(
+            "UPDATE calls SET input = ?2, cache_read = ?3, cache_write = ?4, output = ?5
+             WHERE id = ?1 AND cache_read IS NULL",
+        )?
+        .execute(params![
+            id,
+            saturated(usage.input),
+            saturated(usage.cache_read),
+            saturated(usage.cache_write),
+            saturated(usage.output),
+        ])?;
+    Ok(written == 1)
 }
 
 /// Drop rows beyond the newest `keep.rows` and older than `keep.days`.

@@ -491,6 +491,9 @@ impl TransformPass {
             .filter_map(|m| Some((Box::<str>::from(m.id()?), m)))
             .collect();
         kept.for_next = output.for_next;
+        if let Some(id) = output.call {
+            memory.recorded(&key, id);
+        }
         let forward = if body == call.body {
             Forward::Untouched
         } else {
@@ -509,12 +512,19 @@ impl TransformPass {
             .memory
             .lock()
             .map_err(|_| Error::input("the gateway pass's memory is poisoned"))?;
-        let Some((key, model)) = memory.answered(&key, call.body) else {
+        let Some(answered) = memory.answered(&key, call.body) else {
             return Ok(false);
         };
         if (200..300).contains(&answer.status) {
-            if let (Some(usage), Some(kept)) = (answer.usage, memory.sessions.get_mut(&key)) {
+            let Some(usage) = answer.usage else {
+                return Ok(false);
+            };
+            if let Some(kept) = memory.sessions.get_mut(&answered.key) {
                 kept.usage = Some(usage);
+            }
+            drop(memory);
+            if let Some(id) = answered.call {
+                attach_usage(&self.store, id, &usage)?;
             }
             return Ok(false);
         }
@@ -522,9 +532,19 @@ impl TransformPass {
             return Ok(false);
         };
         drop(memory);
-        let session = (HARNESS, key.as_str(), model);
+        let session = (HARNESS, answered.key.as_str(), answered.model);
         learn_overflow(&self.store, session, "anthropic", error, call.now_ms)
     }
+}
+
+/// Write the usage of a call's own answer onto its row of the per-call
+/// record (`calls::attach_usage`): what every wire's gateway pass does once
+/// the answer has gone to the client.
+pub(crate) fn attach_usage(store: &Mutex<Store>, call: i64, usage: &Usage) -> Result<()> {
+    let mut store = store
+        .lock()
+        .map_err(|_| Error::input("the gateway pass's store is poisoned"))?;
+    store.write(|tx| crate::calls::attach_usage(tx, call, usage).map(|_| ()))
 }
 
 /// Hand a failed call's error body to the overflow path (a context-overflow

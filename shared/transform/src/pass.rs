@@ -126,6 +126,7 @@ pub fn run_pass_on(
             for_next: None,
             system,
             pass: report,
+            call: None,
         });
     };
 
@@ -170,6 +171,7 @@ pub fn run_pass_on(
                 for_next: None,
                 system,
                 pass: PassReport::wait(facts.usage_percent, due.reason),
+                call: None,
             });
         }
     };
@@ -230,6 +232,7 @@ pub fn run_pass_on(
         messages,
         for_next,
         system: outcome.system,
+        call: Some(outcome.call),
         pass: PassReport {
             decision: outcome.schedule.decision,
             reason: outcome.schedule.reason,
@@ -375,6 +378,8 @@ struct Outcome {
     hints: BTreeMap<String, String>,
     /// How this pass decided a new prompt's hint, when it did.
     recall: Option<recall::Outcome>,
+    /// The pass's row of the per-call record.
+    call: i64,
 }
 
 /// Is `ctx_reduce` callable, per the first user message's tool allow-list?
@@ -554,7 +559,7 @@ fn apply(
         &mut session,
         (bust, head.materialized.is_some()),
     )?;
-    record_call(
+    let call = record_call(
         &pass,
         &plan.schedule,
         &session,
@@ -585,6 +590,7 @@ fn apply(
         todo: todo::frozen(tx, session.id)?,
         recall: recall_hint(&pass, &session, subagent)?,
         hints: recall::load(tx, session.id)?,
+        call,
     })))
 }
 
@@ -1273,7 +1279,7 @@ fn calls_head_move(plan: &HeadPlan) -> calls::HeadMove {
     }
 }
 
-/// The pass's row of the per-call record (`calls::record`).
+/// The pass's row of the per-call record (`calls::record`): its id.
 fn record_call(
     pass: &Pass<'_, '_>,
     schedule: &Schedule,
@@ -1281,7 +1287,7 @@ fn record_call(
     (bust, head_move, head): (Bust, calls::HeadMove, &HeadDone),
     (bindings, ordinals, tags): (&Bindings, &[Option<i64>], &[TagRow]),
     drops: usize,
-) -> Result<()> {
+) -> Result<i64> {
     let Pass {
         tx,
         key,
@@ -1331,8 +1337,7 @@ fn record_call(
             sample: facts.sample,
         },
         calls::Keep::of(config),
-    )?;
-    Ok(())
+    )
 }
 
 /// The live tail as the nudges measure it.

@@ -132,6 +132,9 @@ pub struct PassOutput {
     pub for_next: Option<ForNextPass>,
     pub system: Option<Value>,
     pub pass: PassReport,
+    /// The pass's row of the per-call record (`calls`), when it wrote one:
+    /// where the gateway puts the usage of the call's own answer.
+    pub call: Option<i64>,
 }
 
 impl PassOutput {

@@ -22,7 +22,8 @@
 //! the turn after it is a miss at the provider anyway.
 //!
 //! **Usage and errors.** The answer's `response.completed` usage (input,
-//! cached, output) is the session's usage on its next pass; an error body
+//! cached, output) goes onto the call's row of the per-call record and is
+//! the session's usage on its next pass; an error body
 //! (an HTTP error, or a stream's `response.failed`) goes to the overflow
 //! report, which learns the window from a `context_length_exceeded`.
 
@@ -41,8 +42,8 @@ use mc_base::domain::gateway::{Answer, Api, Call, Forward, Pass};
 use mc_base::error::{Error, Result};
 use mc_base::store::{Store, StoreOptions};
 
-use crate::gateway::learn_overflow;
 use crate::gateway::memory::{self, Mark, Memory};
+use crate::gateway::{attach_usage, learn_overflow};
 use crate::pass::{Resident, run_pass_on};
 use crate::recall::Recall;
 use crate::report::PassReport;
@@ -215,6 +216,10 @@ impl ResponsesPass {
             })?;
             run_pass_on(&mut store, envelope, resident, &self.config, call.now_ms)?
         };
+        // The pass's row, for the usage its answer will bring.
+        if let (Some(id), Ok(mut memory)) = (output.call, self.memory.lock()) {
+            memory.recorded(key, id);
+        }
         let body = splice_output(&request, &ids, output.messages)?;
         let forward = if body == call.body {
             Forward::Untouched
@@ -234,15 +239,22 @@ impl ResponsesPass {
             .memory
             .lock()
             .map_err(|_| Error::input("the gateway pass's memory is poisoned"))?;
-        let Some((key, model)) = memory.answered(key, call.body) else {
+        let Some(answered) = memory.answered(key, call.body) else {
             return Ok(false);
         };
+        let (key, model, row) = (answered.key, answered.model, answered.call);
         // A stream's `response.failed` is an error even under a 200.
         let Some(error) = answer.error_body else {
-            if let (Some(usage), Some(kept)) = (answer.usage, memory.sessions.get_mut(&key))
+            if let Some(usage) = answer.usage
                 && (200..300).contains(&answer.status)
             {
-                kept.usage = Some(usage);
+                if let Some(kept) = memory.sessions.get_mut(&key) {
+                    kept.usage = Some(usage);
+                }
+                drop(memory);
+                if let Some(id) = row {
+                    attach_usage(&self.store, id, &usage)?;
+                }
             }
             return Ok(false);
         };

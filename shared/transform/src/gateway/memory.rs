@@ -123,6 +123,17 @@ struct Pending {
     mark: Mark,
     key: String,
     model: Option<String>,
+    /// The pass's row of the per-call record, once the pass wrote it.
+    call: Option<i64>,
+}
+
+/// The call an answer belongs to, as [`Memory::answered`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answered {
+    pub key: String,
+    pub model: Option<String>,
+    /// Its row of the per-call record (none when the pass failed or wrote none).
+    pub call: Option<i64>,
 }
 
 /// Every session's [`Kept`] and the calls waiting for their answer.
@@ -175,18 +186,30 @@ impl<L> Memory<L> {
             mark,
             key: key.to_string(),
             model,
+            call: None,
         });
     }
 
-    /// The session and model of the call of session `key` whose body is
-    /// `body`, if the pass worked on it (it is then no longer waited for).
-    pub fn answered(&mut self, key: &str, body: &[u8]) -> Option<(String, Option<String>)> {
+    /// The pass of session `key`'s newest expected call wrote row `call`.
+    pub fn recorded(&mut self, key: &str, call: i64) {
+        if let Some(p) = self.pending.iter_mut().rev().find(|p| p.key == key) {
+            p.call = Some(call);
+        }
+    }
+
+    /// The call of session `key` whose body is `body`, if the pass worked on
+    /// it (it is then no longer waited for).
+    pub fn answered(&mut self, key: &str, body: &[u8]) -> Option<Answered> {
         let at = self
             .pending
             .iter()
             .rposition(|p| p.key.as_str() == key && p.mark.matches(body))?;
         let pending = self.pending.remove(at);
-        Some((pending.key, pending.model))
+        Some(Answered {
+            key: pending.key,
+            model: pending.model,
+            call: pending.call,
+        })
     }
 }
 

@@ -740,4 +740,84 @@ fn a_new_prompt_gets_its_recall_hint_through_the_gateway_and_keeps_it() {
     assert_eq!(report.recall, None, "decided once");
     assert_eq!(report.bust, Bust::None);
     assert_eq!(prompt_texts(&sent_messages(&again), prompt), shown);
+#[test]
+fn each_call_gets_the_usage_of_its_own_answer_when_its_stream_ends() {
+    let g = gate();
+    let h = headers(None);
+    let usage = |read: u64| Usage {
+        input: 40,
+        cache_read: read,
+        cache_write: 3_000,
+        output: 200,
+    };
+    let answered = |read: u64| Answer {
+        status: 200,
+        usage: Some(usage(read)),
+        error_body: None,
+    };
+    // (cache read, output) of each recorded call, oldest first.
+    let rows = || -> Vec<Option<(i64, i64)>> {
+        let store = Store::open(&g.db, &StoreOptions::default()).unwrap();
+        store
+            .conn()
+            .prepare("SELECT cache_read, output FROM calls ORDER BY id")
+            .unwrap()
+            .query_map([], |r| {
+                Ok(match (r.get(0)?, r.get(1)?) {
+                    (Some(read), Some(out)) => Some((read, out)),
+                    _ => None,
+                })
+            })
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    };
+    let body = |turns: usize| request(&conversation(turns, 300));
+    let bodies: Vec<Vec<u8>> = (2..6).map(body).collect();
+    let calls: Vec<Call<'_>> = bodies
+        .iter()
+        .enumerate()
+        .map(|(k, b)| call(Some("s-own"), "/v1/messages", &h, b, T0 + k as i64 * MINUTE))
+        .collect();
+    for (k, read) in [0u64, 20_000, 23_000].into_iter().enumerate() {
+        g.pass.run(&calls[k]).unwrap();
+        assert_eq!(rows().last(), Some(&None), "call {k} before its answer");
+        assert!(!g.pass.learn(&calls[k], &answered(read)).unwrap());
+        // On its own row as soon as its answer ended: no next call needed.
+        assert_eq!(
+            rows().last(),
+            Some(&Some((i64::try_from(read).unwrap(), 200))),
+            "call {k} after its answer"
+        );
+    }
+    // The next call brings the last answer's usage as its sample: nothing moves.
+    g.pass.run(&calls[3]).unwrap();
+    assert_eq!(
+        rows(),
+        [
+            Some((0, 200)),
+            Some((20_000, 200)),
+            Some((23_000, 200)),
+            None
+        ]
+    );
+    // An answer that comes after a later call's pass still lands on its call.
+    let late = body(7);
+    let later = body(8);
+    let late_call = call(Some("s-own"), "/v1/messages", &h, &late, T0 + 5 * MINUTE);
+    let later_call = call(Some("s-own"), "/v1/messages", &h, &later, T0 + 6 * MINUTE);
+    g.pass.run(&late_call).unwrap();
+    g.pass.run(&later_call).unwrap();
+    g.pass.learn(&late_call, &answered(26_000)).unwrap();
+    let now = rows();
+    assert_eq!(now[4], Some((26_000, 200)), "{now:?}");
+    assert_eq!(now[5], None, "{now:?}");
+    // A failed answer, or one without usage, writes nothing.
+    let failed = Answer {
+        status: 529,
+        usage: None,
+        error_body: Some(br#"{"type":"error","error":{"type":"overloaded_error"}}"#),
+    };
+    g.pass.learn(&later_call, &failed).unwrap();
+    assert_eq!(rows()[5], None);
 }

@@ -364,4 +364,43 @@ fn each_codex_call_is_recorded_with_its_instructions_and_tool_set() {
     assert_eq!(rows[0].1, rows[1].1);
     assert_ne!(rows[1].1, rows[2].1, "a tool was added");
     assert!(rows[2].3 > rows[1].3);
+fn each_turn_gets_the_usage_of_its_own_response_completed() {
+    let g = gate();
+    let h = headers("turn", 0);
+    let completed = |cached: u64| Answer {
+        status: 200,
+        usage: Some(Usage {
+            input: 900,
+            cache_read: cached,
+            cache_write: 0,
+            output: 120,
+        }),
+        error_body: None,
+    };
+    let reads = || -> Vec<Option<i64>> {
+        let store = Store::open(&g.db, &StoreOptions::default()).unwrap();
+        store
+            .conn()
+            .prepare("SELECT cache_read FROM calls ORDER BY id")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    };
+    let first = request(&conversation(2, 300));
+    let second = request(&conversation(3, 300));
+    g.pass.run(&call(&h, &first, T0)).unwrap();
+    assert_eq!(reads(), [None]);
+    g.pass.learn(&call(&h, &first, T0), &completed(0)).unwrap();
+    assert_eq!(
+        reads(),
+        [Some(0)],
+        "the turn's own row, before any next turn"
+    );
+    g.pass.run(&call(&h, &second, T0 + MINUTE)).unwrap();
+    g.pass
+        .learn(&call(&h, &second, T0 + MINUTE), &completed(4_096))
+        .unwrap();
+    assert_eq!(reads(), [Some(0), Some(4_096)]);
 }
