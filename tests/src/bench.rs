@@ -137,23 +137,6 @@ pub fn serve_rss(parent: u32) -> Option<(u64, u64)> {
     None
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_bust_costs_what_the_cache_could_have_served() {
-        let grow: Vec<String> = ["aaaa", "aaaabb", "aaaabbcc"].map(String::from).into();
-        let figures = CacheFigures::of(&grow, &grow);
-        assert_eq!(figures.bust_cost_points(), 0.0);
-        assert_eq!(figures.ratio(), 1.0);
-        // The third request rewrites its first byte: 8 bytes the cache could
-        // serve 6 of, and served none.
-        let bust: Vec<String> = ["aaaa", "aaaabb", "xaaabbcc"].map(String::from).into();
-        let figures = CacheFigures::of(&grow, &bust);
-        assert!((figures.bust_cost_points() - 6.0 / 14.0 * 100.0).abs() < 1e-9);
-        assert!(figures.ratio() < 1.0);
-    }
 /// What the per-call record costs a pass, in µs (medians).
 #[derive(Debug, Clone, Copy)]
 pub struct RecordCost {
@@ -242,4 +225,23 @@ pub fn record_cost(dir: &std::path::Path, runs: usize) -> mc_base::Result<Record
         record_us: percentiles(&mut inside).0,
         alone_us: percentiles(&mut alone).0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bust_costs_what_the_cache_could_have_served() {
+        let grow: Vec<String> = ["aaaa", "aaaabb", "aaaabbcc"].map(String::from).into();
+        let figures = CacheFigures::of(&grow, &grow);
+        assert_eq!(figures.bust_cost_points(), 0.0);
+        assert_eq!(figures.ratio(), 1.0);
+        // The third request rewrites its first byte: 8 bytes the cache could
+        // serve 6 of, and served none.
+        let bust: Vec<String> = ["aaaa", "aaaabb", "xaaabbcc"].map(String::from).into();
+        let figures = CacheFigures::of(&grow, &bust);
+        assert!((figures.bust_cost_points() - 6.0 / 14.0 * 100.0).abs() < 1e-9);
+        assert!(figures.ratio() < 1.0);
+    }
 }

@@ -649,7 +649,7 @@ pub fn setup(env: &Env, request: &Request) -> Result<Outcome> {
                 env.tilde(&piece.path)
             )),
             Some(entry) => {
-                if owner == HarnessId::Codex.as_str() && entry.kind == "json_item" {
+                if owner == HarnessId::Codex.as_str() && entry.kind == EntryKind::JsonItem {
                     hooks_added = true;
                 }
                 let known = manifest.entries.iter().any(|e| {

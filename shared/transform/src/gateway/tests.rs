@@ -669,6 +669,8 @@ fn a_failed_pass_sends_the_last_shape_and_the_new_tail() {
     let (back, report) = g.send("s1", &request(&grown), 30, T0 + 6 * MINUTE);
     assert_eq!(report.decision, Decision::Defer, "{report:?}");
     assert!(String::from_utf8_lossy(&back).contains("§"));
+}
+
 /// A search that always finds one memory about the staging database.
 #[derive(Debug)]
 struct Staging;
@@ -740,6 +742,8 @@ fn a_new_prompt_gets_its_recall_hint_through_the_gateway_and_keeps_it() {
     assert_eq!(report.recall, None, "decided once");
     assert_eq!(report.bust, Bust::None);
     assert_eq!(prompt_texts(&sent_messages(&again), prompt), shown);
+}
+
 #[test]
 fn each_call_gets_the_usage_of_its_own_answer_when_its_stream_ends() {
     let g = gate();

@@ -364,6 +364,9 @@ fn each_codex_call_is_recorded_with_its_instructions_and_tool_set() {
     assert_eq!(rows[0].1, rows[1].1);
     assert_ne!(rows[1].1, rows[2].1, "a tool was added");
     assert!(rows[2].3 > rows[1].3);
+}
+
+#[test]
 fn each_turn_gets_the_usage_of_its_own_response_completed() {
     let g = gate();
     let h = headers("turn", 0);
