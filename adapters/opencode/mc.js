@@ -13,6 +13,19 @@ import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { MessageChannel, Worker, receiveMessageOnPort } from "node:worker_threads";
 var TRANSFORM_TIMEOUT_MS = 3e4;
+var REDUCE_TOOL = {
+  name: "ctx_reduce",
+  description: "Drop messages and tool outputs you no longer need, by §N§ tag. Applied at the next rebuild, never a cache miss; the newest tags are protected; ctx_expand brings them back.",
+  input_schema: {
+    type: "object",
+    properties: { drop: { type: "string", description: "e.g. 3-5,12" } },
+    required: ["drop"]
+  }
+};
+function reduceSpec(specs) {
+  const listed = Array.isArray(specs) ? specs.find((s) => s?.name === "ctx_reduce") : void 0;
+  return typeof listed?.description === "string" && listed?.input_schema?.properties?.drop ? listed : REDUCE_TOOL;
+}
 var bin = (name, env) => process.env[env] || name;
 function failureText(stderr) {
   const lines = stderr.trim().split("\n");
@@ -610,8 +623,12 @@ function zodOf(schema, z) {
   const field = (s) => {
     let f;
     if (Array.isArray(s?.enum)) f = z.enum(s.enum);
-    else if (s?.type === "integer") f = z.number().int();
-    else if (s?.type === "number") f = z.number();
+    else if (s?.type === "integer") {
+      f = z.number().int();
+      if (typeof s.minimum === "number") f = f.min(s.minimum);
+      if (typeof s.maximum === "number") f = f.max(s.maximum);
+      f = f.meta({ minimum: s.minimum, maximum: s.maximum });
+    } else if (s?.type === "number") f = z.number();
     else if (s?.type === "boolean") f = z.boolean();
     else if (s?.type === "array") f = z.array(field(s.items ?? {}));
     else if (s?.type === "string") f = z.string();
@@ -632,7 +649,7 @@ async function searchTools(directory) {
     specs = JSON.parse(listed.stdout).tools;
   } catch {
     console.error(`mc: mc-search tools unavailable (${failureText(listed.stderr) || "not on PATH"}); the agent gets ctx_reduce only`);
-    return {};
+    return { tools: {}, reduce: REDUCE_TOOL };
   }
   const tools = {};
   for (const spec of specs) {
@@ -658,11 +675,11 @@ async function searchTools(directory) {
       }
     });
   }
-  return tools;
+  return { tools, reduce: reduceSpec(specs) };
 }
 var McContext = async ({ client, serverUrl, directory }) => {
   if (process.env.MC_HISTORIAN_CHILD) return {};
-  const extraTools = await searchTools(directory);
+  const { tools: extraTools, reduce } = await searchTools(directory);
   const server = String(serverUrl ?? "").replace(/\/$/, "");
   const limits = /* @__PURE__ */ new Map();
   const historians = /* @__PURE__ */ new Map();
@@ -973,8 +990,8 @@ var McContext = async ({ client, serverUrl, directory }) => {
     tool: {
       ...extraTools,
       ctx_reduce: tool({
-        description: 'Drop messages and tool outputs you no longer need from your context, by their §N§ tags (e.g. "3-5,12"). Drops are queued and applied on a later turn; the newest tags are protected.',
-        args: { drop: tool.schema.string().describe("Tags or ranges to drop, e.g. 3-5,12") },
+        description: reduce.description,
+        args: zodOf(reduce.input_schema, tool.schema),
         async execute(args, context) {
           const request = JSON.stringify({ harness: "opencode", session_id: context.sessionID, drop: String(args.drop) });
           const result = await mcTransform2(

@@ -7,6 +7,19 @@ import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { MessageChannel, Worker, receiveMessageOnPort } from "node:worker_threads";
 var TRANSFORM_TIMEOUT_MS = 3e4;
+var REDUCE_TOOL = {
+  name: "ctx_reduce",
+  description: "Drop messages and tool outputs you no longer need, by §N§ tag. Applied at the next rebuild, never a cache miss; the newest tags are protected; ctx_expand brings them back.",
+  input_schema: {
+    type: "object",
+    properties: { drop: { type: "string", description: "e.g. 3-5,12" } },
+    required: ["drop"]
+  }
+};
+function reduceSpec(specs) {
+  const listed = Array.isArray(specs) ? specs.find((s) => s?.name === "ctx_reduce") : void 0;
+  return typeof listed?.description === "string" && listed?.input_schema?.properties?.drop ? listed : REDUCE_TOOL;
+}
 var bin = (name, env) => process.env[env] || name;
 function failureText(stderr) {
   const lines = stderr.trim().split("\n");
@@ -646,15 +659,19 @@ async function mc(pi) {
       console.error(`mc: mc-pin restore printed no JSON: ${error}`);
     }
   });
+  const listed = await run(bin("mc-search", "MC_SEARCH_BIN"), ["tools"], "", TRANSFORM_TIMEOUT_MS);
+  let specs = [];
+  try {
+    specs = JSON.parse(listed.stdout).tools ?? [];
+  } catch {
+    console.error(`mc: mc-search tools unavailable (${failureText(listed.stderr) || "not on PATH"}); the agent gets ctx_reduce only`);
+  }
+  const reduce = reduceSpec(specs);
   pi.registerTool({
     name: "ctx_reduce",
     label: "ctx_reduce",
-    description: 'Drop messages and tool outputs you no longer need from your context, by their §N§ tags (e.g. "3-5,12"). Drops are queued and applied on a later turn; the newest tags are protected.',
-    parameters: {
-      type: "object",
-      properties: { drop: { type: "string", description: "Tags or ranges to drop, e.g. 3-5,12" } },
-      required: ["drop"]
-    },
+    description: reduce.description,
+    parameters: reduce.input_schema,
     async execute(_id, params, _signal, _update, ctx) {
       const sessionId = ctx.sessionManager.getSessionId();
       const drop = String(params?.drop ?? "");
@@ -676,13 +693,6 @@ async function mc(pi) {
       return text(said.length ? said.join("; ") : "nothing to drop");
     }
   });
-  const listed = await run(bin("mc-search", "MC_SEARCH_BIN"), ["tools"], "", TRANSFORM_TIMEOUT_MS);
-  let specs = [];
-  try {
-    specs = JSON.parse(listed.stdout).tools ?? [];
-  } catch {
-    console.error(`mc: mc-search tools unavailable (${failureText(listed.stderr) || "not on PATH"}); the agent gets ctx_reduce only`);
-  }
   for (const spec of specs) {
     const name = spec?.name;
     if (typeof name !== "string" || name === "ctx_reduce") continue;

@@ -16,6 +16,32 @@ import { MessageChannel, Worker, receiveMessageOnPort } from "node:worker_thread
 export const TRANSFORM_TIMEOUT_MS = 30_000
 
 /**
+ * ctx_reduce as `mc-search tools` publishes it (the one definition, in
+ * mc-search-core's tools.rs), for when mc-search cannot be run; a test of
+ * mc-doctor-core checks the two agree.
+ */
+export const REDUCE_TOOL = {
+  name: "ctx_reduce",
+  description:
+    "Drop messages and tool outputs you no longer need, by §N§ tag. Applied at the next rebuild, never a cache miss; the newest tags are protected; ctx_expand brings them back.",
+  input_schema: {
+    type: "object",
+    properties: { drop: { type: "string", description: "e.g. 3-5,12" } },
+    required: ["drop"],
+  },
+}
+
+/**
+ * ctx_reduce's spec among those `mc-search tools` listed, else REDUCE_TOOL.
+ * @param {unknown} specs
+ * @returns {{ name: string, description: string, input_schema: any }}
+ */
+export function reduceSpec(specs) {
+  const listed = Array.isArray(specs) ? specs.find((s) => s?.name === "ctx_reduce") : undefined
+  return typeof listed?.description === "string" && listed?.input_schema?.properties?.drop ? listed : REDUCE_TOOL
+}
+
+/**
  * What a process did: its exit code (-1 when it could not start or was
  * killed), what it printed, and `died` when the resident process ended while
  * answering (leave the call untouched).

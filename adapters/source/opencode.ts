@@ -22,7 +22,17 @@ import { existsSync, readdirSync } from "node:fs"
 import { homedir } from "node:os"
 import { isAbsolute, join } from "node:path"
 import { tool } from "@opencode-ai/plugin"
-import { Resident, TRANSFORM_TIMEOUT_MS, bin, failureText, mcTransform as transformCommand, pass as passThrough, run } from "./core.js"
+import {
+  REDUCE_TOOL,
+  Resident,
+  TRANSFORM_TIMEOUT_MS,
+  bin,
+  failureText,
+  mcTransform as transformCommand,
+  pass as passThrough,
+  reduceSpec,
+  run,
+} from "./core.js"
 import { foldArgs, foldSummary } from "./fold.js"
 
 // What OpenCode hands the plugin (its messages and parts, events, hook
@@ -243,8 +253,14 @@ function zodOf(schema: Oc, z: Oc) {
   const field = (s: Oc): Oc => {
     let f
     if (Array.isArray(s?.enum)) f = z.enum(s.enum)
-    else if (s?.type === "integer") f = z.number().int()
-    else if (s?.type === "number") f = z.number()
+    else if (s?.type === "integer") {
+      f = z.number().int()
+      if (typeof s.minimum === "number") f = f.min(s.minimum)
+      if (typeof s.maximum === "number") f = f.max(s.maximum)
+      // zod publishes a safe-integer range where none is set: publish mc's
+      // (an undefined bound leaves the request).
+      f = f.meta({ minimum: s.minimum, maximum: s.maximum })
+    } else if (s?.type === "number") f = z.number()
     else if (s?.type === "boolean") f = z.boolean()
     else if (s?.type === "array") f = z.array(field(s.items ?? {}))
     else if (s?.type === "string") f = z.string()
@@ -263,7 +279,8 @@ function zodOf(schema: Oc, z: Oc) {
  * mc-search's tools as OpenCode tools: each call runs `mc-search call` with
  * the calling session and this instance's folder; the model reads the text
  * mc-search answers (an error it can correct comes back as text too). No
- * mc-search on PATH: no such tools, said once.
+ * mc-search on PATH: no such tools, said once. Also ctx_reduce's spec, which
+ * the plugin runs through mc-transform.
  */
 async function searchTools(directory: string) {
   const listed = await run(bin("mc-search", "MC_SEARCH_BIN"), ["tools"], "", TRANSFORM_TIMEOUT_MS)
@@ -272,7 +289,7 @@ async function searchTools(directory: string) {
     specs = JSON.parse(listed.stdout).tools
   } catch {
     console.error(`mc: mc-search tools unavailable (${failureText(listed.stderr) || "not on PATH"}); the agent gets ctx_reduce only`)
-    return {}
+    return { tools: {}, reduce: REDUCE_TOOL }
   }
   const tools: Record<string, Oc> = {}
   for (const spec of specs) {
@@ -299,14 +316,14 @@ async function searchTools(directory: string) {
       },
     })
   }
-  return tools
+  return { tools, reduce: reduceSpec(specs) }
 }
 
 export const McContext = async ({ client, serverUrl, directory }: { client: Oc; serverUrl?: unknown; directory: string }) => {
   // An `opencode run` the historian started as its model (MC_HISTORIAN_CHILD):
   // its call is the historian's own, left as OpenCode sends it.
   if (process.env.MC_HISTORIAN_CHILD) return {}
-  const extraTools = await searchTools(directory)
+  const { tools: extraTools, reduce } = await searchTools(directory)
   const server = String(serverUrl ?? "").replace(/\/$/, "")
   const limits = new Map() // "provider/model" -> Promise of {context, output}
   const historians = new Map() // sessionID -> Promise of a running historian (removed when it ends)
@@ -699,10 +716,8 @@ export const McContext = async ({ client, serverUrl, directory }: { client: Oc; 
     tool: {
       ...extraTools,
       ctx_reduce: tool({
-        description:
-          "Drop messages and tool outputs you no longer need from your context, by their §N§ tags " +
-          '(e.g. "3-5,12"). Drops are queued and applied on a later turn; the newest tags are protected.',
-        args: { drop: tool.schema.string().describe("Tags or ranges to drop, e.g. 3-5,12") },
+        description: reduce.description,
+        args: zodOf(reduce.input_schema, tool.schema),
         async execute(args: Oc, context: Oc) {
           const request = JSON.stringify({ harness: "opencode", session_id: context.sessionID, drop: String(args.drop) })
           const result = await mcTransform(

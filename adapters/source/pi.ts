@@ -20,7 +20,16 @@
 // MC_HISTORIAN_BIN and MC_SEARCH_BIN; the database through MC_DB as usual.
 // MC_TRANSFORM_SERVE=0 runs every call as a one-shot process. Inside mc's
 // own historian run (MC_HISTORIAN_CHILD=1 in its environment) it does nothing.
-import { Resident, TRANSFORM_TIMEOUT_MS, bin, failureText, mcTransform as transformCommand, pass as passThrough, run } from "./core.js"
+import {
+  Resident,
+  TRANSFORM_TIMEOUT_MS,
+  bin,
+  failureText,
+  mcTransform as transformCommand,
+  pass as passThrough,
+  reduceSpec,
+  run,
+} from "./core.js"
 import type { Baseline, PassAnswer, Run } from "./core.js"
 import { foldArgs, foldSummary } from "./fold.js"
 
@@ -293,17 +302,22 @@ export default async function mc(pi: PiApi): Promise<void> {
     }
   })
 
+  // mc-search's tools, described by `mc-search tools` (none without it), and
+  // ctx_reduce's description, which the extension runs through mc-transform.
+  const listed = await run(bin("mc-search", "MC_SEARCH_BIN"), ["tools"], "", TRANSFORM_TIMEOUT_MS)
+  let specs: ToolSpec[] = []
+  try {
+    specs = JSON.parse(listed.stdout).tools ?? []
+  } catch {
+    console.error(`mc: mc-search tools unavailable (${failureText(listed.stderr) || "not on PATH"}); the agent gets ctx_reduce only`)
+  }
+  const reduce = reduceSpec(specs)
+
   pi.registerTool({
     name: "ctx_reduce",
     label: "ctx_reduce",
-    description:
-      "Drop messages and tool outputs you no longer need from your context, by their §N§ tags " +
-      '(e.g. "3-5,12"). Drops are queued and applied on a later turn; the newest tags are protected.',
-    parameters: {
-      type: "object",
-      properties: { drop: { type: "string", description: "Tags or ranges to drop, e.g. 3-5,12" } },
-      required: ["drop"],
-    },
+    description: reduce.description,
+    parameters: reduce.input_schema,
     async execute(_id, params, _signal, _update, ctx) {
       const sessionId = ctx.sessionManager.getSessionId()
       const drop = String(params?.drop ?? "")
@@ -326,14 +340,6 @@ export default async function mc(pi: PiApi): Promise<void> {
     },
   })
 
-  // mc-search's tools, described by `mc-search tools` (none without it).
-  const listed = await run(bin("mc-search", "MC_SEARCH_BIN"), ["tools"], "", TRANSFORM_TIMEOUT_MS)
-  let specs: ToolSpec[] = []
-  try {
-    specs = JSON.parse(listed.stdout).tools ?? []
-  } catch {
-    console.error(`mc: mc-search tools unavailable (${failureText(listed.stderr) || "not on PATH"}); the agent gets ctx_reduce only`)
-  }
   for (const spec of specs) {
     const name = spec?.name
     if (typeof name !== "string" || name === "ctx_reduce") continue

@@ -1,10 +1,55 @@
 //! What the harness benchmarks (bench-opencode, bench-pi, bench-claude-code)
 //! measure the same way: the share of request bytes a provider prefix cache
 //! would serve and what mc's busts cost of it, hook time percentiles, the
-//! resident mc-transform's memory; and what the per-call record costs a pass
-//! (bench-transform, bench-dashboard).
+//! resident mc-transform's memory, the fixed bytes mc adds to a request; and
+//! what the per-call record costs a pass (bench-transform, bench-dashboard).
 
-use crate::fake_provider::common_prefix;
+use mc_base::tokens;
+
+use crate::fake_provider::{Recorded, common_prefix};
+
+/// The most bytes mc may add to every request (issue 32: 0.3× the reference
+/// plugin's +11,676), as the harness benchmarks measure it on the first one.
+pub const FIXED_BYTES_TARGET: i64 = 3_500;
+
+/// What mc adds to a request, part by part, in bytes and o200k tokens: the
+/// request with mc against the same request without it. `tools` holds the
+/// five tools' schemas, `system` the guidance, `messages` the head and tags.
+pub fn fixed_additions(without: &Recorded, with: &Recorded) -> String {
+    let part = |key: &str| {
+        let (a, b) = (without.body[key].to_string(), with.body[key].to_string());
+        (
+            b.len() as i64 - a.len() as i64,
+            i64::from(tokens::exact(&b)) - i64::from(tokens::exact(&a)),
+        )
+    };
+    let raw = |r: &Recorded| {
+        let text = String::from_utf8_lossy(&r.raw);
+        (r.raw.len() as i64, i64::from(tokens::exact(&text)))
+    };
+    let (total, total_tokens) = {
+        let ((a, at), (b, bt)) = (raw(without), raw(with));
+        (b - a, bt - at)
+    };
+    let (schemas, guidance, messages) = (part("tools"), part("system"), part("messages"));
+    format!(
+        "first request +{total} bytes, +{total_tokens} tokens (target ≤ {FIXED_BYTES_TARGET} bytes{})\n\
+         {:21}tool schemas +{} bytes, +{} tokens; guidance (system) +{} bytes, +{} tokens; \
+         messages (head, tags) +{} bytes, +{} tokens",
+        if total > FIXED_BYTES_TARGET {
+            ", MISSED"
+        } else {
+            ""
+        },
+        "",
+        schemas.0,
+        schemas.1,
+        guidance.0,
+        guidance.1,
+        messages.0,
+        messages.1
+    )
+}
 
 /// Share of request bytes (as a cache keys them) that the previous request's prefix covers.
 pub fn cache_share(keys: &[String]) -> f64 {

@@ -19,7 +19,7 @@
 
 use std::process::ExitCode;
 
-use mc_tests::bench::{CacheFigures, cache_share, misses, percentiles, serve_rss};
+use mc_tests::bench::{CacheFigures, cache_share, fixed_additions, misses, percentiles, serve_rss};
 use mc_tests::fake_provider::{Recorded, Reply, common_prefix};
 use mc_tests::opencode::{OpenCode, Options, cache_key, tool_results};
 
@@ -653,13 +653,9 @@ fn main() -> ExitCode {
             println!("  serve memory       no resident mc-transform found at the end of the run")
         }
     }
-    let (a, b) = (&without.requests[0], &with.requests[0]);
     println!(
-        "  bytes mc adds      first request +{} bytes (tools +{}, system +{}, messages +{})",
-        b.raw.len() as i64 - a.raw.len() as i64,
-        b.body["tools"].to_string().len() as i64 - a.body["tools"].to_string().len() as i64,
-        b.body["system"].to_string().len() as i64 - a.body["system"].to_string().len() as i64,
-        b.body["messages"].to_string().len() as i64 - a.body["messages"].to_string().len() as i64
+        "  bytes mc adds      {}",
+        fixed_additions(&without.requests[0], &with.requests[0])
     );
     ExitCode::SUCCESS
 }

@@ -13,7 +13,7 @@
 
 use std::process::ExitCode;
 
-use mc_tests::bench::{CacheFigures, misses, percentiles, serve_rss};
+use mc_tests::bench::{CacheFigures, fixed_additions, misses, percentiles, serve_rss};
 use mc_tests::fake_provider::{Recorded, Reply};
 use mc_tests::opencode::cache_key;
 use mc_tests::pi::{Options, Pi};
@@ -252,13 +252,9 @@ fn main() -> ExitCode {
             peak as f64 / 1024.0
         );
     }
-    let (a, b) = (&without.requests[0], &with.requests[0]);
     println!(
-        "  bytes mc adds      first request +{} bytes (tools +{}, system +{}, messages +{})",
-        b.raw.len() as i64 - a.raw.len() as i64,
-        b.body["tools"].to_string().len() as i64 - a.body["tools"].to_string().len() as i64,
-        b.body["system"].to_string().len() as i64 - a.body["system"].to_string().len() as i64,
-        b.body["messages"].to_string().len() as i64 - a.body["messages"].to_string().len() as i64
+        "  bytes mc adds      {}",
+        fixed_additions(&without.requests[0], &with.requests[0])
     );
     ExitCode::SUCCESS
 }

@@ -40,12 +40,7 @@ pub(crate) fn serve_mcp(args: &Args) -> Result<(), Failure> {
     let info = ServerInfo {
         name: "mc",
         version: env!("CARGO_PKG_VERSION"),
-        instructions: Some(
-            "mc keeps this project's memory and your session's history. Search it with \
-             ctx_search before asking what may already be known; save durable facts with \
-             ctx_memory; get back dropped or summarized content with ctx_expand."
-                .into(),
-        ),
+        instructions: Some(tools::MCP_INSTRUCTIONS.into()),
     };
     let stdin = std::io::stdin();
     let stdout = std::io::stdout();

@@ -504,6 +504,32 @@ fn contains(found: &Value, wanted: &Value) -> bool {
 mod tests {
     use super::*;
 
+    /// The adapters run ctx_reduce through mc-transform but take its words from
+    /// `mc-search tools`; the copy they fall back on without mc-search is the
+    /// published one, word for word.
+    #[test]
+    fn the_adapters_fallback_ctx_reduce_is_the_published_one() {
+        let specs = mc_search_core::tools::specs();
+        let reduce = specs.iter().find(|s| s.name == "ctx_reduce").unwrap();
+        let drop = &reduce.input_schema["properties"]["drop"]["description"];
+        let literals = [
+            serde_json::to_string(reduce.description).unwrap(),
+            drop.to_string(),
+        ];
+        for (adapter, text) in [
+            ("the OpenCode plugin", OPENCODE_PLUGIN),
+            ("the Pi extension", PI_EXTENSION.unwrap()),
+        ] {
+            for literal in &literals {
+                assert!(
+                    text.contains(literal.as_str()),
+                    "{adapter} lacks {literal}: edit REDUCE_TOOL in adapters/source/core.js \
+                     and run `npm run build` in adapters/"
+                );
+            }
+        }
+    }
+
     #[test]
     fn pi_is_detected_by_its_folder_or_variable_and_its_extension_goes_under_it() {
         let dir = tempfile::tempdir().unwrap();

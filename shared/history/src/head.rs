@@ -11,8 +11,7 @@ use super::store::{CATEGORIES, Memory, MemoryMutation, ProfileItem};
 /// m[0] when there is nothing to render.
 pub const M0_EMPTY: &str = "<session-history></session-history>";
 /// m[1] when nothing changed since m[0] (m[1] is never empty).
-pub const M1_PLACEHOLDER: &str =
-    "<session-history-since>(no new content since last materialization)</session-history-since>";
+pub const M1_PLACEHOLDER: &str = "<session-history-since>(nothing new)</session-history-since>";
 /// Project docs rendered into m[0], from the project root.
 pub const PROJECT_DOCS: [&str; 2] = ["ARCHITECTURE.md", "STRUCTURE.md"];
 const MAX_DOC_BYTES: u64 = 256 * 1024;

@@ -155,7 +155,7 @@ fn memory_edits_wait_for_a_busting_pass_and_fold_into_m0_at_the_next_hard() {
         m0.contains(&format!("#{}: Never log API keys.", b.id)),
         "{m0}"
     );
-    assert!(m1.contains("no new content"), "{m1}");
+    assert!(m1.contains("(nothing new)"), "{m1}");
     let settled = f.warm_at_idle(10);
 
     // Update, archive, merge and a profile line: still byte-identical on defer.
@@ -228,7 +228,7 @@ fn memory_edits_wait_for_a_busting_pass_and_fold_into_m0_at_the_next_hard() {
     assert!(!m0.contains("Never log API keys."), "{m0}");
     assert!(!m0.contains(&format!("#{}:", a.id)), "{m0}");
     assert!(m0.contains("Prefers short answers."), "{m0}");
-    assert!(m1.contains("no new content"), "{m1}");
+    assert!(m1.contains("(nothing new)"), "{m1}");
 }
 
 impl Fixture {

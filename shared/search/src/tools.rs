@@ -74,19 +74,12 @@ fn category_spelling(text: &str) -> String {
 const SEARCH: Arguments = Arguments {
     tool: "ctx_search",
     fields: &[
-        Field::new("query", Kind::String)
-            .required()
-            .describe("Words to look for."),
-        Field::new("sources", Kind::Strings)
-            .one_of(&query::SOURCES)
-            .describe("Limit to these sources (default: all)."),
-        Field::new("limit", Kind::Integer)
-            .range(Some(1), Some(100))
-            .describe("Most hits to return (default 10)."),
-        Field::new("session", Kind::String)
-            .describe("Only this session: \"current\" or a session id."),
-        Field::new("since", Kind::Day).describe("Only from this day on (YYYY-MM-DD)."),
-        Field::new("until", Kind::Day).describe("Only before this day (YYYY-MM-DD)."),
+        Field::new("query", Kind::String).required(),
+        Field::new("sources", Kind::Strings).one_of(&query::SOURCES),
+        Field::new("limit", Kind::Integer).range(Some(1), Some(100)),
+        Field::new("session", Kind::String).describe("\"current\" or an id"),
+        Field::new("since", Kind::Day).describe("YYYY-MM-DD"),
+        Field::new("until", Kind::Day).describe("YYYY-MM-DD"),
         Field::new("harness", Kind::String).command_line_only(),
     ],
     actions: &[],
@@ -103,8 +96,8 @@ const MEMORY: Arguments = Arguments {
             .canonical(category_spelling),
         Field::new("id", Kind::Integer),
         Field::new("ids", Kind::Integers),
-        Field::new("reason", Kind::String).describe("Why a memory is archived."),
-        Field::new("text", Kind::String).describe("list: only memories with these words."),
+        Field::new("reason", Kind::String),
+        Field::new("text", Kind::String),
         Field::new("limit", Kind::Integer).range(Some(1), None),
         Field::new("status", Kind::String).command_line_only(),
     ],
@@ -155,8 +148,7 @@ fn note_default(args: &Map<String, Value>) -> &'static str {
 const NOTE: Arguments = Arguments {
     tool: "ctx_note",
     fields: &[
-        Field::new("action", Kind::String)
-            .describe("Default: write when content is given, else list."),
+        Field::new("action", Kind::String),
         Field::new("content", Kind::String),
         Field::new("id", Kind::Integer),
         Field::new("all", Kind::Boolean),
@@ -184,12 +176,8 @@ const NOTE: Arguments = Arguments {
 const EXPAND: Arguments = Arguments {
     tool: "ctx_expand",
     fields: &[
-        Field::new("target", Kind::Reference)
-            .required()
-            .describe("\"§12§\" (a tag), \"c3\" (a compartment) or \"40-52\" (messages)."),
-        Field::new("budget", Kind::Integer)
-            .range(Some(100), Some(expand::MAX_BUDGET as i64))
-            .describe("Most tokens to return (default 15000)."),
+        Field::new("target", Kind::Reference).required(),
+        Field::new("budget", Kind::Integer).range(Some(100), Some(expand::MAX_BUDGET as i64)),
     ],
     actions: &[],
     default_action: None,
@@ -203,50 +191,47 @@ const REDUCE: Arguments = Arguments {
 };
 
 /// The five tools: what the model reads about each, and its arguments (from
-/// which both the published schema and the check of a call come).
+/// which both the published schema and the check of a call come). Every
+/// request carries these words: each says what the tool does, when to use
+/// it, the formats of its ids and its limits, and nothing the guidance or
+/// the schema already says (`fixed_tokens_stay_within_their_bound`).
 static TOOLS: [(&str, Arguments); 5] = [
     (
-        "Search this project's long-term memory, your session notes, the \
-        summaries of earlier conversation and the raw messages and tool outputs of every \
-        session of this project (what you can still see is left out), and the project's \
-        git commits. Use it before asking the user something the project may already \
-        have decided, or to find where a topic, an error or a file was discussed or \
-        changed. Words match any; \"an exact \
-        phrase\" in quotes; -word leaves out. Returns ranked hits with a reference; open \
-        a message or compartment hit with ctx_expand.",
+        "Search this project's memory, notes, history summaries, past messages and tool \
+        outputs (not those in view) and commits; use it before asking what may be settled. \
+        Words match any; \"a phrase\"; -word excludes.",
         SEARCH,
     ),
     (
-        "Read and edit this project's durable memory: facts that hold across \
-        sessions (rules, architecture, constraints, config values, naming). Write one \
-        fact per memory, in a sentence that stands on its own. A new memory appears in \
-        your context later (not immediately); writing the same fact twice is harmless. \
-        Actions: write (content, category), update (id, content), archive (id, reason), \
-        merge (ids, content), list (category, text), show (id).",
+        "Project memory: durable facts, one self-contained sentence each; a write shows \
+        in context later, repeats are harmless. Actions: write (content, category), \
+        update (id, content), archive (id, reason), merge (ids, content), list (category, \
+        text), show (id).",
         MEMORY,
     ),
     (
-        "Your notes for this session: things to remember while you work (a \
-        plan, a caveat, something to check before you finish). They are not shown to \
-        you automatically: list them when you resume work or before you finish. \
-        Actions: write (content), list (all: include dismissed), dismiss (id).",
+        "Session notes (a plan, a caveat, a check), not shown to you: list them when \
+        resuming and before finishing. Actions: write (content), list (all: with \
+        dismissed), dismiss (id).",
         NOTE,
     ),
     (
-        "Get back the original content of something no longer in your \
-        context: a dropped output (its tag, e.g. \"§12§\"), a compartment of the \
-        session history (\"c3\"), or a range of messages (\"40-52\"). The answer is \
-        bounded by a token budget and says where to continue when it is cut.",
+        "Get back what left your context: target a tag §12§, a compartment c3 or messages \
+        40-52; budget caps tokens (default 15000); a cut answer says where to go on.",
         EXPAND,
     ),
     (
-        "Drop tool outputs and messages you no longer need from your context, \
-        by their §N§ tags (e.g. \"3-5,12\"). The drop happens at the next point where \
-        your context is rebuilt anyway, so it never costs a cache miss; the newest tags \
-        are protected. Dropped content stays retrievable with ctx_expand.",
+        "Drop messages and tool outputs you no longer need, by §N§ tag. Applied at the \
+        next rebuild, never a cache miss; the newest tags are protected; ctx_expand \
+        brings them back.",
         REDUCE,
     ),
 ];
+
+/// What an MCP client is told at `initialize` (Claude Code puts it in its
+/// system prompt): one line; the descriptions say the rest.
+pub const MCP_INSTRUCTIONS: &str = "mc holds this project's memory and your session's \
+    history: search it with ctx_search before asking what may be known.";
 
 /// The declared arguments of tool `name`.
 pub fn arguments(name: &str) -> Option<&'static Arguments> {
@@ -886,6 +871,58 @@ mod tests {
         server
             .call("ctx_note", &json!({"action": "write", "content": content}))
             .unwrap()
+    }
+
+    /// The most o200k tokens mc's fixed additions to every request may take:
+    /// the five tools, each as a harness sends it to an Anthropic-style API
+    /// (`{"name", "description", "input_schema"}`), plus the larger of the
+    /// system-prompt guidance (OpenCode, Pi) and the MCP instructions (Claude
+    /// Code, Codex). At this bound OpenCode's first request carries at most
+    /// 3,500 bytes more than without mc (issue 32; `bench-opencode` prints it).
+    const FIXED_TOKENS: u32 = 725;
+
+    #[test]
+    fn fixed_tokens_stay_within_their_bound() {
+        use mc_base::tokens::exact;
+        let tools: u32 = specs()
+            .iter()
+            .map(|s| {
+                let entry = json!({
+                    "name": s.name,
+                    "description": s.description,
+                    "input_schema": s.input_schema,
+                });
+                exact(&entry.to_string())
+            })
+            .sum();
+        let guidance = exact(&mc_transform_core::system::guidance(true));
+        let instructions = exact(MCP_INSTRUCTIONS);
+        let total = tools + guidance.max(instructions);
+        assert!(
+            total <= FIXED_TOKENS,
+            "mc's fixed tokens grew to {total} (tools {tools}, guidance {guidance}, MCP \
+             instructions {instructions}), over the bound of {FIXED_TOKENS}: say it shorter"
+        );
+    }
+
+    #[test]
+    fn each_description_names_its_actions_and_the_formats_of_its_ids() {
+        for (description, declared) in &TOOLS {
+            for action in declared.actions {
+                assert!(
+                    description.contains(&format!("{} (", action.name)),
+                    "{}: {}",
+                    declared.tool,
+                    action.name
+                );
+            }
+        }
+        let of = |tool: &str| TOOLS.iter().find(|(_, a)| a.tool == tool).unwrap().0;
+        for id in ["§12§", "c3", "40-52"] {
+            assert!(of("ctx_expand").contains(id), "{id}");
+        }
+        assert!(of("ctx_reduce").contains("§N§"));
+        assert!(of("ctx_search").contains("\"a phrase\"") && of("ctx_search").contains("-word"));
     }
 
     #[test]

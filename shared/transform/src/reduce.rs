@@ -23,7 +23,7 @@ pub struct ReduceRequest {
 /// The tags to drop: the `drop` of `ctx_reduce` and of `mc-transform reduce`.
 pub const DROP: Field = Field::new("drop", Kind::Tags)
     .required()
-    .describe("Tags to drop: \"3-5,12\".");
+    .describe("e.g. 3-5,12");
 
 /// What `mc-transform reduce` reads (a harness adds the session to the
 /// agent's `drop`).

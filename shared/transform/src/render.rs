@@ -16,12 +16,13 @@ use mc_base::domain::notation::{placeholder, prefixed, strip_leading_tags};
 use mc_base::domain::tags::{DropMode, TagKind, TagRow};
 
 /// The version of every rule that turns input and stored state into bytes:
-/// placeholders, skeletons, prefixes, caveman, temporal markers, reminders and
-/// the head's format. Bump it with any change to them: each session's next
-/// pass then busts once, declared (`materialize_reason: render_version`),
+/// placeholders, skeletons, prefixes, caveman, temporal markers, reminders,
+/// the head's format, the system prompt's guidance. Bump it with any change
+/// to them: each session's next pass then busts once, declared
+/// (`materialize_reason: render_version`),
 /// instead of changing cached bytes under a report that says `bust: none`.
 /// `render_fingerprint_is_pinned_to_the_version` fails until it is bumped.
-pub const RENDER_VERSION: i64 = 2;
+pub const RENDER_VERSION: i64 = 3;
 
 /// A dropped call keeps its real arguments up to this many bytes of JSON
 /// (models copied placeholder arguments into new calls); longer ones are

@@ -26,36 +26,32 @@ fn is_date_line(line: &str) -> bool {
 /// Marks our section, so it is appended once.
 const HEADING: &str = "## Context management (mc)";
 
-/// The guidance appended to the first system part.
-pub fn guidance(reduce_callable: bool, protected_tags: u32) -> String {
-    let mut text = format!(
-        "{HEADING}\n\
-         This session's history is managed for you. Older turns may appear at the start of the \
-         conversation as <session-history> summaries (## start-end headings name the message \
-         ranges they cover), followed by <session-history-since> with what changed since; \
-         <project-memory> holds durable facts about this project and <pinned-messages> holds \
-         messages the user asked to keep. Treat them as reliable context. The history omits most \
-         tool calls: never invent tool calls or their outputs from it."
-    );
+/// What the head's blocks are: every harness whose system prompt mc renders.
+const HEAD_GUIDANCE: &str = "<session-history> sums up older turns (## a-b: \
+    messages), <session-history-since> what came since, <project-memory> project facts, \
+    <pinned-messages> what the user pinned: trust them; they omit tool calls, never invent any.";
+
+/// What tags and drops are, where the agent can call ctx_reduce. How to call
+/// it is its description's (`mc_search_core::tools`), said once.
+const TAG_GUIDANCE: &str = "Messages and tool outputs start with a §N§ tag; a drop leaves \
+    [dropped §N§]; write neither. Drop spent output (used reads, logs, \
+    results) with ctx_reduce, silently; keep requests and conclusions.";
+
+/// The guidance appended to the first system part: what the tools'
+/// descriptions cannot say, on every request, so kept short
+/// (`mc_search_core`'s `fixed_tokens_stay_within_their_bound`).
+pub fn guidance(reduce_callable: bool) -> String {
     if reduce_callable {
-        text.push_str(&format!(
-            "\n\nEvery message and tool output starts with a tag like §12§. When a large tool \
-             output or an exploratory detour is no longer needed, call ctx_reduce with the tags \
-             to drop, e.g. drop \"12-15,20\". Drops are queued and applied later, so keep \
-             working normally and don't mention them. The newest {protected_tags} tags are \
-             protected. Keep the user's requests and your own conclusions; drop spent output \
-             (file dumps already acted on, long logs, search results you have used). A \
-             [dropped §N§] marker is what is left of a dropped item; never write one yourself."
-        ));
+        format!("{HEADING}\n{HEAD_GUIDANCE}\n\n{TAG_GUIDANCE}")
+    } else {
+        format!("{HEADING}\n{HEAD_GUIDANCE}")
     }
-    text
 }
 
 /// The guidance a session gets, if any: none when switched off, nor for a
 /// subagent that sees no tags.
 pub fn guidance_for(config: &TransformConfig, subagent: bool, prefixes: bool) -> Option<String> {
-    (config.system_prompt_guidance && (!subagent || prefixes))
-        .then(|| guidance(prefixes, config.protected_tags))
+    (config.system_prompt_guidance && (!subagent || prefixes)).then(|| guidance(prefixes))
 }
 
 /// `mc-transform system`: the system prompt of one model call, from a hook
@@ -229,7 +225,7 @@ mod tests {
             today_line(&system).as_deref(),
             Some("Today's date: Mon Nov 30 2026")
         );
-        let g = guidance(true, 20);
+        let g = guidance(true);
         let out = render(&system, Some(&g), Some("Today's date: Sun Nov 29 2026"));
         let first = out[0].as_str().unwrap();
         assert!(first.starts_with(
@@ -262,7 +258,7 @@ mod tests {
 
     #[test]
     fn no_reduce_variant_omits_the_tool() {
-        let g = guidance(false, 20);
+        let g = guidance(false);
         assert!(!g.contains("ctx_reduce"));
         assert!(!g.contains('§'));
         assert!(g.contains("<session-history>"));

@@ -779,9 +779,12 @@ fn render_fingerprint_is_pinned_to_the_version() {
         "back after lunch",
         T0 + 13 * 60_000 + 5_500 + 7_200_000,
     ));
+    // With a system prompt: the guidance and the frozen date are rendered bytes too.
     let run = |store: &mut Store, messages: &[Value], percent: u64| {
         let now = warm_now(messages);
-        run_pass(store, envelope(messages, percent, now), &config, now).unwrap()
+        let mut input = envelope(messages, percent, now);
+        input.system = Some(json!(["Agent.\nToday's date: Mon Nov 30 2026"]));
+        run_pass(store, input, &config, now).unwrap()
     };
     let mut digest = Sha256::new();
     let mut passes = Vec::new();
@@ -792,6 +795,7 @@ fn render_fingerprint_is_pinned_to_the_version() {
     passes.push(run(&mut store, &messages, 30));
     for out in &passes {
         digest.update(serde_json::to_string(&out.messages).unwrap());
+        digest.update(serde_json::to_string(&out.system).unwrap());
     }
     let fingerprint: String = digest
         .finalize()
@@ -815,6 +819,12 @@ fn render_fingerprint_is_pinned_to_the_version() {
     ] {
         assert!(rendered.contains(needle), "the scenario lost {needle}");
     }
+    let system = passes[0]
+        .system
+        .as_ref()
+        .map(Value::to_string)
+        .unwrap_or_default();
+    assert!(system.contains("## Context management (mc)"), "{system}");
     let last = serde_json::to_string(&passes[2].messages).unwrap();
     assert!(!last.contains("call_0_0"), "an old dropped call goes whole");
     assert!(
@@ -826,8 +836,8 @@ fn render_fingerprint_is_pinned_to_the_version() {
     assert_eq!(
         (super::render::RENDER_VERSION, fingerprint.as_str()),
         (
-            2,
-            "6ead70badd2c049b57ab1713e8e1467cf4817bddd0cbf19748699da927e6c078"
+            3,
+            "2576fb1ccefa0bacf2e494b2d857e2092ecd25814e77ebd2ec9843322d6a5f4c"
         ),
         "the rendered bytes changed: bump RENDER_VERSION and pin the new fingerprint"
     );

@@ -172,7 +172,7 @@ fn first_pass_renders_an_empty_baseline_and_a_placeholder_delta() {
     assert_eq!(m0, "<session-history></session-history>");
     assert_eq!(
         m1,
-        "<session-history-since>(no new content since last materialization)</session-history-since>"
+        "<session-history-since>(nothing new)</session-history-since>"
     );
     assert_eq!(out.messages[0]["parts"][0]["synthetic"], true);
     assert_eq!(out.messages[0]["info"]["role"], "user");
@@ -311,7 +311,7 @@ fn non_triggers_never_rebuild_m0() {
         out.system,
         Some(json!([format!(
             "Agent.\nToday's date: Mon Nov 30 2026\n\n{}",
-            super::system::guidance(true, 20)
+            super::system::guidance(true)
         )]))
     );
     // The next busting pass surfaces them in m[1] (SOFT), m[0] untouched.
@@ -356,7 +356,7 @@ fn system_hook_freezes_the_date_until_a_busting_pass() {
     };
     let expect = |date: &str| {
         json!([
-            format!("Agent.\nToday's date: {date}\n\n{}", guidance(true, 20)),
+            format!("Agent.\nToday's date: {date}\n\n{}", guidance(true)),
             "Skills."
         ])
     };
@@ -405,7 +405,7 @@ fn system_hook_freezes_the_date_until_a_busting_pass() {
     let out = system_hook(&mut f.store, &title, &f.config).unwrap();
     assert_eq!(
         out.system,
-        json!([format!("Generate a title.\n\n{}", guidance(true, 20))])
+        json!([format!("Generate a title.\n\n{}", guidance(true))])
     );
     assert_eq!(
         system_hook(&mut f.store, &request("Tue Dec 01 2026"), &f.config)
@@ -492,7 +492,7 @@ fn a_fold_renders_compartments_by_decay_and_memories_by_category() {
          <project-memory>\n<PROJECT_RULES>\n#1: Run cargo fmt &amp; clippy.\n</PROJECT_RULES>\n\
          <ARCHITECTURE>\n#2: Core never prints.\n</ARCHITECTURE>\n</project-memory>"
     );
-    assert!(m1.contains("no new content"));
+    assert!(m1.contains("(nothing new)"));
     assert_eq!(ids(&out)[0], "msg_002_u");
     // An update of a rendered memory is a delta in m[1] on the next bust.
     f.store
@@ -707,7 +707,7 @@ fn pressure_backstop_folds_a_large_m1() {
         out.pass
     );
     assert!(
-        head(&out).1.contains("no new content"),
+        head(&out).1.contains("(nothing new)"),
         "m[1] folded into m[0]"
     );
 }
