@@ -21,7 +21,8 @@ use mc_history::trigger::{self, Due, Pressure, message_text};
 
 use super::head::{self as heads, HardSignals, HeadContext, HeadRow, Markers};
 use super::render::{
-    Bindings, Head, RENDER_VERSION, RenderState, Replay, Slot, age_tags, render, render_replaying,
+    Bindings, ForNextPass, Head, RENDER_VERSION, RenderState, Replay, Slot, age_tags, render,
+    render_replaying,
 };
 use super::report::{Bust, Decision, PassOutput, PassReport};
 use super::scheduler::{self, Schedule, SchedulerInput};
@@ -176,49 +177,8 @@ pub fn run_pass_on(
         }
     };
 
-    let markers = if config.temporal_awareness {
-        temporal::markers(&messages)
-    } else {
-        vec![None; messages.len()]
-    };
-    let state = RenderState {
-        tags: &outcome.tags,
-        bindings: &outcome.bindings,
-        prefixes: outcome.prefixes,
-        reasoning_cleared_through: outcome.reasoning_cleared_through,
-        keep_reasoning: &outcome.keep_reasoning,
-        ordinals: &outcome.ordinals,
-        covered_through: outcome.head.as_ref().map_or(0, |h| h.covered_through),
-        markers: &markers,
-        head: outcome.head.as_ref().map(|h| Head {
-            session_id: &session_id,
-            m0: &h.m0,
-            m1: &h.m1,
-        }),
-        nudge2: &outcome.nudge2,
-        todo: outcome.todo.as_ref(),
-        hints: &outcome.hints,
-    };
-    let fold_boundary = if outcome.bust == Bust::None {
-        None
-    } else {
-        fold_boundary(&messages, &outcome.ordinals, state.covered_through)
-    };
-    // Pi's codec writes back by position: only OpenCode's output is replayed.
-    let (messages, for_next) = match (replay, &wire) {
-        (Some(replay), Wire::OpenCode) => {
-            let (slots, for_next) = render_replaying(messages, &state, &replay);
-            let messages = slots
-                .into_iter()
-                .map(|slot| match slot {
-                    Slot::Fresh(message) => message.encode(),
-                    Slot::Again(index) => Value::from(index),
-                })
-                .collect();
-            (messages, Some(for_next))
-        }
-        _ => (wire.encode(render(messages, &state)), None),
-    };
+    let (messages, for_next, fold_boundary) =
+        render_outcome(messages, &outcome, &session_id, replay, wire, config);
     let mut warnings = Vec::new();
     if outcome.schedule.emergency {
         warnings.push(format!(
@@ -250,6 +210,63 @@ pub fn run_pass_on(
             recall: recall::reported(outcome.recall),
         },
     })
+}
+
+/// The pass's messages as the harness gets them: `outcome` rendered over the
+/// input (replaying what the previous pass sent when the caller kept it),
+/// with the fold's boundary when the pass busts.
+fn render_outcome(
+    messages: Vec<Message>,
+    outcome: &Outcome,
+    session_id: &str,
+    replay: Option<Replay>,
+    wire: Wire,
+    config: &TransformConfig,
+) -> (Vec<Value>, Option<ForNextPass>, Option<String>) {
+    let markers = if config.temporal_awareness {
+        temporal::markers(&messages)
+    } else {
+        vec![None; messages.len()]
+    };
+    let state = RenderState {
+        tags: &outcome.tags,
+        bindings: &outcome.bindings,
+        prefixes: outcome.prefixes,
+        reasoning_cleared_through: outcome.reasoning_cleared_through,
+        keep_reasoning: &outcome.keep_reasoning,
+        ordinals: &outcome.ordinals,
+        covered_through: outcome.head.as_ref().map_or(0, |h| h.covered_through),
+        markers: &markers,
+        head: outcome.head.as_ref().map(|h| Head {
+            session_id,
+            m0: &h.m0,
+            m1: &h.m1,
+        }),
+        nudge2: &outcome.nudge2,
+        todo: outcome.todo.as_ref(),
+        hints: &outcome.hints,
+    };
+    let fold_boundary = if outcome.bust == Bust::None {
+        None
+    } else {
+        fold_boundary(&messages, &outcome.ordinals, state.covered_through)
+    };
+    // Pi's codec writes back by position: only OpenCode's output is replayed.
+    let (messages, for_next) = match (replay, &wire) {
+        (Some(replay), Wire::OpenCode) => {
+            let (slots, for_next) = render_replaying(messages, &state, &replay);
+            let messages = slots
+                .into_iter()
+                .map(|slot| match slot {
+                    Slot::Fresh(message) => message.encode(),
+                    Slot::Again(index) => Value::from(index),
+                })
+                .collect();
+            (messages, Some(for_next))
+        }
+        _ => (wire.encode(render(messages, &state)), None),
+    };
+    (messages, for_next, fold_boundary)
 }
 
 /// The newest message of the run of oldest messages the head covers (the
@@ -981,6 +998,16 @@ fn bust_for_a_rewrite(
     }
 }
 
+/// A scheduled defer becomes an execute for `reason` (an execute stays as
+/// it is).
+fn execute_instead(schedule: &mut Schedule, reason: &'static str) {
+    if schedule.decision == Decision::Defer {
+        schedule.decision = Decision::Execute;
+        schedule.reason = reason;
+        schedule.deferred_mid_turn = false;
+    }
+}
+
 /// Phase 2: a pure function of what the pass observed.
 fn plan(input: &PlanInput<'_>, cache: Option<HeadRow>) -> Plan {
     let PlanInput {
@@ -1068,20 +1095,14 @@ fn plan(input: &PlanInput<'_>, cache: Option<HeadRow>) -> Plan {
     if render_outdated && cache.is_some() {
         hard = Some("render_version");
     }
-    if render_outdated && !head_enabled && schedule.decision == Decision::Defer {
-        schedule.decision = Decision::Execute;
-        schedule.reason = "render_version";
-        schedule.deferred_mid_turn = false;
+    if render_outdated && !head_enabled {
+        execute_instead(&mut schedule, "render_version");
     }
     let rewritten = facts.history_rewritten && head_enabled && hard.is_none();
     bust_for_a_rewrite(&mut schedule, rewritten, cache.as_ref(), markers);
     // A HARD fold turns a scheduled defer into an execute.
-    if let Some(reason) = hard
-        && schedule.decision == Decision::Defer
-    {
-        schedule.decision = Decision::Execute;
-        schedule.reason = reason;
-        schedule.deferred_mid_turn = false;
+    if let Some(reason) = hard {
+        execute_instead(&mut schedule, reason);
     }
     let busting = schedule.decision == Decision::Execute;
     // Recomputed compartments replace m[0] on a pass that busts anyway.
