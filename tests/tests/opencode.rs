@@ -1991,7 +1991,7 @@ fn prompt_blocks(request: &mc_tests::fake_provider::Recorded, prompt: &str) -> V
 
 #[test]
 fn a_prompt_that_matches_a_memory_gets_a_recall_hint_and_the_next_request_replays_it() {
-    let Some((oc, _dir)) = with_mc(None) else {
+    let Some((oc, _dir)) = with_mc(Some(r#"{"transform": {"recall_hints": true}}"#)) else {
         return;
     };
     oc.provider.set_usage(usage_at(20));

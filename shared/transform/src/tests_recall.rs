@@ -68,7 +68,10 @@ impl Run {
             store: Store::open_in_memory().unwrap(),
             project: tempfile::tempdir().unwrap(),
             fake: Arc::new(fake),
-            config: config(),
+            config: TransformConfig {
+                recall_hints: true,
+                ..config()
+            },
         }
     }
 

@@ -572,12 +572,13 @@ pub(super) const KEYS: &[KeyDef] = &[
     KeyDef {
         path: "transform.recall_hints",
         kind: Kind::Bool,
-        default: Val::Bool(true),
+        default: Val::Bool(false),
         trust: Trust::Any,
         description: "When a new user prompt strongly matches what mc keeps out of view \
                       (memories the head does not show, other sessions' compartments, older \
                       messages), append a short <ctx-search-hint> naming them (at most 400 \
-                      bytes, decided once per prompt, replayed byte for byte).",
+                      bytes, decided once per prompt, replayed byte for byte). Off by default until \
+                      a measurement shows the hints help.",
         get: |c| Val::Bool(c.transform.recall_hints),
         set: |c, v| {
             if let Some(b) = v.bool() {

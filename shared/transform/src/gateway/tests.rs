@@ -714,9 +714,16 @@ fn a_new_prompt_gets_its_recall_hint_through_the_gateway_and_keeps_it() {
         })
         .unwrap();
     let g = Gate {
-        pass: TransformPass::open(&db, &StoreOptions::default(), config())
-            .unwrap()
-            .with_recall(std::sync::Arc::new(Staging)),
+        pass: TransformPass::open(
+            &db,
+            &StoreOptions::default(),
+            TransformConfig {
+                recall_hints: true,
+                ..config()
+            },
+        )
+        .unwrap()
+        .with_recall(std::sync::Arc::new(Staging)),
         db,
         _dir: dir,
     };
