@@ -507,20 +507,27 @@ fn memory_hits(conn: &Connection, scope: &Scope<'_>) -> Result<Vec<Hit>> {
         .filter(|(id, ..)| !scope.seen.memory_ids.contains(id));
     Ok(shown
         .enumerate()
-        .map(|(rank, (id, category, content))| Hit {
-            source: Source::Memory,
-            reference: format!("#{id}"),
-            id,
-            session_id: None,
-            category: Some(category),
-            ordinal: None,
-            tag: None,
-            commit: None,
-            score: Source::Memory.score(rank),
-            snippet: preview(&content, 220),
-            item: Item::Memory(id),
+        .map(|(rank, (id, category, content))| {
+            memory_hit(id, category, &content, Source::Memory.score(rank))
         })
         .collect())
+}
+
+/// A memory as a search hit.
+fn memory_hit(id: i64, category: String, content: &str, score: f64) -> Hit {
+    Hit {
+        source: Source::Memory,
+        reference: format!("#{id}"),
+        id,
+        session_id: None,
+        category: Some(category),
+        ordinal: None,
+        tag: None,
+        commit: None,
+        score,
+        snippet: preview(content, 220),
+        item: Item::Memory(id),
+    }
 }
 
 // Every FTS table is the outer loop (CROSS JOIN fixes the order): with a
@@ -726,19 +733,7 @@ fn item_hit(
                 Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
             })
             .optional()?
-            .map(|(category, content)| Hit {
-                source: Source::Memory,
-                reference: format!("#{id}"),
-                id,
-                session_id: None,
-                category: Some(category),
-                ordinal: None,
-                tag: None,
-                commit: None,
-                score: 0.0,
-                snippet: preview(&content, 220),
-                item,
-            }),
+            .map(|(category, content)| memory_hit(id, category, &content, 0.0)),
         Item::Note(id) if wants(Source::Note) => conn
             .prepare_cached(
                 "SELECT s.session_id, n.content FROM notes n JOIN sessions s ON s.id = n.session
