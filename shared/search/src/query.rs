@@ -513,6 +513,23 @@ fn memory_hits(conn: &Connection, scope: &Scope<'_>) -> Result<Vec<Hit>> {
         .collect())
 }
 
+/// A session note as a search hit, its snippet around `text`.
+fn note_hit(id: i64, session_id: String, content: &str, text: &str, score: f64) -> Hit {
+    Hit {
+        source: Source::Note,
+        reference: format!("#{id}"),
+        id,
+        session_id: Some(session_id),
+        category: None,
+        ordinal: None,
+        tag: None,
+        commit: None,
+        score,
+        snippet: snippet(content, text, 220),
+        item: Item::Note(id),
+    }
+}
+
 /// A memory as a search hit.
 fn memory_hit(id: i64, category: String, content: &str, score: f64) -> Hit {
     Hit {
@@ -554,19 +571,13 @@ fn note_hits(conn: &Connection, scope: &Scope<'_>) -> Result<Vec<Hit>> {
     let mut hits = Vec::new();
     for (rank, row) in rows.enumerate() {
         let (id, session_id, content) = row?;
-        hits.push(Hit {
-            source: Source::Note,
-            reference: format!("#{id}"),
+        hits.push(note_hit(
             id,
-            session_id: Some(session_id),
-            category: None,
-            ordinal: None,
-            tag: None,
-            commit: None,
-            score: Source::Note.score(rank),
-            snippet: snippet(&content, scope.text, 220),
-            item: Item::Note(id),
-        });
+            session_id,
+            &content,
+            scope.text,
+            Source::Note.score(rank),
+        ));
     }
     Ok(hits)
 }
@@ -746,19 +757,7 @@ fn item_hit(
                 |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
             )
             .optional()?
-            .map(|(session_id, content)| Hit {
-                source: Source::Note,
-                reference: format!("#{id}"),
-                id,
-                session_id: Some(session_id),
-                category: None,
-                ordinal: None,
-                tag: None,
-                commit: None,
-                score: 0.0,
-                snippet: snippet(&content, scope.text, 220),
-                item,
-            }),
+            .map(|(session_id, content)| note_hit(id, session_id, &content, scope.text, 0.0)),
         Item::Compartment(session, sequence) if wants(Source::Compartment) => conn
             .prepare_cached(
                 "SELECT s.session_id, c.title, c.p2, c.start_ordinal, c.end_ordinal
