@@ -1069,6 +1069,113 @@ fn pi_messages_are_tagged_replayed_and_dropped_in_their_own_shape() {
     }
 }
 
+/// A Pi session of `turns` turns, each editing `src/f{t % 2}.rs` with Pi's
+/// `edit {path, edits: [{oldText, newText}]}`.
+fn pi_editing_session(turns: usize) -> Vec<Value> {
+    let mut out = Vec::new();
+    for t in 0..turns as i64 {
+        let at = T0 + t * 60_000;
+        out.push(
+            json!({"role": "user", "content": format!("please do step {t}"), "timestamp": at}),
+        );
+        let edit = json!({"path": format!("src/f{}.rs", t % 2), "edits": [{
+            "oldText": format!("fn step_{t}() {{ old(); }}\n").repeat(24),
+            "newText": format!("fn step_{t}() {{ new(); }}\n").repeat(24)}]});
+        out.push(json!({"role": "assistant", "content": [
+                {"type": "toolCall", "id": format!("toolu_{t}"), "name": "edit", "arguments": edit}],
+            "api": "anthropic-messages", "provider": "anthropic", "model": "m",
+            "usage": {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 15,
+                      "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}},
+            "stopReason": "toolUse", "timestamp": at + 1000}));
+        out.push(
+            json!({"role": "toolResult", "toolCallId": format!("toolu_{t}"), "toolName": "edit",
+            "content": [{"type": "text", "text": format!("Edited src/f{}.rs\n", t % 2).repeat(30)}],
+            "isError": false, "timestamp": at + 1500}),
+        );
+        out.push(json!({"role": "assistant", "content": [{"type": "text", "text": format!("done {t}")}],
+            "api": "anthropic-messages", "provider": "anthropic", "model": "m",
+            "usage": {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 15,
+                      "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}},
+            "stopReason": "stop", "timestamp": at + 2000}));
+    }
+    out
+}
+
+#[test]
+fn pi_edits_become_markers_in_pis_own_shape_and_replay() {
+    let mut store = Store::open_in_memory().unwrap();
+    let config = TransformConfig {
+        smart_drops: true,
+        tool_reclaim: false,
+        ..config()
+    };
+    let messages = pi_editing_session(10);
+    let now = T0 + 10 * 60_000;
+    let run = |store: &mut Store, percent: u64, now: i64| {
+        let mut envelope = envelope(&messages, percent, now);
+        envelope.harness = "pi".into();
+        run_pass(store, envelope, &config, now).unwrap()
+    };
+    run(&mut store, 30, now);
+    let out = run(&mut store, 70, now + 1000);
+    assert_eq!(out.pass.decision, Decision::Execute, "{:?}", out.pass);
+    let call = |out: &PassOutput, id: &str| -> Value {
+        out.messages
+            .iter()
+            .flat_map(|m| m["content"].as_array().into_iter().flatten())
+            .find(|b| b["type"] == "toolCall" && b["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("call {id} left the wire"))
+    };
+    let result = |out: &PassOutput, id: &str| -> Value {
+        out.messages
+            .iter()
+            .find(|m| m["toolCallId"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("result {id} left the wire"))
+    };
+    // The oldest edit of src/f0.rs, edited again later: a marker in Pi's
+    // own fields, the path verbatim, each text cut to a region hint.
+    let marker = call(&out, "toolu_0");
+    assert_eq!(marker["arguments"]["path"], "src/f0.rs", "{marker}");
+    let old = marker["arguments"]["edits"][0]["oldText"].as_str().unwrap();
+    assert!(
+        old.starts_with("fn step_0() { old(); }") && old.ends_with('…'),
+        "{old}"
+    );
+    assert!(
+        old.chars().count() <= super::smart_drops::REGION_HINT_CHARS + 1,
+        "{old}"
+    );
+    let text = result(&out, "toolu_0")["content"][0]["text"].clone();
+    assert!(
+        text.as_str().unwrap().starts_with("[dropped §"),
+        "the result is the placeholder: {text}"
+    );
+    assert_eq!(
+        result(&out, "toolu_0")["toolName"],
+        "edit",
+        "Pi's own fields stay"
+    );
+    // The newest edit of each file is whole.
+    for id in ["toolu_8", "toolu_9"] {
+        let whole = call(&out, id)["arguments"]["edits"][0]["oldText"].clone();
+        assert_eq!(whole.as_str().unwrap().len(), 24 * 23, "{id}: {whole}");
+    }
+    // Every call still has its result right after it, and defer passes
+    // replay the markers byte for byte.
+    for (i, m) in out.messages.iter().enumerate() {
+        for block in m["content"].as_array().into_iter().flatten() {
+            if block["type"] == "toolCall" {
+                assert_eq!(out.messages[i + 1]["toolCallId"], block["id"]);
+            }
+        }
+    }
+    let again = run(&mut store, 30, now + 2000);
+    assert_eq!(again.pass.decision, Decision::Defer);
+    assert_eq!(bytes(&again.messages), bytes(&out.messages));
+}
+
 /// Relief alone: no age reclaim, so every drop below is relief's.
 fn relief_only() -> TransformConfig {
     TransformConfig {

@@ -120,9 +120,10 @@ fn superseded_edits_become_markers_and_older_todo_lists_go_then_replay() {
         bytes(&out.messages)
     );
 
-    // Off (the default): the same session keeps every edit whole.
+    // Off: the same session keeps every edit whole.
     let mut plain = Store::open_in_memory().unwrap();
     let off = TransformConfig {
+        smart_drops: false,
         tool_reclaim: false,
         ..config()
     };
@@ -135,7 +136,7 @@ fn superseded_edits_become_markers_and_older_todo_lists_go_then_replay() {
 /// An editing session of `turns` turns, then `quiet` turns without a todo
 /// call (user, a read, an answer), so the last todo list leaves the
 /// protected window.
-fn editing_then_quiet(turns: usize, quiet: usize) -> Vec<Value> {
+pub(super) fn editing_then_quiet(turns: usize, quiet: usize) -> Vec<Value> {
     let mut messages = editing_session(turns);
     for q in 0..quiet {
         let at = T0 + (turns + q) as i64 * 60_000;

@@ -285,3 +285,61 @@ fn a_prompt_not_at_the_tail_is_never_decided() {
     assert_eq!((out.pass.recall, run.asked()), (None, 0));
     assert!(!prompt_of(&out, "msg_100_u").contains("ctx-search-hint"));
 }
+
+/// The third pass's rules as bytes — the re-injected todo list, a recall
+/// hint, reasoning kept by its token budget — pinned like
+/// `render_fingerprint_is_pinned_to_the_version`: a change to any of them
+/// fails here until `RENDER_VERSION` is bumped (one declared bust).
+#[test]
+fn third_pass_render_is_pinned_to_the_version() {
+    use sha2::{Digest, Sha256};
+    let mut digest = Sha256::new();
+    let mut rendered = String::new();
+    let mut add = |out: &PassOutput| {
+        let text = serde_json::to_string(&out.messages).unwrap();
+        digest.update(&text);
+        rendered.push_str(&text);
+    };
+    // The agent drops its newest todo call: a busting pass re-injects the
+    // list; then a new prompt gets its hint.
+    let mut run = Run::new(Fake {
+        found: vec![staging()],
+        ..Fake::default()
+    });
+    let history = super::tests_drops::editing_then_quiet(8, 7);
+    run.pass(&history, 30);
+    super::tests::queue(&mut run.store, &[7 * 5 + 3]);
+    add(&run.pass(&history, 70));
+    add(&run.pass(&with_prompt(history, "msg_300_u", PROMPT), 30));
+    // Reasoning beyond a 1,600-token budget is cleared.
+    let mut run = Run::new(Fake::default());
+    run.config.clear_reasoning_age = 100_000;
+    run.config.keep_reasoning_tokens = 1_600;
+    let mut messages = session(6);
+    for m in &mut messages {
+        if m["parts"][1]["type"] == "reasoning" {
+            m["parts"][1]["text"] = serde_json::json!("t".repeat(2_000));
+        }
+    }
+    add(&run.pass(&messages, 70));
+    for needle in [
+        "mc_synthetic_todo_",
+        "<ctx-search-hint>",
+        "\"type\":\"reasoning\"",
+    ] {
+        assert!(rendered.contains(needle), "the scenario lost {needle}");
+    }
+    let fingerprint: String = digest
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        (super::render::RENDER_VERSION, fingerprint.as_str()),
+        (
+            3,
+            "37eb69d95b48cdd755bee02e4130fffb51f1c4d2b257d14a45d13e8d46692087"
+        ),
+        "the rendered bytes changed: bump RENDER_VERSION and pin the new fingerprint"
+    );
+}

@@ -69,9 +69,13 @@ struct Gate {
 }
 
 fn gate() -> Gate {
+    gate_with(config())
+}
+
+fn gate_with(config: TransformConfig) -> Gate {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("mc.db");
-    let pass = TransformPass::open(&db, &StoreOptions::default(), config()).unwrap();
+    let pass = TransformPass::open(&db, &StoreOptions::default(), config).unwrap();
     Gate {
         pass,
         db,
@@ -292,6 +296,69 @@ fn drops_wait_for_a_busting_request_and_replay_after() {
     assert!(dropped.starts_with("[dropped"), "{dropped}");
     // And it is replayed byte for byte on the next (deferring) request.
     let (again, report) = g.send("s1", &request(&messages), 30, T0 + 3 * MINUTE);
+    assert_eq!(report.decision, Decision::Defer, "{report:?}");
+    assert_eq!(again, busted);
+}
+
+#[test]
+fn a_superseded_edit_becomes_a_marker_whose_call_leaves_as_it_came() {
+    let g = gate_with(TransformConfig {
+        smart_drops: true,
+        tool_reclaim: false,
+        ..config()
+    });
+    // Twelve edits alternating between two files, then a new prompt.
+    let mut messages =
+        vec![json!({"role": "user", "content": [{"type": "text", "text": "refactor the parser"}]})];
+    for k in 0..12 {
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "text", "text": format!("Editing {k}.")},
+            {"type": "tool_use", "id": format!("toolu_{k}"), "name": "Edit",
+             "input": {"file_path": format!("src/f{}.rs", k % 2),
+                       "old_string": format!("fn step_{k}() {{ old(); }}\n").repeat(20),
+                       "new_string": format!("fn step_{k}() {{ new(); }}\n").repeat(20)}}]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": format!("toolu_{k}"),
+             "content": format!("The file src/f{}.rs has been updated.\n", k % 2).repeat(20)}]}));
+    }
+    messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": "Done."}]}));
+    messages
+        .push(json!({"role": "user", "content": [{"type": "text", "text": "now run the tests"}]}));
+    let input = request(&messages);
+    g.send("s1", &input, 30, T0);
+    let (busted, report) = g.send("s1", &input, 70, T0 + MINUTE);
+    assert_eq!(report.decision, Decision::Execute, "{report:?}");
+    let sent = sent_messages(&busted);
+    // The oldest edit of src/f0.rs was edited again: its result is the placeholder.
+    let marker = result_of(&sent, "toolu_0")["content"].clone();
+    assert!(
+        marker.as_str().unwrap().starts_with("[dropped §"),
+        "{marker}"
+    );
+    // The newest edit of each file keeps its result.
+    for call in ["toolu_10", "toolu_11"] {
+        let kept = result_of(&sent, call)["content"].clone();
+        assert!(
+            kept.as_str().unwrap().contains("has been updated"),
+            "{call}: {kept}"
+        );
+    }
+    // A tool_use block is opaque to the pass (the codec maps only the
+    // result): the call leaves as it came, its arguments whole.
+    let req = Request::parse(&input).unwrap();
+    for item in &req.items {
+        for span in &item.blocks {
+            let raw = req.bytes(*span);
+            if anthropic::contains(raw, b"\"tool_use\"") {
+                assert!(
+                    anthropic::contains(&busted, raw),
+                    "a tool_use re-serialised"
+                );
+            }
+        }
+    }
+    // The next, deferring request replays the marker byte for byte.
+    let (again, report) = g.send("s1", &input, 30, T0 + 2 * MINUTE);
     assert_eq!(report.decision, Decision::Defer, "{report:?}");
     assert_eq!(again, busted);
 }
