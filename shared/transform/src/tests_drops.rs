@@ -251,3 +251,36 @@ fn the_todo_list_survives_a_fold_of_the_messages_that_wrote_it() {
     let again = f.warm();
     assert_eq!(bytes(&again.messages), bytes(&out.messages));
 }
+
+#[test]
+fn the_newest_todo_list_survives_the_emergency_drop_and_relief() {
+    // The newest todo call (todo_7, tag 38) is outside the protected window.
+    let todo_tag = 7 * 5 + 3;
+    for (percent, relief_drop) in [(96, false), (70, true)] {
+        let mut store = Store::open_in_memory().unwrap();
+        let config = TransformConfig {
+            relief_drop,
+            tool_reclaim: false,
+            ..config()
+        };
+        let messages = editing_then_quiet(8, 7);
+        run(&mut store, &messages, 30, &config);
+        let out = run(&mut store, &messages, percent, &config);
+        assert_eq!(out.pass.decision, Decision::Execute, "{:?}", out.pass);
+        let reads = (0..8)
+            .filter(|t| out.pass.dropped.contains(&(t * 5 + 4)))
+            .count();
+        assert!(reads > 0, "at {percent} %: the drop ran: {:?}", out.pass);
+        assert!(
+            !out.pass.dropped.contains(&todo_tag),
+            "at {percent} %: {:?}",
+            out.pass.dropped
+        );
+        let todo = call(&out, "todo_7").expect("the newest list stays on the wire");
+        assert!(
+            !output(&todo).starts_with("[dropped"),
+            "at {percent} %: {todo}"
+        );
+        assert!(synthetic_todo(&out).is_none(), "nothing to re-inject");
+    }
+}

@@ -80,9 +80,13 @@ struct Gate {
 }
 
 fn gate() -> Gate {
+    gate_with(config())
+}
+
+fn gate_with(config: TransformConfig) -> Gate {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("mc.db");
-    let pass = ResponsesPass::open(&db, &StoreOptions::default(), config()).unwrap();
+    let pass = ResponsesPass::open(&db, &StoreOptions::default(), config).unwrap();
     Gate {
         pass,
         db,
@@ -244,6 +248,69 @@ fn drops_wait_for_a_busting_request_and_replay_after() {
         br#""encrypted_content":"gAAAA0+/=="}"#
     ));
     let (again, report) = g.send(&request(&conv), 30, T0 + 3 * MINUTE);
+    assert_eq!(report.decision, Decision::Defer, "{report:?}");
+    assert_eq!(again, busted);
+}
+
+#[test]
+fn a_superseded_apply_patch_becomes_a_marker_whose_call_leaves_as_it_came() {
+    let g = gate_with(TransformConfig {
+        smart_drops: true,
+        tool_reclaim: false,
+        ..config()
+    });
+    // 24 patches (Codex's freeform apply_patch) alternating between two
+    // files, one tag each: the oldest are outside the protected 20.
+    let mut conv = conversation(0, 0);
+    for k in 0..24 {
+        let file = format!("src/f{}.rs", k % 2);
+        let body = format!("-fn step_{k}() {{ old(); }}\n+fn step_{k}() {{ new(); }}\n").repeat(20);
+        conv.push(json!({"type": "custom_tool_call", "id": format!("ctc_{k}"), "name": "apply_patch",
+            "call_id": format!("call_{k}"),
+            "input": format!("*** Begin Patch\n*** Update File: {file}\n@@\n{body}*** End Patch\n")}));
+        conv.push(
+            json!({"type": "custom_tool_call_output", "call_id": format!("call_{k}"),
+            "output": format!("Success. Updated the following files:\nM {file}\n").repeat(20)}),
+        );
+    }
+    conv.push(
+        json!({"type": "message", "id": "msg_a", "role": "assistant",
+                     "content": [{"type": "output_text", "text": "Done."}]}),
+    );
+    conv.push(json!({"type": "message", "id": "msg_u1", "role": "user",
+                     "content": [{"type": "input_text", "text": "now run the tests"}]}));
+    let input = request(&conv);
+    g.send(&input, 30, T0);
+    let (busted, report) = g.send(&input, 70, T0 + MINUTE);
+    assert_eq!(report.decision, Decision::Execute, "{report:?}");
+    let sent = items(&busted);
+    let output = |call: &str| -> String {
+        sent.iter()
+            .find(|i| i["type"] == "custom_tool_call_output" && i["call_id"] == call)
+            .and_then(|i| i["output"].as_str())
+            .unwrap()
+            .to_string()
+    };
+    // The oldest patch of src/f0.rs was patched again: its output is the placeholder.
+    assert!(
+        output("call_0").starts_with("[dropped §"),
+        "{}",
+        output("call_0")
+    );
+    // The newest patch of each file keeps its output.
+    for call in ["call_22", "call_23"] {
+        assert!(
+            output(call).contains("Success."),
+            "{call}: {}",
+            output(call)
+        );
+    }
+    // Call items are opaque to the pass: each leaves as it came.
+    for item in conv.iter().filter(|i| i["type"] == "custom_tool_call") {
+        let kept = sent.iter().find(|i| i["id"] == item["id"]).unwrap();
+        assert_eq!(kept, item);
+    }
+    let (again, report) = g.send(&input, 30, T0 + 2 * MINUTE);
     assert_eq!(report.decision, Decision::Defer, "{report:?}");
     assert_eq!(again, busted);
 }
