@@ -25,6 +25,8 @@ use mc_tests::generate::{self, SessionSpec};
 use mc_tests::mcp_client::McpClient;
 use serde_json::{Value, json};
 
+#[path = "bench_search/hints.rs"]
+mod hints;
 #[path = "bench_search/recall.rs"]
 mod recall;
 
@@ -55,6 +57,9 @@ struct Cli {
     /// Only the recall benchmark (the QA set of mc_tests::qa)
     #[arg(long)]
     recall: bool,
+    /// Only the recall hints' figures (the QA and paraphrase sets, ordinary prompts)
+    #[arg(long)]
+    hints: bool,
     /// Filler turns per QA session
     #[arg(long, value_name = "N", default_value_t = 40)]
     qa_turns: usize,
@@ -80,6 +85,7 @@ struct Args {
     memories: usize,
     commits: usize,
     recall_only: bool,
+    hints_only: bool,
     qa_turns: usize,
     embed: Option<String>,
     local_model: Option<PathBuf>,
@@ -95,6 +101,7 @@ impl From<Cli> for Args {
             memories: cli.memories.max(1),
             commits: cli.commits,
             recall_only: cli.recall,
+            hints_only: cli.hints,
             qa_turns: cli.qa_turns.max(1),
             embed: cli.embed,
             local_model: if cli.no_local {
@@ -143,13 +150,29 @@ fn err<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> String + '_ {
     reason = "a benchmark's scenario, read top to bottom; the 150-line rule is for mc's own code"
 )]
 fn run(args: &Args, work: &Path) -> Result<()> {
-    recall::run(
+    if !args.hints_only {
+        recall::run(
+            work,
+            args.qa_turns,
+            args.embed.as_deref(),
+            args.local_model.as_deref(),
+        )?;
+    }
+    let (questions, _) = mc_tests::qa::questions();
+    hints::run(
         work,
-        args.qa_turns,
-        args.embed.as_deref(),
-        args.local_model.as_deref(),
+        "QA set",
+        &questions,
+        &mc_tests::qa::sessions(args.qa_turns),
     )?;
-    if args.recall_only {
+    let (paraphrases, _) = mc_tests::paraphrase::questions();
+    hints::run(
+        work,
+        "paraphrase set",
+        &paraphrases,
+        &mc_tests::paraphrase::sessions(args.qa_turns),
+    )?;
+    if args.recall_only || args.hints_only {
         return Ok(());
     }
     let project = work.join("project");
