@@ -143,15 +143,14 @@ fn evidence_names(store: &Store, evidence: &[&str]) -> Result<Vec<String>> {
         .collect()
 }
 
+/// What one decision showed: the hint's bytes and names (none: no hint),
+/// how long it took, whether the search overran its budget.
+type Asked = (Option<(String, Vec<String>)>, Duration, bool);
+
 /// `prompt` as the first prompt of a fresh session `ask-N` of the project,
 /// decided as the pass decides it: (the hint's bytes and names, if one
 /// shows; the time the decision took, search and stored row included).
-fn ask(
-    store: &mut Store,
-    identity: &str,
-    n: usize,
-    prompt: &str,
-) -> Result<(Option<(String, Vec<String>)>, Duration, bool)> {
+fn ask(store: &mut Store, identity: &str, n: usize, prompt: &str) -> Result<Asked> {
     let session_id = format!("ask-{n:03}");
     let message_id = format!("msg_ask_{n:03}");
     let message = Message::decode(serde_json::json!({
