@@ -306,6 +306,7 @@ fn third_pass_render_is_pinned_to_the_version() {
         found: vec![staging()],
         ..Fake::default()
     });
+    run.config.smart_drops = true;
     let history = super::tests_drops::editing_then_quiet(8, 7);
     run.pass(&history, 30);
     super::tests::queue(&mut run.store, &[7 * 5 + 3]);
@@ -313,6 +314,7 @@ fn third_pass_render_is_pinned_to_the_version() {
     add(&run.pass(&with_prompt(history, "msg_300_u", PROMPT), 30));
     // Reasoning beyond a 1,600-token budget is cleared.
     let mut run = Run::new(Fake::default());
+    run.config.smart_drops = true;
     run.config.clear_reasoning_age = 100_000;
     run.config.keep_reasoning_tokens = 1_600;
     let mut messages = session(6);
