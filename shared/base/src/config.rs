@@ -149,7 +149,7 @@ pub struct TransformConfig {
     /// Edit markers and spent control-plane drops on execute passes (default off).
     pub smart_drops: bool,
     /// A short hint on a new user prompt naming what mc keeps that matches it
-    /// strongly (default on).
+    /// strongly (default off).
     pub recall_hints: bool,
     /// Tiered drop to well under the threshold on busting passes at or above it (default true).
     pub relief_drop: bool,

@@ -23,8 +23,9 @@ enum Names {
 /// {path, content}`; Claude Code `Edit {file_path, old_string, new_string,
 /// replace_all}`, `Write {file_path, content}`, `NotebookEdit
 /// {notebook_path, new_source, …}`, and `MultiEdit {file_path, edits}` of
-/// older releases; Codex `apply_patch` (its patch as the whole input; Codex
-/// has no per-call pass, so only the historian reads its calls).
+/// older releases; Codex `apply_patch` (its patch as the whole input).
+/// Through the gateway (Claude Code, Codex) a call is opaque: a marker there
+/// changes only its result.
 const EDIT_TOOLS: &[(&str, &[Names])] = &[
     ("edit", &[Names::Path("filePath"), Names::Path("path")]),
     ("write", &[Names::Path("filePath"), Names::Path("path")]),

@@ -3,9 +3,9 @@
 //! longer shows that call intact (dropped, or folded into the head)
 //! re-injects it as a synthetic call and result right after the head, with
 //! a content-derived call id, and freezes those bytes, so every pass until
-//! the next bust renders the same message. OpenCode only: Claude Code's
-//! `tool_use` blocks are never written by the gateway, Pi has no todo tool,
-//! and Codex gets no per-call pass.
+//! the next bust renders the same message. OpenCode only: the gateway never
+//! writes a call (Claude Code's `tool_use`, Codex's `update_plan` items), and
+//! Pi has no todo tool.
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Value, json};
