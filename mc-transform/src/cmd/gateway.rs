@@ -63,7 +63,7 @@ fn now_ms() -> i64 {
 /// them on its arenas (`MADV_HUGEPAGE`), so memory is faulted in 2 MiB at a
 /// time across the gateway's worker threads: one session of 40 turns (the
 /// largest request 878 KB) took 280 MiB of RSS, 170 MiB of it huge pages;
-/// without them 70 MiB. Best effort: a kernel that refuses leaves the
+/// without them 77 MiB. Best effort: a kernel that refuses leaves the
 /// gateway as it was.
 fn no_huge_pages() {
     #[cfg(target_os = "linux")]
