@@ -5,6 +5,7 @@
 //! what the per-call record costs a pass (bench-transform, bench-dashboard).
 
 use mc_base::tokens;
+use serde_json::{Value, json};
 
 use crate::fake_provider::{Recorded, common_prefix};
 
@@ -270,6 +271,61 @@ pub fn record_cost(dir: &std::path::Path, runs: usize) -> mc_base::Result<Record
         record_us: percentiles(&mut inside).0,
         alone_us: percentiles(&mut alone).0,
     })
+}
+
+/// A file `Read` returns in the workload: ~`kb` KB of code-like lines.
+fn workload_file(turn: usize, which: usize, kb: usize) -> String {
+    let line = format!(
+        "{turn:>4}.{which} | pub fn item_{turn}_{which}(input: &str) -> usize {{ input.len() }}\n"
+    );
+    line.repeat(kb * 1024 / line.len() + 1)
+}
+
+/// Turn `turn` of bench-opencode's workload as Claude Code sends it (what
+/// bench-gateway and bench-gateway-http replay): the agent thinks and reads
+/// two files of ~`kb` KB, answers, and the user asks again.
+pub fn claude_code_turn(turn: usize, kb: usize) -> [Value; 4] {
+    [
+        json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": format!("Turn {turn}: read both files."),
+             "signature": format!("EqQBCkYIBxgCKkD{turn:08}+/==")},
+            {"type": "tool_use", "id": format!("toolu_{turn}_a"), "name": "Read",
+             "input": {"file_path": format!("src/a{turn}.rs")}},
+            {"type": "tool_use", "id": format!("toolu_{turn}_b"), "name": "Read",
+             "input": {"file_path": format!("src/b{turn}.rs")}}]}),
+        json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": format!("toolu_{turn}_a"), "content": workload_file(turn, 0, kb)},
+            {"type": "tool_result", "tool_use_id": format!("toolu_{turn}_b"), "content": workload_file(turn, 1, kb)}]}),
+        json!({"role": "assistant", "content": [{"type": "text", "text": format!("Both files of turn {turn} read.")}]}),
+        json!({"role": "user", "content": [{"type": "text", "text": format!("Now turn {}.", turn + 1)}]}),
+    ]
+}
+
+/// The body Claude Code sends for `messages`: its system prompt's three
+/// parts, 24 tools, its breakpoint on the newest block.
+pub fn claude_code_body(messages: &[Value]) -> Vec<u8> {
+    let mut messages = messages.to_vec();
+    if let Some(block) = messages
+        .last_mut()
+        .and_then(|m| m["content"].as_array_mut())
+        .and_then(|b| b.last_mut())
+    {
+        block["cache_control"] = json!({"type": "ephemeral"});
+    }
+    let system = [
+        json!({"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.197;"}),
+        json!({"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}),
+        json!({"type": "text", "text": "Instructions ".repeat(500), "cache_control": {"type": "ephemeral", "ttl": "1h"}}),
+    ];
+    let tools: Vec<Value> = (0..24)
+        .map(|i| json!({"name": format!("Tool{i}"), "description": "A tool. ".repeat(40),
+                        "input_schema": {"type": "object", "properties": {"x": {"type": "string"}}}}))
+        .collect();
+    serde_json::to_vec(
+        &json!({"model": "claude-sonnet-4-5", "messages": messages, "system": system,
+        "tools": tools, "metadata": {"user_id": "bench"}, "max_tokens": 32000, "stream": true}),
+    )
+    .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -18,60 +18,11 @@ use mc_base::config::TransformConfig;
 use mc_base::domain::envelope::Usage;
 use mc_base::domain::gateway::{Answer, Api, Call, Forward, Pass};
 use mc_base::store::StoreOptions;
-use mc_tests::bench::percentiles;
+use mc_tests::bench::{claude_code_body as body, claude_code_turn as turn, percentiles};
 use mc_transform_core::gateway::TransformPass;
 use serde_json::{Value, json};
 
 const T0: i64 = 1_800_000_000_000;
-
-fn file(turn: usize, which: usize, kb: usize) -> String {
-    let line = format!(
-        "{turn:>4}.{which} | pub fn item_{turn}_{which}(input: &str) -> usize {{ input.len() }}\n"
-    );
-    line.repeat(kb * 1024 / line.len() + 1)
-}
-
-fn turn(turn: usize, kb: usize) -> [Value; 4] {
-    [
-        json!({"role": "assistant", "content": [
-            {"type": "thinking", "thinking": format!("Turn {turn}: read both files."),
-             "signature": format!("EqQBCkYIBxgCKkD{turn:08}+/==")},
-            {"type": "tool_use", "id": format!("toolu_{turn}_a"), "name": "Read",
-             "input": {"file_path": format!("src/a{turn}.rs")}},
-            {"type": "tool_use", "id": format!("toolu_{turn}_b"), "name": "Read",
-             "input": {"file_path": format!("src/b{turn}.rs")}}]}),
-        json!({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": format!("toolu_{turn}_a"), "content": file(turn, 0, kb)},
-            {"type": "tool_result", "tool_use_id": format!("toolu_{turn}_b"), "content": file(turn, 1, kb)}]}),
-        json!({"role": "assistant", "content": [{"type": "text", "text": format!("Both files of turn {turn} read.")}]}),
-        json!({"role": "user", "content": [{"type": "text", "text": format!("Now turn {}.", turn + 1)}]}),
-    ]
-}
-
-fn body(messages: &[Value]) -> Vec<u8> {
-    let mut messages = messages.to_vec();
-    if let Some(block) = messages
-        .last_mut()
-        .and_then(|m| m["content"].as_array_mut())
-        .and_then(|b| b.last_mut())
-    {
-        block["cache_control"] = json!({"type": "ephemeral"});
-    }
-    let system = [
-        json!({"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.197;"}),
-        json!({"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}),
-        json!({"type": "text", "text": "Instructions ".repeat(500), "cache_control": {"type": "ephemeral", "ttl": "1h"}}),
-    ];
-    let tools: Vec<Value> = (0..24)
-        .map(|i| json!({"name": format!("Tool{i}"), "description": "A tool. ".repeat(40),
-                        "input_schema": {"type": "object", "properties": {"x": {"type": "string"}}}}))
-        .collect();
-    serde_json::to_vec(
-        &json!({"model": "claude-sonnet-4-5", "messages": messages, "system": system,
-        "tools": tools, "metadata": {"user_id": "bench"}, "max_tokens": 32000, "stream": true}),
-    )
-    .unwrap_or_default()
-}
 
 fn ms(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1000.0

@@ -336,8 +336,9 @@ fn content_length(head: &Head) -> std::result::Result<u64, String> {
     Ok(first)
 }
 
-/// The body: what came with the head, then the rest from the socket.
-/// `Err(n)`: the client stopped after `n` bytes.
+/// The body: what came with the head, then the rest from the socket, read
+/// straight into the body's buffer. `Err(n)`: the client stopped after `n`
+/// bytes (it closed, or sent nothing for the read timeout).
 fn read_body(
     stream: &mut TcpStream,
     head: &Head,
@@ -345,17 +346,11 @@ fn read_body(
 ) -> std::result::Result<Vec<u8>, usize> {
     let mut body = Vec::with_capacity(length);
     body.extend_from_slice(head.rest.get(..length).unwrap_or(&head.rest));
-    let mut piece = vec![0u8; 64 * 1024];
-    while body.len() < length {
-        let want = (length - body.len()).min(piece.len());
-        match stream.read(piece.get_mut(..want).unwrap_or_default()) {
-            Ok(0) => return Err(body.len()),
-            Ok(n) => body.extend_from_slice(piece.get(..n).unwrap_or_default()),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return Err(body.len()),
-        }
+    let left = (length - body.len()) as u64;
+    match Read::take(&mut *stream, left).read_to_end(&mut body) {
+        Ok(_) if body.len() == length => Ok(body),
+        _ => Err(body.len()),
     }
-    Ok(body)
 }
 
 /// Read and discard up to `length` bytes (a refused body), so the client

@@ -46,7 +46,7 @@ use crate::report::PassReport;
 
 pub(crate) mod memory;
 
-use memory::{Identified, Kept, Mark, Memory, Wire, identify};
+use memory::{Identified, Kept, Mark, Memory, Wire, identify, lock_memory, lock_store};
 pub use memory::{KEPT_SESSIONS, PENDING_CALLS};
 
 /// The harness whose sessions the gateway's calls belong to.
@@ -261,6 +261,10 @@ pub struct TransformPass {
     reuse_bytes: bool,
     /// The search behind recall hints, when the caller brings one.
     recall: Option<Arc<dyn Recall>>,
+    /// A test's bug: the next pass panics inside a store transaction that
+    /// deleted the per-call record, holding the memory and the store.
+    #[cfg(test)]
+    panic_armed: std::sync::atomic::AtomicBool,
 }
 
 /// Why a call is not the main conversation's (or a subagent's), if it is not.
@@ -336,6 +340,29 @@ impl TransformPass {
             memory: Mutex::new(Memory::default()),
             reuse_bytes: true,
             recall: None,
+            #[cfg(test)]
+            panic_armed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Make the next pass panic (see `panic_armed`).
+    #[cfg(test)]
+    pub(crate) fn arm_panic(&self) {
+        self.panic_armed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    #[cfg(test)]
+    fn panic_if_armed(&self, store: &mut Store) {
+        if self
+            .panic_armed
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            let _ = store.write(|tx| -> Result<()> {
+                tx.execute_batch("DELETE FROM calls")
+                    .map_err(|e| Error::Internal(e.to_string()))?;
+                panic!("a bug in the pass (a test's)");
+            });
         }
     }
 
@@ -361,9 +388,7 @@ impl TransformPass {
         let Some((key, subagent)) = session_key(call) else {
             return Ok((Forward::Untouched, None));
         };
-        let mut memory = self.memory.lock().map_err(|_| {
-            Error::input("the gateway pass's memory is poisoned; forward unchanged")
-        })?;
+        let mut memory = lock_memory(&self.memory);
         // Read from where the session's previous request stops being repeated.
         let (request, repeated) = match memory.sessions.get(&key) {
             Some(Kept {
@@ -423,9 +448,9 @@ impl TransformPass {
             recall: self.recall.clone(),
         };
         let output = {
-            let mut store = self.store.lock().map_err(|_| {
-                Error::input("the gateway pass's store is poisoned; forward unchanged")
-            })?;
+            let mut store = lock_store(&self.store);
+            #[cfg(test)]
+            self.panic_if_armed(&mut store);
             run_pass_on(&mut store, envelope, resident, &self.config, call.now_ms)
         };
         let mut output = match output {
@@ -508,10 +533,7 @@ impl TransformPass {
         let Some((key, _)) = session_key(call) else {
             return Ok(false);
         };
-        let mut memory = self
-            .memory
-            .lock()
-            .map_err(|_| Error::input("the gateway pass's memory is poisoned"))?;
+        let mut memory = lock_memory(&self.memory);
         let Some(answered) = memory.answered(&key, call.body) else {
             return Ok(false);
         };
@@ -541,9 +563,7 @@ impl TransformPass {
 /// record (`calls::attach_usage`): what every wire's gateway pass does once
 /// the answer has gone to the client.
 pub(crate) fn attach_usage(store: &Mutex<Store>, call: i64, usage: &Usage) -> Result<()> {
-    let mut store = store
-        .lock()
-        .map_err(|_| Error::input("the gateway pass's store is poisoned"))?;
+    let mut store = lock_store(store);
     store.write(|tx| crate::calls::attach_usage(tx, call, usage).map(|_| ()))
 }
 
@@ -567,9 +587,7 @@ pub(crate) fn learn_overflow(
         },
         error: Value::String(String::from_utf8_lossy(error).into_owned()),
     };
-    let mut store = store
-        .lock()
-        .map_err(|_| Error::input("the gateway pass's store is poisoned"))?;
+    let mut store = lock_store(store);
     Ok(overflow::report(&mut store, &request, now_ms)?.recognised)
 }
 

@@ -42,7 +42,7 @@ use mc_base::domain::gateway::{Answer, Api, Call, Forward, Pass};
 use mc_base::error::{Error, Result};
 use mc_base::store::{Store, StoreOptions};
 
-use crate::gateway::memory::{self, Mark, Memory};
+use crate::gateway::memory::{self, Mark, Memory, lock_memory, lock_store};
 use crate::gateway::{attach_usage, learn_overflow};
 use crate::pass::{Resident, run_pass_on};
 use crate::recall::Recall;
@@ -147,9 +147,7 @@ impl ResponsesPass {
         };
         let ids = request.message_ids();
         let (usage, prompt, messages) = {
-            let mut memory = self.memory.lock().map_err(|_| {
-                Error::input("the gateway pass's memory is poisoned; forward unchanged")
-            })?;
+            let mut memory = lock_memory(&self.memory);
             // The newest item marks the call, to learn from its answer.
             if let Some(last) = request.items.last() {
                 let print = memory::fingerprint(request.bytes(last.span));
@@ -211,14 +209,12 @@ impl ResponsesPass {
             recall: self.recall.clone(),
         };
         let output = {
-            let mut store = self.store.lock().map_err(|_| {
-                Error::input("the gateway pass's store is poisoned; forward unchanged")
-            })?;
+            let mut store = lock_store(&self.store);
             run_pass_on(&mut store, envelope, resident, &self.config, call.now_ms)?
         };
         // The pass's row, for the usage its answer will bring.
-        if let (Some(id), Ok(mut memory)) = (output.call, self.memory.lock()) {
-            memory.recorded(key, id);
+        if let Some(id) = output.call {
+            lock_memory(&self.memory).recorded(key, id);
         }
         let body = splice_output(&request, &ids, output.messages)?;
         let forward = if body == call.body {
@@ -235,10 +231,7 @@ impl ResponsesPass {
         let Some(key) = call.session_id.filter(|s| !s.is_empty()) else {
             return Ok(false);
         };
-        let mut memory = self
-            .memory
-            .lock()
-            .map_err(|_| Error::input("the gateway pass's memory is poisoned"))?;
+        let mut memory = lock_memory(&self.memory);
         let Some(answered) = memory.answered(key, call.body) else {
             return Ok(false);
         };

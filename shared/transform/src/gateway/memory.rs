@@ -10,12 +10,22 @@
 //! **Bounded.** At most [`KEPT_SESSIONS`] sessions, the least recently used
 //! one forgotten first (its next call is read whole, the same answer), and
 //! at most [`PENDING_CALLS`] calls waiting for their answer.
+//!
+//! **A panic poisons nothing.** A pass that panics while it holds the
+//! memory or the store leaves their locks poisoned; [`lock_memory`] and
+//! [`lock_store`] take them back: every session's work is forgotten (its
+//! next call read whole, the same answer) and the store's open transaction
+//! was rolled back as the panic unwound, so the next call of every session
+//! goes through mc's pass again.
+
+use std::sync::{Mutex, MutexGuard};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use mc_base::codec::Message;
 use mc_base::codec::anthropic::Span;
 use mc_base::domain::envelope::Usage;
+use mc_base::store::Store;
 
 use crate::calls::{Prompt, PromptPart};
 use crate::render::ForNextPass;
@@ -88,6 +98,34 @@ impl<L> Kept<L> {
     }
 }
 
+/// The memory of a gateway pass, locked. After a panic of a pass that held
+/// it, each session keeps only what [`Kept::reset`] keeps and when its
+/// assistant messages were first seen: the rest may be half updated.
+pub fn lock_memory<L>(memory: &Mutex<Memory<L>>) -> MutexGuard<'_, Memory<L>> {
+    match memory.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => {
+            let mut guard = poisoned.into_inner();
+            guard.forget_work();
+            memory.clear_poison();
+            guard
+        }
+    }
+}
+
+/// The store of a gateway pass, locked. A panic of a pass that held it
+/// unwound through its transaction, which rolled back: nothing of that pass
+/// was written, and the store is as the last whole pass left it.
+pub fn lock_store(store: &Mutex<Store>) -> MutexGuard<'_, Store> {
+    match store.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => {
+            store.clear_poison();
+            poisoned.into_inner()
+        }
+    }
+}
+
 /// Which call an answer belongs to, without hashing the body again: its
 /// length and the fingerprint of one span of it (the newest message, which
 /// every call of a conversation changes).
@@ -154,6 +192,18 @@ impl<L> Default for Memory<L> {
 }
 
 impl<L> Memory<L> {
+    /// Forget every session's work (after a panic in a pass): each is read
+    /// whole at its next call; its usage, prompt, window and first-seen
+    /// times stay.
+    fn forget_work(&mut self) {
+        for kept in self.sessions.values_mut() {
+            let seen = std::mem::take(&mut kept.seen);
+            let clock = kept.last_used;
+            kept.reset(clock);
+            kept.seen = seen;
+        }
+    }
+
     /// Count a call of session `key` and make room for it (the least
     /// recently used session goes); its [`Kept`], stamped with the call's
     /// clock tick.

@@ -116,7 +116,10 @@ impl Gate {
         let h = headers(None);
         let c = call(Some(session), "/v1/messages?beta=true", &h, body, now_ms);
         // What the previous answer reported, as the server would have told us.
-        if let Some(kept) = self.pass.memory.lock().unwrap().sessions.get_mut(session) {
+        if let Some(kept) = memory::lock_memory(&self.pass.memory)
+            .sessions
+            .get_mut(session)
+        {
             kept.usage = Some(Usage {
                 input: DEFAULT_WINDOW * percent / 100,
                 ..Usage::default()
@@ -736,6 +739,63 @@ fn a_failed_pass_sends_the_last_shape_and_the_new_tail() {
     let (back, report) = g.send("s1", &request(&grown), 30, T0 + 6 * MINUTE);
     assert_eq!(report.decision, Decision::Defer, "{report:?}");
     assert!(String::from_utf8_lossy(&back).contains("§"));
+}
+
+#[test]
+fn a_panic_in_the_pass_leaves_every_later_request_to_mc_s_pass() {
+    // `g` meets a bug; `reference` gets the same calls, without it.
+    let (g, reference) = (gate(), gate());
+    let mut messages = conversation(6, 400);
+    let first = request(&messages);
+    for gate in [&g, &reference] {
+        for session in ["s1", "s2"] {
+            gate.send(session, &first, 30, T0);
+        }
+    }
+    messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": "Found it."}]}));
+    messages.push(json!({"role": "user", "content": [{"type": "text", "text": "now fix it"}]}));
+    let next = request(&messages);
+    // Bad input first: not JSON, and the request cut halfway. Errors (the
+    // server sends them untouched) that change nothing kept.
+    let h = headers(None);
+    for bad in [&b"{nope"[..], &next[..next.len() / 2]] {
+        let c = call(Some("s1"), "/v1/messages?beta=true", &h, bad, T0 + MINUTE);
+        assert!(g.pass.request(&c).is_err());
+    }
+
+    // The bug: the pass panics inside its transaction (which had deleted the
+    // per-call record), holding the memory and the store. The server catches
+    // it and sends the original bytes (`a_failing_or_panicking_pass_sends_the_original_bytes`).
+    g.pass.arm_panic();
+    let c = call(Some("s1"), "/v1/messages?beta=true", &h, &next, T0 + MINUTE);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.pass.request(&c)));
+    assert!(outcome.is_err(), "the pass was to panic");
+    assert!(g.pass.memory.is_poisoned() && g.pass.store.is_poisoned());
+    let rows = |db: &std::path::Path| -> i64 {
+        rusqlite::Connection::open(db)
+            .unwrap()
+            .query_row("SELECT count(*) FROM calls", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(rows(&g.db), 2, "the panicked transaction was rolled back");
+
+    // Claude Code's retry, and the other session: through mc's pass, as if
+    // the panic had never been.
+    for session in ["s1", "s2"] {
+        let (sent, report) = g.send(session, &next, 30, T0 + MINUTE);
+        let (expected, expected_report) = reference.send(session, &next, 30, T0 + MINUTE);
+        assert_eq!(report.decision, expected_report.decision, "{session}");
+        assert!(
+            String::from_utf8_lossy(&sent).contains("§"),
+            "{session}: no tags"
+        );
+        assert!(
+            sent == expected,
+            "{session}: not the bytes of a pass that never panicked"
+        );
+    }
+    assert!(!g.pass.memory.is_poisoned() && !g.pass.store.is_poisoned());
+    assert_eq!(rows(&g.db), rows(&reference.db));
 }
 
 /// A search that always finds one memory about the staging database.
