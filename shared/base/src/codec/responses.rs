@@ -90,6 +90,9 @@ pub struct Group {
 /// call id → (the index of the first call item of that id, tool name, input).
 type Calls = BTreeMap<String, (usize, String, Value)>;
 
+/// A call item's id, tool name and input.
+type CallParts = (String, String, Value);
+
 /// A request body read as spans.
 #[derive(Debug, Clone)]
 pub struct Request<'a> {
@@ -149,10 +152,7 @@ fn string_of(map: &RawMap<'_>, key: &str) -> Option<String> {
 }
 
 /// One item of `input`, and its call (id, tool name, input) when it is a call.
-fn read_item<'a>(
-    body: &'a [u8],
-    raw: &'a RawValue,
-) -> Result<(Item, Option<(String, String, Value)>)> {
+fn read_item<'a>(body: &'a [u8], raw: &'a RawValue) -> Result<(Item, Option<CallParts>)> {
     let map: RawMap<'a> = serde_json::from_str(raw.get()).map_err(|e| bad("item", e))?;
     let kind = string_of(&map, "type").unwrap_or_else(|| "message".into());
     let role = string_of(&map, "role");
@@ -219,7 +219,7 @@ impl<'a> Request<'a> {
     }
 
     /// Add an item at the end of `input`'s reading: its group, its call.
-    fn place(&mut self, item: Item, call: Option<(String, String, Value)>) {
+    fn place(&mut self, item: Item, call: Option<CallParts>) {
         let at = self.items.len();
         if let Some((call_id, name, input)) = call {
             self.calls.entry(call_id).or_insert((at, name, input));
