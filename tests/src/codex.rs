@@ -185,6 +185,29 @@ impl Codex {
         Some(codex)
     }
 
+    /// Send Codex's model calls to `base_url` (a relay's or a gateway's
+    /// `…/v1` or `…/openai`) instead of straight to the fake, with the API
+    /// key as the provider's `env_key`.
+    pub fn use_base_url(&self, base_url: &str) {
+        let path = self.codex_home().join("config.toml");
+        let config = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<String> = config
+            .lines()
+            .filter(|l| !l.starts_with("env_key = "))
+            .map(|l| {
+                if l.starts_with("base_url = ") {
+                    format!(
+                        "base_url = {}\nenv_key = \"OPENAI_API_KEY\"",
+                        toml_string(base_url)
+                    )
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect();
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    }
+
     /// `HOME` of Codex and every process it starts.
     pub fn home(&self) -> PathBuf {
         self.dir.path().join("home")

@@ -31,6 +31,7 @@ pub mod pi;
 pub mod qa;
 pub mod relay;
 pub mod serve;
+pub mod timing;
 
 pub use env::TestEnv;
 

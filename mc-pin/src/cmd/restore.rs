@@ -104,12 +104,40 @@ pub(crate) fn restore(
     }
 }
 
-/// Whether Claude Code's calls go through mc's gateway: its
-/// `ANTHROPIC_BASE_URL` (the settings' `env` is in the hook's environment)
-/// is `http://` + `gateway.listen`.
-fn through_gateway(config: &mc_base::config::Config) -> bool {
+/// Whether the harness's calls go through mc's gateway (`http://` +
+/// `gateway.listen`): Claude Code's `ANTHROPIC_BASE_URL` (the settings'
+/// `env` is in the hook's environment) is it; Codex runs under
+/// `mc-transform codex` (which names the gateway's `/openai` in
+/// `MC_CODEX_GATEWAY` for the run), or its `config.toml` selects a provider
+/// whose base URL that is (what `mc-doctor setup --harness codex` writes).
+fn through_gateway(config: &mc_base::config::Config, harness: Harness) -> bool {
     let own = format!("http://{}", config.gateway.listen);
-    std::env::var("ANTHROPIC_BASE_URL").is_ok_and(|url| url.trim_end_matches('/') == own)
+    let is = |url: &str, want: &str| url.trim_end_matches('/') == want;
+    match harness {
+        Harness::ClaudeCode => std::env::var("ANTHROPIC_BASE_URL").is_ok_and(|url| is(&url, &own)),
+        Harness::Codex => {
+            let url = format!("{own}{}", mc_gateway::OPENAI_PREFIX);
+            std::env::var("MC_CODEX_GATEWAY").is_ok_and(|u| is(&u, &url))
+                || codex_config()
+                    .is_some_and(|text| pin::codex_config::selects_gateway(&text, &url))
+        }
+        _ => false,
+    }
+}
+
+/// Codex's `config.toml` (`$CODEX_HOME`, else `~/.codex`), up to 1 MiB.
+fn codex_config() -> Option<String> {
+    use std::io::Read;
+    let home = std::env::var_os("CODEX_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".codex")))?;
+    let file = std::fs::File::open(home.join("config.toml")).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(1 << 20).read_to_string(&mut text).ok()?;
+    Some(text)
 }
 
 pub(crate) fn restore_hook(
@@ -130,8 +158,9 @@ pub(crate) fn restore_hook(
     // historian's compartments from mc's next busting call on — the first
     // call after a Claude Code compaction is one when the head has a fold to
     // show — so the record is the pins alone: the fold in both would be
-    // shown twice until Claude Code compacts again.
-    let gateway = harness == Harness::ClaudeCode && through_gateway(&config);
+    // shown twice until the harness compacts again. Codex through the
+    // gateway the same.
+    let gateway = through_gateway(&config, harness);
     if gateway
         && !flags.dry_run
         && let Some(dir) = &input.cwd

@@ -4,6 +4,8 @@
 //! mc's selected for this run only (`-c` overrides: `model_providers.mc-gateway`
 //! with `wire_api = "responses"` and the gateway's `/openai` as its base URL,
 //! the API key from `OPENAI_API_KEY` when set, else the ChatGPT login).
+//! `MC_CODEX_GATEWAY` names the gateway's `/openai` in the run's environment,
+//! for mc's hooks (`mc-pin restore`: the record rides in the head).
 //! Nothing is written to Codex's config, so a gateway that cannot be had
 //! means Codex runs exactly as configured, with a warning. Against a closed
 //! port Codex keeps reconnecting ("waiting for network") rather than failing,
@@ -70,6 +72,11 @@ pub fn run(global: &GlobalArgs, args: &[String]) -> Result<ExitCode, Failure> {
     if route {
         let api_key = std::env::var_os("OPENAI_API_KEY").is_some_and(|k| !k.is_empty());
         command.args(overrides(addr, api_key));
+        // What mc's hooks inside the run read to know the gateway carries it.
+        command.env(
+            "MC_CODEX_GATEWAY",
+            format!("http://{addr}{}", mc_gateway::OPENAI_PREFIX),
+        );
     }
     command.args(args);
     let hint = "set MC_CODEX_BIN to Codex's binary, or put codex on PATH";

@@ -204,13 +204,19 @@ fn gateway(env: &Env, config: &Config) -> Check {
             "restart the gateway so it reads the config again",
         );
     }
-    let Some((session, at)) = cg::last_turn(env) else {
-        return Check::pass("gateway", what);
-    };
     let started = status
         .get("started_ms")
         .and_then(Value::as_i64)
         .unwrap_or(0);
+    if let Some((note, hint)) = codex_last_turn(env, codex, started) {
+        what.push_str(&note);
+        if let Some(hint) = hint {
+            return Check::warn("gateway", what, hint);
+        }
+    }
+    let Some((session, at)) = cg::last_turn(env) else {
+        return Check::pass("gateway", what);
+    };
     let last = status.get("last_messages_ms").and_then(Value::as_i64);
     match last {
         Some(last) if last + TURN_SLACK_MS >= at => Check::pass(
@@ -239,6 +245,37 @@ fn gateway(env: &Env, config: &Config) -> Check {
             },
         ),
     }
+}
+
+/// What the gateway check says of Codex's newest turn (its rollout) against
+/// the calls mc's pass recorded for that thread: it went through the
+/// gateway, or it did not (a warning, with its hint, only when Codex's
+/// config selects the gateway: `wired`), or it came before the gateway
+/// started (`started`).
+fn codex_last_turn(env: &Env, wired: bool, started: i64) -> Option<(String, Option<&'static str>)> {
+    use super::codex_gateway as xg;
+    let (thread, at) = xg::last_turn(env)?;
+    Some(match xg::last_recorded(&env.db, &thread) {
+        Some(call) if call + TURN_SLACK_MS >= at => (
+            format!("; Codex's last turn (thread {thread}) went through it"),
+            None,
+        ),
+        _ if at < started => ("; no Codex call since it started".into(), None),
+        _ if wired => (
+            format!("; Codex's last turn (thread {thread}) did not go through it"),
+            Some(
+                "that session ran on another provider (a -c override or a profile of its \
+                 own); start it again, or run it as mc-transform codex",
+            ),
+        ),
+        _ => (
+            format!(
+                "; Codex's last turn (thread {thread}) went to its own provider (Codex is \
+                 not wired to it: mc-doctor setup --harness codex, or mc-transform codex)"
+            ),
+            None,
+        ),
+    })
 }
 
 /// `command`'s output when it finished within `limit` (its pipes drained
@@ -1193,6 +1230,99 @@ fn when(ms: i64) -> String {
 mod tests {
     use super::*;
     use mc_base::store::{Store, StoreOptions};
+
+    /// A Codex rollout of `thread` whose model answered at `at` (its format).
+    fn rollout(home: &Path, thread: &str, at: &str) {
+        let dir = home.join(".codex/sessions/2026/12/04");
+        std::fs::create_dir_all(&dir).unwrap();
+        let lines = [
+            serde_json::json!({"timestamp": "2026-12-04T01:00:00.000Z", "type": "session_meta",
+                "payload": {"id": thread, "cwd": "/p"}}),
+            serde_json::json!({"timestamp": "2026-12-04T01:00:01.000Z", "type": "response_item",
+                "payload": {"type": "message", "role": "user", "content": []}}),
+            serde_json::json!({"timestamp": at, "type": "response_item",
+                "payload": {"type": "message", "role": "assistant", "content": []}}),
+            serde_json::json!({"timestamp": "2026-12-04T03:00:00.000Z", "type": "event_msg",
+                "payload": {"type": "token_count"}}),
+        ];
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(
+            dir.join(format!("rollout-2026-12-04T01-00-00-{thread}.jsonl")),
+            text,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn the_gateway_check_says_whether_codex_s_last_turn_went_through_it() {
+        use mc_transform_core::calls::{self, HeadMove, Keep, NewCall, Prompt, Sources};
+        use mc_transform_core::{Bust, Decision};
+        let dir = tempfile::tempdir().unwrap();
+        let env = Env {
+            home: dir.path().to_path_buf(),
+            db: dir.path().join("ctx.db"),
+            ..Env::default()
+        };
+        let thread = "019a23bf-d2c3-7ee0-8036-3655ca831d14";
+        let stamp = "2026-12-04T02:00:00.000Z";
+        let at = mc_base::codec::claude::parse_timestamp(stamp).unwrap();
+        // No rollout: nothing to say.
+        assert_eq!(codex_last_turn(&env, true, 0), None);
+        rollout(dir.path(), thread, stamp);
+        // Nothing recorded for the thread: wired, a warning; not, a note.
+        let (note, hint) = codex_last_turn(&env, true, 0).unwrap();
+        assert!(
+            note.contains(&format!("thread {thread}) did not go through it")),
+            "{note}"
+        );
+        assert!(hint.is_some());
+        let (note, hint) = codex_last_turn(&env, false, 0).unwrap();
+        assert!(note.contains("went to its own provider"), "{note}");
+        assert_eq!(hint, None);
+        // A gateway started after that turn has carried no Codex call yet.
+        let (note, hint) = codex_last_turn(&env, true, at + 1).unwrap();
+        assert_eq!(
+            (note.as_str(), hint),
+            ("; no Codex call since it started", None)
+        );
+        // mc's pass recorded the turn's call, a moment before the answer.
+        let mut store = Store::open(&env.db, &StoreOptions::default()).unwrap();
+        store
+            .write(|tx| {
+                let session = mc_base::domain::sessions::create_session(
+                    tx, "codex", thread, false, None, at,
+                )?;
+                let call = NewCall {
+                    session: session.id,
+                    at_ms: at - 2_000,
+                    decision: Decision::Defer,
+                    reason: "cache_warm",
+                    bust: Bust::None,
+                    head: HeadMove::Replayed,
+                    head_reason: None,
+                    usage_percent: 10.0,
+                    context_window: 272_000,
+                    model: Some("gpt-5"),
+                    prompt: Prompt::default(),
+                    messages: 3,
+                    first_message: None,
+                    sources: Sources::default(),
+                    drops: 0,
+                    sample: None,
+                };
+                calls::record(tx, &call, Keep { rows: 100, days: 7 }).map(|_| ())
+            })
+            .unwrap();
+        drop(store);
+        let (note, hint) = codex_last_turn(&env, true, 0).unwrap();
+        assert_eq!(
+            (note, hint),
+            (
+                format!("; Codex's last turn (thread {thread}) went through it"),
+                None
+            )
+        );
+    }
 
     #[test]
     fn recent_passthroughs_and_failed_historian_runs_are_listed_with_their_reasons() {

@@ -164,7 +164,7 @@ pub fn last_turn(env: &Env) -> Option<(String, i64)> {
 }
 
 /// The last `limit` bytes of a file, from its first whole line.
-fn read_tail(path: &Path, limit: u64) -> Option<String> {
+pub(crate) fn read_tail(path: &Path, limit: u64) -> Option<String> {
     use std::io::{Read, Seek, SeekFrom};
     let mut file = std::fs::File::open(path).ok()?;
     let len = file.metadata().ok()?.len();

@@ -218,6 +218,44 @@ pub fn wired(env: &Env, config_toml: &Path) -> bool {
             .is_some_and(|url| url.trim_end_matches('/') == provider_url(env))
 }
 
+/// The newest turn of any Codex session: the session (its rollout's thread
+/// id) and when the model's last item of it was written.
+pub fn last_turn(env: &Env) -> Option<(String, i64)> {
+    let home = super::harness::codex_dir(env);
+    let (session, path) = mc_pin_core::locate::codex_newest_anywhere(&home)?;
+    let tail = super::claude_gateway::read_tail(&path, 512 * 1024)?;
+    let at = tail.lines().rev().find_map(|line| {
+        let entry: Value = serde_json::from_str(line).ok()?;
+        let item = entry.get("payload")?;
+        let model = match item.get("type").and_then(Value::as_str)? {
+            "message" => item.get("role").and_then(Value::as_str) == Some("assistant"),
+            kind => kind == "reasoning" || kind.ends_with("_call"),
+        };
+        (entry.get("type").and_then(Value::as_str) == Some("response_item") && model)
+            .then(|| mc_base::codec::claude::parse_timestamp(entry.get("timestamp")?.as_str()?))
+            .flatten()
+    })?;
+    Some((session, at))
+}
+
+/// When mc's pass last recorded a call of Codex session `session` (the
+/// per-call record: every call the gateway ran the pass on).
+pub fn last_recorded(db: &Path, session: &str) -> Option<i64> {
+    let conn = rusqlite::Connection::open_with_flags(
+        db,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .ok()?;
+    conn.query_row(
+        "SELECT MAX(c.at_ms) FROM calls c JOIN sessions s ON s.id = c.session \
+         WHERE s.harness = 'codex' AND s.session_id = ?1",
+        [session],
+        |r| r.get::<_, Option<i64>>(0),
+    )
+    .ok()
+    .flatten()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

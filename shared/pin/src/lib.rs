@@ -10,6 +10,7 @@
 //! - [`hook`]: restore for Claude Code and Codex `SessionStart` hooks.
 //! - [`claim`]: one restorer per compaction (a row only one process can insert).
 //! - [`locate`]: where Claude Code and Codex keep a session's transcript.
+//! - [`codex_config`]: whether Codex's config sends its calls through mc's gateway (pure).
 
 // The I/O rule, enforced: no printing here (and `shared/clippy.toml` refuses the
 // environment, stdin/stdout and ureq's environment-reading defaults).
@@ -24,6 +25,7 @@
 
 pub mod aside;
 pub mod claim;
+pub mod codex_config;
 pub mod event;
 pub mod hook;
 pub mod local;

@@ -188,17 +188,29 @@ pub fn codex_newest(home: &Path, cwd: &Path) -> Option<(String, PathBuf)> {
     let path = newest(
         codex_rollouts(home).filter(|p| rollout_cwd(p).is_some_and(|c| wanted.contains(&c))),
     )?;
+    Some((rollout_session(&path)?, path))
+}
+
+/// The most recently written Codex session, wherever it ran.
+pub fn codex_newest_anywhere(home: &Path) -> Option<(String, PathBuf)> {
+    let path = newest(codex_rollouts(home))?;
+    Some((rollout_session(&path)?, path))
+}
+
+/// The session a rollout file is named by: `rollout-<time>-<uuid>.jsonl`,
+/// the uuid the last five dash-separated groups.
+fn rollout_session(path: &Path) -> Option<String> {
     let name = path.file_stem()?.to_str()?;
-    // rollout-<time>-<uuid>: the uuid is the last five dash-separated groups.
     let groups: Vec<&str> = name.rsplitn(6, '-').collect();
-    let id = groups
-        .get(..5)?
-        .iter()
-        .rev()
-        .copied()
-        .collect::<Vec<_>>()
-        .join("-");
-    Some((id, path))
+    Some(
+        groups
+            .get(..5)?
+            .iter()
+            .rev()
+            .copied()
+            .collect::<Vec<_>>()
+            .join("-"),
+    )
 }
 
 /// The transcript of `session` for `harness`, where the harness keeps it.

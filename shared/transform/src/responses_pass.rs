@@ -5,7 +5,12 @@
 //! share the store, the pass, the overflow report and the per-session memory
 //! ([`crate::gateway::memory`]: when assistant messages were first seen, the
 //! last usage and window, the prompt the record counted, the calls waiting
-//! for their answer). Each request is read whole.
+//! for their answer) and, as there, the work in proportion to what is new:
+//! a request that repeats the previous one's items byte for byte up to a
+//! new tail (Codex resends its whole `input` every turn) is read from where
+//! they end (`Request::parse_after`), a message whose bytes are the
+//! previous request's is not decoded again, one whose render is the same
+//! again is the previous output's bytes.
 //!
 //! **Whose call.** The session is the `session-id` header (`session_id` in
 //! older builds): the thread id Codex names its rollout, its hooks' input and
@@ -35,17 +40,20 @@ use serde_json::Value;
 
 use mc_base::codec::Message;
 use mc_base::codec::anthropic::Piece;
-use mc_base::codec::responses::{self, Request};
+use mc_base::codec::responses::{self, Layout, Request};
 use mc_base::config::TransformConfig;
 use mc_base::domain::envelope::{Envelope, ModelInfo};
 use mc_base::domain::gateway::{Answer, Api, Call, Forward, Pass};
 use mc_base::error::{Error, Result};
 use mc_base::store::{Store, StoreOptions};
 
-use crate::gateway::memory::{self, Mark, Memory, lock_memory, lock_store};
+use crate::gateway::memory::{
+    self, Identified, Kept, Mark, Memory, Wire, identify, lock_memory, lock_store,
+};
 use crate::gateway::{attach_usage, learn_overflow};
 use crate::pass::{Resident, run_pass_on};
 use crate::recall::Recall;
+use crate::render::Replay;
 use crate::report::PassReport;
 
 /// The harness whose sessions Codex's calls belong to.
@@ -95,12 +103,43 @@ fn window_number(call: &Call<'_>) -> Option<u64> {
         .ok()
 }
 
+/// A request's messages (groups of items) as [`memory::identify`] reads
+/// them, their identities computed once.
+struct Groups<'r, 'a> {
+    request: &'r Request<'a>,
+    ids: Vec<String>,
+}
+
+impl Wire for Groups<'_, '_> {
+    fn len(&self) -> usize {
+        self.request.groups.len()
+    }
+
+    fn item_bytes(&self, g: usize) -> &[u8] {
+        self.request.group_bytes(g)
+    }
+
+    fn message_id(&self, g: usize) -> String {
+        self.ids.get(g).cloned().unwrap_or_default()
+    }
+
+    fn is_assistant(&self, g: usize) -> bool {
+        self.request.role(g) == "assistant"
+    }
+
+    fn decode(&self, g: usize, id: &str, key: &str, seen_ms: Option<i64>) -> Message {
+        self.request.decode(g, id, key, seen_ms)
+    }
+}
+
 /// mc's transform as the gateway's pass for Codex.
 pub struct ResponsesPass {
     store: Mutex<Store>,
     config: TransformConfig,
-    /// Nothing of the codec's reading is kept: the layout is `()`.
-    memory: Mutex<Memory<()>>,
+    memory: Mutex<Memory<Layout>>,
+    /// Read a request from where it stops repeating the previous one (off:
+    /// every request read whole, the reference the reuse is tested against).
+    reuse_bytes: bool,
     /// The search behind recall hints, when the caller brings one.
     recall: Option<Arc<dyn Recall>>,
 }
@@ -123,6 +162,7 @@ impl ResponsesPass {
             store: Mutex::new(store),
             config,
             memory: Mutex::new(Memory::default()),
+            reuse_bytes: true,
             recall: None,
         }
     }
@@ -133,90 +173,137 @@ impl ResponsesPass {
         self
     }
 
+    /// The same pass reading every request whole: what the reuse of a
+    /// request's repeated bytes must answer exactly like.
+    #[cfg(any(test, feature = "testkit"))]
+    pub fn reading_whole(mut self) -> ResponsesPass {
+        self.reuse_bytes = false;
+        self
+    }
+
     /// [`Pass::request`], with the pass's report when a pass ran.
     pub fn run(&self, call: &Call<'_>) -> Result<(Forward, Option<PassReport>)> {
         if call.api != Api::OpenAiResponses {
             return Ok((Forward::Untouched, None));
         }
-        let request = Request::parse(call.body)?;
-        if side_reason(call, &request).is_some() {
-            return Ok((Forward::Untouched, None));
-        }
         let Some(key) = call.session_id.filter(|s| !s.is_empty()) else {
             return Ok((Forward::Untouched, None));
         };
-        let ids = request.message_ids();
-        let (usage, prompt, messages) = {
-            let mut memory = lock_memory(&self.memory);
-            // The newest item marks the call, to learn from its answer.
-            if let Some(last) = request.items.last() {
-                let print = memory::fingerprint(request.bytes(last.span));
-                let mark = Mark::new(call.body, last.span.start, last.span.end, print);
-                memory.expect_answer(mark, key, request.model.clone());
-            }
-            let kept = memory.admit(key);
-            let window = window_number(call);
-            if window.is_some() && kept.window != window {
-                // Codex compacted (or this is a new thread): the usage of the
-                // old window says nothing about the new one.
-                if kept.window.is_some() {
-                    kept.usage = None;
-                }
-                kept.window = window;
-            }
-            let messages: Vec<Message> = ids
-                .iter()
-                .enumerate()
-                .map(|(g, id)| {
-                    let seen = (request.role(g) == "assistant")
-                        .then(|| *kept.seen.entry(id.clone()).or_insert(call.now_ms));
-                    request.decode(g, id, key, seen)
-                })
-                .collect();
-            let live: FxHashSet<&str> = ids.iter().map(String::as_str).collect();
-            kept.seen.retain(|id, _| live.contains(id.as_str()));
-            kept.prompt = memory::prompt_of(
-                request.body,
-                request.instructions,
-                request.tools_span,
-                &kept.prompt,
-            );
-            (kept.usage, kept.prompt.clone(), messages)
+        let mut memory = lock_memory(&self.memory);
+        // Read from where the session's previous request stops being repeated.
+        let (request, repeated) = match memory.sessions.get(key) {
+            Some(Kept {
+                body,
+                layout: Some(layout),
+                ..
+            }) if self.reuse_bytes => Request::parse_after(call.body, body, layout)?,
+            _ => (Request::parse(call.body)?, 0),
         };
-        let envelope = Envelope {
-            harness: HARNESS.into(),
-            session_id: Some(key.to_string()),
-            project_dir: None,
-            model: ModelInfo {
-                provider: Some("openai".into()),
-                id: request.model.clone(),
-                context_limit: Some(DEFAULT_WINDOW),
-                output_limit: None,
-            },
-            usage,
-            now_ms: Some(call.now_ms),
-            subagent: false,
-            wait_for_fold: false,
-            system: None,
-            messages: Vec::new(),
+        if side_reason(call, &request).is_some() {
+            return Ok((Forward::Untouched, None));
+        }
+        // The newest item marks the call, to learn from its answer.
+        if let Some(last) = request.items.last() {
+            let print = memory::fingerprint(request.bytes(last.span));
+            let mark = Mark::new(call.body, last.span.start, last.span.end, print);
+            memory.expect_answer(mark, key, request.model.clone());
+        }
+        let kept = memory.admit(key);
+        let clock = kept.last_used;
+        let window = window_number(call);
+        if window.is_some() && kept.window != window {
+            // Codex compacted (or this is a new thread): the usage of the
+            // old window says nothing about the new one.
+            if kept.window.is_some() {
+                kept.usage = None;
+            }
+            kept.window = window;
+        }
+        let wire = Groups {
+            request: &request,
+            ids: request.message_ids(),
         };
+        let Identified {
+            ids,
+            prints,
+            changed,
+            messages,
+        } = identify(&wire, repeated, kept, key, call.now_ms);
+        kept.body.clear();
+        kept.body.extend_from_slice(call.body);
+        kept.layout = Some(request.layout());
+        kept.prompt = memory::prompt_of(
+            request.body,
+            request.instructions,
+            request.tools_span,
+            &kept.prompt,
+        );
+        let replay = Replay {
+            previous: kept
+                .for_next
+                .take()
+                .map(|f| f.renderings)
+                .unwrap_or_default(),
+            previous_len: kept.output.len(),
+            changed,
+        };
+        let envelope = envelope_for(key, &request, kept.usage, call.now_ms);
         let resident = Resident {
             decoded: Some(messages),
-            replay: None,
+            replay: Some(replay),
             // Codex's `instructions` and `tools`.
-            prompt: Some(prompt),
+            prompt: Some(kept.prompt.clone()),
             history_rewritten: false,
             recall: self.recall.clone(),
         };
         let output = {
             let mut store = lock_store(&self.store);
-            run_pass_on(&mut store, envelope, resident, &self.config, call.now_ms)?
+            run_pass_on(&mut store, envelope, resident, &self.config, call.now_ms)
         };
+        let mut output = match output {
+            Ok(output) => output,
+            Err(e) => {
+                // The replay went with the failed pass: the next call is
+                // read whole.
+                kept.reset(clock);
+                return Err(e);
+            }
+        };
+        let previous = std::mem::take(&mut kept.output);
+        let previous_origins = std::mem::take(&mut kept.origins);
+        let index_of: FxHashMap<&str, usize> = ids
+            .iter()
+            .enumerate()
+            .map(|(g, id)| (id.as_str(), g))
+            .collect();
+        let sent = Sent {
+            previous,
+            origins: &previous_origins,
+            index_of: &index_of,
+        };
+        let entries = splice_output(&request, std::mem::take(&mut output.messages), sent)?;
+        let body = assemble(&request, &entries);
+        kept.origins = entries
+            .iter()
+            .map(|(origin, _)| origin.and_then(|g| ids.get(g)).map(|id| id.as_str().into()))
+            .collect();
+        kept.output = entries.into_iter().map(|(_, b)| b).collect();
+        kept.seen.retain(|id, _| index_of.contains_key(id.as_str()));
+        kept.ids = ids;
+        kept.prints = prints;
+        kept.unused = output
+            .for_next
+            .as_mut()
+            .map(|f| std::mem::take(&mut f.unused))
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|m| Some((Box::<str>::from(m.id()?), m)))
+            .collect();
+        kept.for_next = output.for_next;
         // The pass's row, for the usage its answer will bring.
         if let Some(id) = output.call {
-            lock_memory(&self.memory).recorded(key, id);
+            memory.recorded(key, id);
         }
-        let body = splice_output(&request, &ids, output.messages)?;
         let forward = if body == call.body {
             Forward::Untouched
         } else {
@@ -257,41 +344,87 @@ impl ResponsesPass {
     }
 }
 
-/// The body the pass's output messages make: each message that is an input
-/// message is its items as the pass left them (untouched ones byte for
-/// byte), each added one (the head) a message item after Codex's leading
-/// developer messages; an output whose call is no longer sent goes.
-fn splice_output(request: &Request<'_>, ids: &[String], output: Vec<Value>) -> Result<Vec<u8>> {
-    let index_of: FxHashMap<&str, usize> = ids
-        .iter()
-        .enumerate()
-        .map(|(g, id)| (id.as_str(), g))
-        .collect();
+/// The envelope a Codex call's pass runs on (its messages come decoded,
+/// through [`Resident`]).
+fn envelope_for(
+    key: &str,
+    request: &Request<'_>,
+    usage: Option<mc_base::domain::envelope::Usage>,
+    now_ms: i64,
+) -> Envelope {
+    Envelope {
+        harness: HARNESS.into(),
+        session_id: Some(key.to_string()),
+        project_dir: None,
+        model: ModelInfo {
+            provider: Some("openai".into()),
+            id: request.model.clone(),
+            context_limit: Some(DEFAULT_WINDOW),
+            output_limit: None,
+        },
+        usage,
+        now_ms: Some(now_ms),
+        subagent: false,
+        wait_for_fold: false,
+        system: None,
+        messages: Vec::new(),
+    }
+}
+
+/// What the session sent last: each output message's bytes, and the input
+/// message (by id) each one was; how this request's ids sit.
+struct Sent<'k> {
+    previous: Vec<Vec<u8>>,
+    origins: &'k [Option<Box<str>>],
+    index_of: &'k FxHashMap<&'k str, usize>,
+}
+
+/// The bytes of every message the pass output (a message, or the index of
+/// a previous output message replayed), each with the input message it is,
+/// if any, in the pass's order: each input message its items as the pass
+/// left them (untouched ones byte for byte), each added one (the head) a
+/// message item; an output whose call is no longer sent loses its outputs. A replayed message's bytes move out of
+/// `sent.previous` (a copy only if one is replayed twice).
+fn splice_output(
+    request: &Request<'_>,
+    output: Vec<Value>,
+    sent: Sent<'_>,
+) -> Result<Vec<(Option<usize>, Vec<u8>)>> {
+    let mut previous: Vec<Option<Vec<u8>>> = sent.previous.into_iter().map(Some).collect();
+    // Where each replayed message went, for a second replay of it.
+    let mut moved: FxHashMap<usize, usize> = FxHashMap::default();
     let mut entries: Vec<(Option<usize>, Vec<u8>)> = Vec::with_capacity(output.len());
     for value in output {
-        if value.is_number() {
-            return Err(Error::input(
-                "the pass replayed a message it was not asked to",
-            ));
+        if let Value::Number(n) = &value {
+            let at = n
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|&n| n < previous.len())
+                .ok_or_else(|| Error::input("the pass replayed a message it never sent"))?;
+            let bytes = match previous.get_mut(at).and_then(Option::take) {
+                Some(bytes) => bytes,
+                None => moved
+                    .get(&at)
+                    .and_then(|&e| entries.get(e))
+                    .map(|(_, b)| b.clone())
+                    .unwrap_or_default(),
+            };
+            let origin = sent
+                .origins
+                .get(at)
+                .and_then(Option::as_deref)
+                .and_then(|id| sent.index_of.get(id))
+                .copied();
+            moved.entry(at).or_insert(entries.len());
+            entries.push((origin, bytes));
+            continue;
         }
         let message = Message::decode(value)?;
-        match message.id().and_then(|id| index_of.get(id)).copied() {
+        match message.id().and_then(|id| sent.index_of.get(id)).copied() {
             Some(g) => entries.push((Some(g), request.encode(g, &message))),
             None => entries.push((None, responses::added(&message))),
         }
     }
-    // Codex's leading developer (system) messages stay first: mc's head goes
-    // after them, where Anthropic's system would be.
-    let lead = request
-        .groups
-        .iter()
-        .take_while(|g| g.side == responses::Side::Other)
-        .count();
-    let (mut first, rest): (Vec<_>, Vec<_>) = entries
-        .into_iter()
-        .partition(|(g, _)| g.is_some_and(|g| g < lead));
-    first.extend(rest);
-    let mut entries = first;
     // An output group whose calls' group is not sent right before it.
     let present: FxHashSet<usize> = entries.iter().filter_map(|(g, _)| *g).collect();
     for (origin, bytes) in &mut entries {
@@ -303,14 +436,30 @@ fn splice_output(request: &Request<'_>, ids: &[String], output: Vec<Value>) -> R
             *bytes = stripped;
         }
     }
+    Ok(entries)
+}
+
+/// The body the entries make (in the pass's order; an entry that is its
+/// input message's bytes is taken from the body as it came). Codex's
+/// leading developer (system) messages stay first: mc's head goes after
+/// them, where Anthropic's system would be.
+fn assemble(request: &Request<'_>, entries: &[(Option<usize>, Vec<u8>)]) -> Vec<u8> {
+    let lead = request
+        .groups
+        .iter()
+        .take_while(|g| g.side == responses::Side::Other)
+        .count();
+    let leading = |(g, _): &&(Option<usize>, Vec<u8>)| g.is_some_and(|g| g < lead);
     let pieces: Vec<Piece<'_>> = entries
         .iter()
+        .filter(leading)
+        .chain(entries.iter().filter(|e| !leading(e)))
         .map(|(origin, bytes)| match origin {
             Some(g) if request.group_bytes(*g) == bytes.as_slice() => Piece::Original(*g),
             _ => Piece::Bytes(bytes),
         })
         .collect();
-    Ok(request.assemble(&pieces))
+    request.assemble(&pieces)
 }
 
 impl Pass for ResponsesPass {
@@ -323,5 +472,7 @@ impl Pass for ResponsesPass {
     }
 }
 
+#[cfg(test)]
+mod reuse_tests;
 #[cfg(test)]
 mod tests;

@@ -147,7 +147,7 @@ fn bad(what: &str, e: serde_json::Error) -> Error {
 pub(crate) type RawMap<'a> = BTreeMap<String, &'a RawValue>;
 
 /// A JSON object's entries in body order, a key given twice kept twice.
-struct RawEntries<'a>(Vec<(String, &'a RawValue)>);
+pub(crate) struct RawEntries<'a>(pub(crate) Vec<(String, &'a RawValue)>);
 
 impl<'de> serde::Deserialize<'de> for RawEntries<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(
@@ -207,12 +207,12 @@ fn item<'a>(body: &'a [u8], raw: &'a RawValue) -> Result<Item> {
 }
 
 /// How many tools a `tools` value declares (none unless it is an array).
-fn count_tools(text: &str) -> usize {
+pub(crate) fn count_tools(text: &str) -> usize {
     serde_json::from_str::<Vec<&RawValue>>(text).map_or(0, |t| t.len())
 }
 
 /// The value starting at `at` and where it ends.
-fn raw_at(body: &[u8], at: usize) -> Option<(&RawValue, usize)> {
+pub(crate) fn raw_at(body: &[u8], at: usize) -> Option<(&RawValue, usize)> {
     let rest = body.get(at..)?;
     let mut reader = serde_json::Deserializer::from_slice(rest);
     let raw: &RawValue = serde::Deserialize::deserialize(&mut reader).ok()?;
@@ -220,7 +220,7 @@ fn raw_at(body: &[u8], at: usize) -> Option<(&RawValue, usize)> {
     Some((raw, end))
 }
 
-fn skip_space(body: &[u8], mut at: usize) -> usize {
+pub(crate) fn skip_space(body: &[u8], mut at: usize) -> usize {
     while matches!(body.get(at), Some(b' ' | b'\n' | b'\r' | b'\t')) {
         at += 1;
     }
@@ -228,7 +228,7 @@ fn skip_space(body: &[u8], mut at: usize) -> usize {
 }
 
 /// `Some` when no key is given twice.
-fn distinct(keys: &[(String, Span)]) -> Option<()> {
+pub(crate) fn distinct(keys: &[(String, Span)]) -> Option<()> {
     let mut names: Vec<&str> = keys.iter().map(|(k, _)| k.as_str()).collect();
     names.sort_unstable();
     let before = names.len();

@@ -39,7 +39,10 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::anthropic::{Piece, RawMap, Span, field, join_array, span_of, splice, to_bytes};
+use super::anthropic::{
+    Piece, RawEntries, RawMap, Span, common_prefix, count_tools, distinct, field, join_array,
+    raw_at, skip_space, span_of, splice, to_bytes,
+};
 use super::codex::{call_parts, is_harness_context, output_text};
 use super::opencode::{Message, Part, PartKind};
 use super::{block_index, part, set};
@@ -76,13 +79,19 @@ pub struct Item {
 }
 
 /// One internal message: consecutive items of `input`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Group {
     /// The first item and one past the last.
     pub start: usize,
     pub end: usize,
     pub side: Side,
 }
+
+/// call id → (the index of the first call item of that id, tool name, input).
+type Calls = BTreeMap<String, (usize, String, Value)>;
+
+/// A call item's id, tool name and input.
+type CallParts = (String, String, Value);
 
 /// A request body read as spans.
 #[derive(Debug, Clone)]
@@ -99,8 +108,24 @@ pub struct Request<'a> {
     pub input: Option<Span>,
     pub items: Vec<Item>,
     pub groups: Vec<Group>,
-    /// call id → (tool name, input) of the request's call items.
-    calls: BTreeMap<String, (String, Value)>,
+    calls: Calls,
+    /// Every top-level key and its value, in body order.
+    keys: Vec<(String, Span)>,
+}
+
+/// What [`Request::parse`] read of a body, without the body: what a
+/// resident gateway keeps of a session's previous request to read the next
+/// one by what it adds ([`Request::parse_after`]).
+#[derive(Debug, Clone, Default)]
+pub struct Layout {
+    model: Option<String>,
+    tools: usize,
+    input: Option<Span>,
+    tools_span: Option<Span>,
+    items: Vec<Item>,
+    groups: Vec<Group>,
+    calls: Calls,
+    keys: Vec<(String, Span)>,
 }
 
 fn bad(what: &str, e: serde_json::Error) -> Error {
@@ -126,19 +151,44 @@ fn string_of(map: &RawMap<'_>, key: &str) -> Option<String> {
         .and_then(|r| serde_json::from_str::<String>(r.get()).ok())
 }
 
+/// One item of `input`, and its call (id, tool name, input) when it is a call.
+fn read_item<'a>(body: &'a [u8], raw: &'a RawValue) -> Result<(Item, Option<CallParts>)> {
+    let map: RawMap<'a> = serde_json::from_str(raw.get()).map_err(|e| bad("item", e))?;
+    let kind = string_of(&map, "type").unwrap_or_else(|| "message".into());
+    let role = string_of(&map, "role");
+    let side = side_of(&kind, role.as_deref());
+    let item = Item {
+        span: span_of(body, raw)?,
+        id: string_of(&map, "id"),
+        call_id: string_of(&map, "call_id"),
+        side,
+        kind,
+        role,
+    };
+    let call = (side == Side::Model && item.kind.ends_with("_call")).then(|| {
+        let value: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+        call_parts(&value)
+    });
+    Ok((item, call))
+}
+
 impl<'a> Request<'a> {
     /// Read a request body. An error means: not a Responses request mc can
     /// work on (the caller forwards it as it came).
     pub fn parse(body: &'a [u8]) -> Result<Request<'a>> {
-        let top: RawMap<'a> = serde_json::from_slice(body).map_err(|e| bad("body", e))?;
-        let tools = top
-            .get("tools")
-            .and_then(|raw| serde_json::from_str::<Vec<&RawValue>>(raw.get()).ok())
-            .map_or(0, |t| t.len());
+        let entries: Vec<(String, &'a RawValue)> = serde_json::from_slice::<RawEntries<'a>>(body)
+            .map_err(|e| bad("body", e))?
+            .0;
+        let mut keys = Vec::with_capacity(entries.len());
+        for (key, raw) in &entries {
+            keys.push((key.clone(), span_of(body, raw)?));
+        }
+        // A key given twice counts as its last value, as a map reads it.
+        let top: RawMap<'a> = entries.into_iter().collect();
         let mut request = Request {
             body,
             model: string_of(&top, "model"),
-            tools,
+            tools: top.get("tools").map_or(0, |raw| count_tools(raw.get())),
             instructions: top
                 .get("instructions")
                 .map(|r| span_of(body, r))
@@ -148,6 +198,7 @@ impl<'a> Request<'a> {
             items: Vec::new(),
             groups: Vec::new(),
             calls: BTreeMap::new(),
+            keys,
         };
         let Some(input) = top.get("input") else {
             return Ok(request);
@@ -159,38 +210,191 @@ impl<'a> Request<'a> {
         request.input = Some(span_of(body, input)?);
         let list: Vec<&'a RawValue> =
             serde_json::from_str(input.get()).map_err(|e| bad("input", e))?;
+        request.items.reserve(list.len());
         for raw in list {
-            let map: RawMap<'a> = serde_json::from_str(raw.get()).map_err(|e| bad("item", e))?;
-            let kind = string_of(&map, "type").unwrap_or_else(|| "message".into());
-            let role = string_of(&map, "role");
-            let side = side_of(&kind, role.as_deref());
-            let item = Item {
-                span: span_of(body, raw)?,
-                id: string_of(&map, "id"),
-                call_id: string_of(&map, "call_id"),
-                side,
-                kind,
-                role,
-            };
-            if side == Side::Model && item.kind.ends_with("_call") {
-                let value: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
-                let (call_id, name, input) = call_parts(&value);
-                request.calls.entry(call_id).or_insert((name, input));
-            }
-            let at = request.items.len();
-            match request.groups.last_mut() {
-                Some(g) if g.side == side && matches!(side, Side::Model | Side::Outputs) => {
-                    g.end = at + 1;
-                }
-                _ => request.groups.push(Group {
-                    start: at,
-                    end: at + 1,
-                    side,
-                }),
-            }
-            request.items.push(item);
+            let (item, call) = read_item(body, raw)?;
+            request.place(item, call);
         }
         Ok(request)
+    }
+
+    /// Add an item at the end of `input`'s reading: its group, its call.
+    fn place(&mut self, item: Item, call: Option<CallParts>) {
+        let at = self.items.len();
+        if let Some((call_id, name, input)) = call {
+            self.calls.entry(call_id).or_insert((at, name, input));
+        }
+        let side = item.side;
+        match self.groups.last_mut() {
+            Some(g) if g.side == side && matches!(side, Side::Model | Side::Outputs) => {
+                g.end = at + 1;
+            }
+            _ => self.groups.push(Group {
+                start: at,
+                end: at + 1,
+                side,
+            }),
+        }
+        self.items.push(item);
+    }
+
+    /// [`Request::parse`] of `body` for a resident reader that kept the
+    /// previous request of the same conversation (`before`, read from
+    /// `before_body`): the items whose bytes `body` repeats at the same place
+    /// are taken as they were read, and only what follows them is read. The
+    /// answer is the one [`Request::parse`] gives, with how many of its first
+    /// messages (groups of items) are the previous request's, byte for byte
+    /// at the same place; anything this cannot vouch for (another start, a
+    /// key given twice, no item in common) is read whole (and counts none).
+    pub fn parse_after(
+        body: &'a [u8],
+        before_body: &[u8],
+        before: &Layout,
+    ) -> Result<(Request<'a>, usize)> {
+        match Request::parse_tail(body, before_body, before) {
+            Some(read) => Ok(read),
+            None => Ok((Request::parse(body)?, 0)),
+        }
+    }
+
+    fn parse_tail(
+        body: &'a [u8],
+        before_body: &[u8],
+        before: &Layout,
+    ) -> Option<(Request<'a>, usize)> {
+        let input = before.input?;
+        let common = common_prefix(body, before_body);
+        let reused = before
+            .items
+            .iter()
+            .take_while(|it| it.span.end <= common)
+            .count();
+        let at = before
+            .keys
+            .iter()
+            .position(|(k, span)| k == "input" && *span == input)?;
+        if reused == 0 || distinct(&before.keys).is_none() {
+            return None;
+        }
+        let mut request = Request {
+            body,
+            model: None,
+            tools: 0,
+            instructions: None,
+            tools_span: None,
+            input: None,
+            items: Vec::with_capacity(before.items.len() + 4),
+            groups: Vec::new(),
+            calls: BTreeMap::new(),
+            keys: before.keys.get(..at)?.to_vec(),
+        };
+        for item in before.items.get(..reused)? {
+            request.place(item.clone(), None);
+        }
+        request.calls = before
+            .calls
+            .iter()
+            .filter(|(_, (first, _, _))| *first < reused)
+            .map(|(id, call)| (id.clone(), call.clone()))
+            .collect();
+        let mut p = request.items.last()?.span.end;
+        // The rest of `input`, one item after another.
+        loop {
+            p = skip_space(body, p);
+            match body.get(p)? {
+                b',' => {
+                    let (raw, end) = raw_at(body, skip_space(body, p + 1))?;
+                    let (item, call) = read_item(body, raw).ok()?;
+                    request.place(item, call);
+                    p = end;
+                }
+                b']' => break,
+                _ => return None,
+            }
+        }
+        let input = Span {
+            start: input.start,
+            end: p + 1,
+        };
+        request.input = Some(input);
+        request.keys.push(("input".into(), input));
+        request.read_keys_after(input.end)?;
+        distinct(&request.keys)?;
+        let value = |name: &str| {
+            request
+                .keys
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, s)| *s)
+        };
+        let bytes = |span: Span| body.get(span.start..span.end);
+        // What lies before `input` is the previous body's, byte for byte.
+        let reuse = |span: Span| span.end <= input.start;
+        request.model = match value("model") {
+            Some(span) if reuse(span) => before.model.clone(),
+            Some(span) => serde_json::from_slice::<String>(bytes(span)?).ok(),
+            None => None,
+        };
+        let (tools, old_tools) = (value("tools"), before.tools_span);
+        request.tools = match tools {
+            Some(span) if reuse(span) => before.tools,
+            // Codex sends its tools after `input`: the same bytes, the same count.
+            Some(span)
+                if old_tools.and_then(|o| before_body.get(o.start..o.end)) == bytes(span) =>
+            {
+                before.tools
+            }
+            Some(span) => count_tools(std::str::from_utf8(bytes(span)?).ok()?),
+            None => 0,
+        };
+        request.tools_span = tools;
+        request.instructions = value("instructions");
+        let repeated = request
+            .groups
+            .iter()
+            .zip(&before.groups)
+            .take_while(|(new, old)| new == old && new.end <= reused)
+            .count();
+        Some((request, repeated))
+    }
+
+    /// The keys that follow `input` (ending at `p`): `, "key": value` … `}`,
+    /// then only space.
+    fn read_keys_after(&mut self, mut p: usize) -> Option<()> {
+        let body = self.body;
+        loop {
+            p = skip_space(body, p);
+            match body.get(p)? {
+                b',' => {
+                    let (raw, end) = raw_at(body, skip_space(body, p + 1))?;
+                    let key: String = serde_json::from_str(raw.get()).ok()?;
+                    p = skip_space(body, end);
+                    if body.get(p) != Some(&b':') {
+                        return None;
+                    }
+                    let (raw, end) = raw_at(body, skip_space(body, p + 1))?;
+                    self.keys.push((key, span_of(body, raw).ok()?));
+                    p = end;
+                }
+                b'}' => break,
+                _ => return None,
+            }
+        }
+        (skip_space(body, p + 1) == body.len()).then_some(())
+    }
+
+    /// What a resident reader keeps of this request for the next one.
+    pub fn layout(&self) -> Layout {
+        Layout {
+            model: self.model.clone(),
+            tools: self.tools,
+            input: self.input,
+            tools_span: self.tools_span,
+            items: self.items.clone(),
+            groups: self.groups.clone(),
+            calls: self.calls.clone(),
+            keys: self.keys.clone(),
+        }
     }
 
     /// The bytes of a span.
@@ -311,7 +515,7 @@ impl<'a> Request<'a> {
                     let (name, input) = self
                         .calls
                         .get(call)
-                        .cloned()
+                        .map(|(_, name, input)| (name.clone(), input.clone()))
                         .unwrap_or_else(|| ("unknown".into(), json!({})));
                     let (text, failed) = output_text(&value);
                     let mut state = Map::new();

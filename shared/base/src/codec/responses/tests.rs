@@ -232,3 +232,115 @@ fn what_is_not_a_responses_body_is_an_error_or_left_alone() {
     assert!(plain.input.is_none() && plain.groups.is_empty());
     assert_eq!(plain.assemble(&[]), br#"{"input": "hello", "model": "m"}"#);
 }
+
+/// Codex's body after `turns` steps (a reasoning item, a call and its
+/// output each), `tools` after `input` as Codex writes it.
+fn grown(turns: usize, spaced: bool) -> Vec<u8> {
+    let mut input = vec![
+        json!({"type": "message", "role": "developer", "id": "d", "content": [{"type": "input_text", "text": "rules"}]}),
+        json!({"type": "message", "role": "user", "id": "u", "content": [{"type": "input_text", "text": "fix it"}]}),
+    ];
+    for k in 0..turns {
+        input.push(json!({"type": "reasoning", "id": format!("rs{k}"), "encrypted_content": format!("gA{k}==")}));
+        input.push(
+            json!({"type": "function_call", "id": format!("fc{k}"), "call_id": format!("c{k}"),
+            "name": "exec_command", "arguments": format!("{{\"cmd\":\"cat f{k}\"}}")}),
+        );
+        input.push(json!({"type": "function_call_output", "call_id": format!("c{k}"), "output": format!("out {k}")}));
+    }
+    let value = json!({"model": "gpt-5", "instructions": "Be brief.", "input": input,
+        "tools": [{"type": "function", "name": "exec_command"}], "store": false, "stream": true});
+    if spaced {
+        serde_json::to_vec_pretty(&value).unwrap()
+    } else {
+        body(&value)
+    }
+}
+
+fn same_reading(a: &Request<'_>, b: &Request<'_>) {
+    assert_eq!(format!("{:?}", a.layout()), format!("{:?}", b.layout()));
+    assert_eq!(
+        (a.model.as_deref(), a.tools, a.instructions, a.tools_span),
+        (b.model.as_deref(), b.tools, b.instructions, b.tools_span)
+    );
+    let ids = a.message_ids();
+    assert_eq!(ids, b.message_ids());
+    for (g, id) in ids.iter().enumerate() {
+        assert_eq!(
+            a.decode(g, id, "s", None).encode(),
+            b.decode(g, id, "s", None).encode()
+        );
+    }
+}
+
+#[test]
+fn a_request_that_grows_at_the_tail_is_read_from_where_it_stops_repeating() {
+    let first = grown(2, false);
+    let second = grown(3, false);
+    let layout = Request::parse(&first).unwrap().layout();
+    let (read, repeated) = Request::parse_after(&second, &first, &layout).unwrap();
+    same_reading(&read, &Request::parse(&second).unwrap());
+    // The developer message, the prompt, two steps' calls; the second
+    // step's outputs are no longer the last item, but their bytes are the
+    // same at the same place.
+    assert_eq!(read.groups.len(), 2 + 2 * 3);
+    assert_eq!(repeated, 2 + 2 * 2);
+    // An output keeps its call's name and arguments from the items reused.
+    for g in [3, 7] {
+        let output = read.decode(g, "x", "s", None);
+        assert_eq!(output.parts[0].tool_name(), Some("exec_command"));
+        assert_eq!(
+            output.parts[0].raw["state"]["input"]["cmd"],
+            format!("cat f{}", g / 2 - 1)
+        );
+    }
+    // Another start, spaces, a key given twice: read whole, nothing repeated.
+    let (read, repeated) = Request::parse_after(&second, b"{}", &layout).unwrap();
+    assert_eq!(repeated, 0);
+    same_reading(&read, &Request::parse(&second).unwrap());
+    let spaced = grown(3, true);
+    let (read, _) = Request::parse_after(&spaced, &first, &layout).unwrap();
+    same_reading(&read, &Request::parse(&spaced).unwrap());
+    let mut twice = second.clone();
+    twice.pop();
+    twice.extend_from_slice(br#","model":"gpt-6"}"#);
+    let (read, repeated) = Request::parse_after(&twice, &first, &layout).unwrap();
+    assert_eq!(repeated, 0);
+    assert_eq!(read.model.as_deref(), Some("gpt-6"));
+    same_reading(&read, &Request::parse(&twice).unwrap());
+    // A history rewritten after the prompt (Codex's compaction) shares
+    // only its first items; a shorter one too.
+    let longer = Request::parse(&second).unwrap().layout();
+    let (read, repeated) = Request::parse_after(&first, &second, &longer).unwrap();
+    same_reading(&read, &Request::parse(&first).unwrap());
+    assert!(repeated <= 2 + 2 * 2);
+    let mut rewritten = String::from_utf8(second.clone()).unwrap();
+    rewritten = rewritten.replace("\"fix it\"", "\"summary\"");
+    let (read, repeated) = Request::parse_after(rewritten.as_bytes(), &second, &longer).unwrap();
+    same_reading(&read, &Request::parse(rewritten.as_bytes()).unwrap());
+    assert_eq!(repeated, 1);
+    // A body that is not JSON after the repeated part is refused as whole.
+    let mut cut = second.clone();
+    cut.truncate(second.len() - 3);
+    assert!(Request::parse_after(&cut, &first, &layout).is_err());
+}
+
+#[test]
+fn a_changed_item_or_tool_set_after_the_input_is_read_again() {
+    let first = grown(2, false);
+    let layout = Request::parse(&first).unwrap().layout();
+    // The second step's output changed in place, and the tools after `input`.
+    let text = String::from_utf8(grown(3, false)).unwrap();
+    let second = text
+        .replace("out 1", "out one")
+        .replace(
+            r#""name":"exec_command"}]"#,
+            r#""name":"exec_command"},{"type":"function","name":"apply_patch"}]"#,
+        )
+        .into_bytes();
+    let (read, repeated) = Request::parse_after(&second, &first, &layout).unwrap();
+    let whole = Request::parse(&second).unwrap();
+    same_reading(&read, &whole);
+    assert_eq!(read.tools, 2);
+    assert!(repeated < 2 + 2 * 2, "{repeated}");
+}
