@@ -421,6 +421,7 @@ impl TransformPass {
             prompt: Some(kept.prompt.clone()),
             history_rewritten,
             recall: self.recall.clone(),
+            unencoded: false,
         };
         let output = {
             let mut store = self.store.lock().map_err(|_| {

@@ -209,6 +209,7 @@ impl ResponsesPass {
             prompt: Some(prompt),
             history_rewritten: false,
             recall: self.recall.clone(),
+            unencoded: false,
         };
         let output = {
             let mut store = self.store.lock().map_err(|_| {
