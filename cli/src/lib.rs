@@ -174,16 +174,40 @@ pub fn hint(name: &str, hints: &[String]) {
 /// All of stdin. A terminal is refused with `when_terminal` as the message;
 /// both that and a failed read are input failures (exit 2).
 pub fn read_stdin(when_terminal: &str) -> Result<String, Failure> {
-    let mut stdin = std::io::stdin();
+    let stdin = std::io::stdin();
     if stdin.is_terminal() {
         return Err(Failure::input(anyhow!("{when_terminal}")));
     }
-    let mut text = String::new();
-    stdin
-        .read_to_string(&mut text)
-        .context("cannot read stdin")
-        .map_err(Failure::input)?;
-    Ok(text)
+    let bytes = read_exactly(&mut stdin.lock()).context("cannot read stdin");
+    let bytes = bytes.map_err(Failure::input)?;
+    String::from_utf8(bytes).map_err(|_| {
+        let error = std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        );
+        Failure::input(anyhow::Error::from(error).context("cannot read stdin"))
+    })
+}
+
+/// All of `input`, in a buffer of exactly its size: read in chunks, joined
+/// once. (`read_to_end` doubles its buffer as it goes: up to twice the
+/// input for as long as the text is kept, and every smaller buffer before.)
+fn read_exactly(input: &mut impl Read) -> std::io::Result<Vec<u8>> {
+    const CHUNK: u64 = 1 << 20;
+    let mut chunks = Vec::new();
+    loop {
+        let mut chunk = Vec::with_capacity(CHUNK as usize);
+        input.by_ref().take(CHUNK).read_to_end(&mut chunk)?;
+        if chunk.is_empty() {
+            break;
+        }
+        chunks.push(chunk);
+    }
+    let mut bytes = Vec::with_capacity(chunks.iter().map(Vec::len).sum());
+    for chunk in chunks {
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
 }
 
 /// `text` as JSON; otherwise an input failure (exit 2) saying
@@ -199,13 +223,22 @@ pub fn parse_json(text: &str, what: &str) -> Result<Value, Failure> {
 
 /// One JSON document on stdout, compact or pretty, then a newline.
 pub fn write_json(value: &Value, pretty: bool) -> anyhow::Result<()> {
+    write_json_with(|out| {
+        if pretty {
+            serde_json::to_writer_pretty(out, value)
+        } else {
+            serde_json::to_writer(out, value)
+        }
+    })
+}
+
+/// One JSON document on stdout, as `write` writes it, then a newline.
+pub fn write_json_with(
+    write: impl FnOnce(&mut dyn Write) -> serde_json::Result<()>,
+) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-    if pretty {
-        serde_json::to_writer_pretty(&mut out, value)?;
-    } else {
-        serde_json::to_writer(&mut out, value)?;
-    }
+    write(&mut out)?;
     out.write_all(b"\n")?;
     out.flush()?;
     Ok(())

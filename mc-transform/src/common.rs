@@ -3,7 +3,11 @@
 
 use std::path::Path;
 
+use anyhow::Context;
 use serde_json::Value;
+
+use mc_base::codec::Message;
+use mc_base::codec::opencode;
 
 use mc_cli::{Failure, GlobalArgs, SessionSetup, Stores, Wait};
 
@@ -22,6 +26,16 @@ pub(crate) fn read_stdin() -> Result<String, Failure> {
 
 pub(crate) fn parse_json(text: &str) -> Result<Value, Failure> {
     mc_cli::parse_json(text, "input")
+}
+
+/// An envelope's text as JSON, with its OpenCode messages decoded while
+/// they are read when they all decode (`codec::opencode::parse_envelope`);
+/// the errors of [`parse_json`].
+pub(crate) fn parse_envelope(text: &str) -> Result<(Value, Option<Vec<Message>>), Failure> {
+    let text = mc_base::json::repair_lone_surrogates(text);
+    opencode::parse_envelope(&text)
+        .context("input is not JSON")
+        .map_err(Failure::input)
 }
 
 pub(crate) fn read_json() -> Result<Value, Failure> {

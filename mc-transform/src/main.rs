@@ -28,7 +28,11 @@ fn main() -> ExitCode {
         stores: &mut stores,
     };
     let result = match &args.command {
-        None | Some(Command::Pass) => pass::one_shot_pass(&mut ctx),
+        None | Some(Command::Pass) => {
+            let answer = pass::one_shot_pass(&mut ctx);
+            let written = answer.and_then(|answer| Ok(answer.write(args.global.pretty)?));
+            return mc_cli::finish(NAME, written);
+        }
         Some(Command::Reduce {
             session,
             drop,

@@ -6,28 +6,62 @@ use std::time::Instant;
 use anyhow::anyhow;
 use serde_json::Value;
 
+use mc_base::codec::PI;
+use mc_base::codec::opencode::{self, encode_all};
 use mc_base::domain::measure;
 use mc_cli::{Failure, Wait, now_ms};
 use mc_search_core::recall::Search;
 use mc_transform_core::fallback::{self, Fallback};
 use mc_transform_core::render::ForNextPass;
-use mc_transform_core::{self as transform, Envelope, PassReport, Resident};
+use mc_transform_core::{self as transform, Envelope, PassOutput, PassReport, Resident};
 
-use crate::common::{Ctx, NAME, hints_of, parse_json, read_stdin, session_setup};
+use crate::common::{Ctx, NAME, hints_of, parse_envelope, parse_json, read_stdin, session_setup};
 
-/// The one-shot pass: the envelope on stdin.
-pub(crate) fn one_shot_pass(ctx: &mut Ctx<'_>) -> Result<Value, Failure> {
+/// The one-shot pass: the envelope on stdin. Its OpenCode messages are
+/// decoded as they are read and written out as they come from the render,
+/// with no JSON tree of the envelope or the answer in between.
+pub(crate) fn one_shot_pass(ctx: &mut Ctx<'_>) -> Result<Answer, Failure> {
     let started = Instant::now();
     let text = read_stdin()?;
-    let value = parse_json(&text)?;
+    let (value, decoded) = parse_envelope(&text)?;
+    let resident = Resident {
+        decoded,
+        unencoded: true,
+        ..Resident::default()
+    };
     pass(
         ctx,
         value,
-        Resident::default(),
+        resident,
         || parse_json(&text).unwrap_or(Value::Null),
         started,
     )
     .map(|(answer, _)| answer)
+}
+
+/// A pass's answer: the document, or the pass's output to write as it.
+pub(crate) enum Answer {
+    Value(Value),
+    Output(Box<PassOutput>),
+}
+
+impl Answer {
+    pub(crate) fn into_value(self) -> Value {
+        match self {
+            Answer::Value(value) => value,
+            Answer::Output(output) => output.into_value(),
+        }
+    }
+
+    /// The answer on stdout (the same bytes as its value's `write_json`).
+    pub(crate) fn write(self, pretty: bool) -> anyhow::Result<()> {
+        match self {
+            Answer::Output(output) if !pretty => {
+                mc_cli::write_json_with(|out| output.write_document(out))
+            }
+            answer => mc_cli::write_json(&answer.into_value(), pretty),
+        }
+    }
 }
 
 /// One pass over the envelope `value`, with what a resident process brings
@@ -42,12 +76,21 @@ pub(crate) fn pass(
     resident: Resident,
     original: impl FnOnce() -> Value,
     started: Instant,
-) -> Result<(Value, Option<ForNextPass>), Failure> {
+) -> Result<(Answer, Option<ForNextPass>), Failure> {
     let mut envelope =
         Envelope::from_value(value).map_err(|e| Failure::input(anyhow::Error::from(e)))?;
+    let mut resident = resident;
+    if envelope.harness == PI
+        && let Some(decoded) = resident.decoded.take()
+    {
+        // Pi's codec reads the messages as values (OpenCode's shape, here).
+        envelope.messages = encode_all(decoded);
+    }
     let now = envelope.now_ms.unwrap_or_else(now_ms);
     let harness = envelope.harness.clone();
-    let session_id = envelope.session_hint();
+    let session_id = envelope
+        .session_hint()
+        .or_else(|| resident.decoded.as_deref().and_then(opencode::session_hint));
     // A failed pass sends the raw messages only if they fit this window.
     let window = envelope
         .model
@@ -64,7 +107,6 @@ pub(crate) fn pass(
     let config = setup.config;
     let mut store = setup.store;
     // Recall hints search through mc-search (the core stays below it).
-    let mut resident = resident;
     resident.recall.get_or_insert_with(|| Arc::new(Search));
     let result = mc_cli::catch_panic(|| {
         let store = store.as_mut().map_err(|e| anyhow!("{e:#}"))?;
@@ -80,7 +122,7 @@ pub(crate) fn pass(
         Ok(mut output) => {
             output.pass.warnings.extend(setup.warnings);
             let for_next = output.for_next.take();
-            (output.into_value(), for_next)
+            (Answer::Output(Box::new(output)), for_next)
         }
         Err(error) => {
             // Fail open: the agent's prompt loop must never stop because of mc.
@@ -108,7 +150,8 @@ pub(crate) fn pass(
                 }
                 (messages, _) => (messages, None),
             };
-            (passthrough(original(), fit, message, warnings), None)
+            let answer = passthrough(original(), fit, message, warnings);
+            (Answer::Value(answer), None)
         }
     };
     ctx.stores.keep_result(store);

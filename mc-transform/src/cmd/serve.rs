@@ -211,6 +211,7 @@ impl Server<'_> {
                         started,
                     )
                     .map(|(answer, _)| {
+                        let answer = answer.into_value();
                         let line = text(&answer);
                         self.discard(vec![answer]);
                         line
@@ -284,6 +285,7 @@ impl Server<'_> {
             prompt: None,
             history_rewritten: false,
             recall: None,
+            unencoded: false,
         };
         let input = if whole {
             match map.get("messages") {
@@ -330,7 +332,7 @@ impl Server<'_> {
         };
         let (answer, for_next) =
             match pass::pass(&mut ctx, Value::Object(map), resident, original, started) {
-                Ok(answered) => answered,
+                Ok((answer, for_next)) => (answer.into_value(), for_next),
                 Err(failure) => {
                     self.forget(&harness, &session);
                     return Err(failure);

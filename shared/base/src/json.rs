@@ -89,13 +89,13 @@ pub fn parse_compact(text: &str) -> serde_json::Result<Value> {
 
 /// The stacks [`parse_compact`] gathers objects and arrays on.
 #[derive(Default)]
-struct Scratch {
-    entries: Vec<(String, Value)>,
+pub(crate) struct Scratch {
+    pub(crate) entries: Vec<(String, Value)>,
     items: Vec<Value>,
 }
 
 /// One value of a [`parse_compact`] document.
-struct Compact<'s>(&'s mut Scratch);
+pub(crate) struct Compact<'s>(pub(crate) &'s mut Scratch);
 
 impl<'de> serde::de::DeserializeSeed<'de> for Compact<'_> {
     type Value = Value;

@@ -446,6 +446,7 @@ impl TransformPass {
             prompt: Some(kept.prompt.clone()),
             history_rewritten,
             recall: self.recall.clone(),
+            unencoded: false,
         };
         let output = {
             let mut store = lock_store(&self.store);

@@ -78,6 +78,10 @@ pub struct Resident {
     /// The search behind recall hints (`transform.recall_hints`): without
     /// one, no new prompt gets a hint (stored ones still render).
     pub recall: Option<Arc<dyn recall::Recall>>,
+    /// Answer OpenCode's rendered messages still decoded
+    /// ([`PassOutput::unencoded`], without `replay`): a caller that only
+    /// writes them out ([`PassOutput::write_document`]) builds no JSON tree.
+    pub unencoded: bool,
 }
 
 /// [`run_pass`] with what a resident process brings ([`Resident`]).
@@ -94,6 +98,7 @@ pub fn run_pass_on(
         prompt,
         history_rewritten,
         recall,
+        unencoded,
     } = resident;
     let Envelope {
         harness,
@@ -124,6 +129,7 @@ pub fn run_pass_on(
         report.reason = "no_session";
         return Ok(PassOutput {
             messages: wire.encode(messages),
+            unencoded: None,
             for_next: None,
             system,
             pass: report,
@@ -169,6 +175,7 @@ pub fn run_pass_on(
         Applied::Wait(due) => {
             return Ok(PassOutput {
                 messages: wire.encode(messages),
+                unencoded: None,
                 for_next: None,
                 system,
                 pass: PassReport::wait(facts.usage_percent, due.reason),
@@ -177,8 +184,21 @@ pub fn run_pass_on(
         }
     };
 
-    let (messages, for_next, fold_boundary) =
-        render_outcome(messages, &outcome, &session_id, replay, wire, config);
+    let (messages, for_next, fold_boundary) = render_outcome(
+        messages,
+        &outcome,
+        &session_id,
+        Render {
+            replay,
+            unencoded,
+            wire,
+        },
+        config,
+    );
+    let (messages, unencoded) = match messages {
+        Rendered::Values(values) => (values, None),
+        Rendered::Decoded(messages) => (Vec::new(), Some(messages)),
+    };
     let mut warnings = Vec::new();
     if outcome.schedule.emergency {
         warnings.push(format!(
@@ -190,6 +210,7 @@ pub fn run_pass_on(
     warnings.extend(recovery.warning(facts.window));
     Ok(PassOutput {
         messages,
+        unencoded,
         for_next,
         system: outcome.system,
         call: Some(outcome.call),
@@ -212,6 +233,19 @@ pub fn run_pass_on(
     })
 }
 
+/// How the caller wants the rendered messages ([`Resident`]).
+struct Render {
+    replay: Option<Replay>,
+    unencoded: bool,
+    wire: Wire,
+}
+
+/// The rendered messages: as JSON, or still decoded ([`Resident::unencoded`]).
+enum Rendered {
+    Values(Vec<Value>),
+    Decoded(Vec<Message>),
+}
+
 /// The pass's messages as the harness gets them: `outcome` rendered over the
 /// input (replaying what the previous pass sent when the caller kept it),
 /// with the fold's boundary when the pass busts.
@@ -219,10 +253,14 @@ fn render_outcome(
     messages: Vec<Message>,
     outcome: &Outcome,
     session_id: &str,
-    replay: Option<Replay>,
-    wire: Wire,
+    how: Render,
     config: &TransformConfig,
-) -> (Vec<Value>, Option<ForNextPass>, Option<String>) {
+) -> (Rendered, Option<ForNextPass>, Option<String>) {
+    let Render {
+        replay,
+        unencoded,
+        wire,
+    } = how;
     let markers = if config.temporal_awareness {
         temporal::markers(&messages)
     } else {
@@ -262,9 +300,13 @@ fn render_outcome(
                     Slot::Again(index) => Value::from(index),
                 })
                 .collect();
-            (messages, Some(for_next))
+            (Rendered::Values(messages), Some(for_next))
         }
-        _ => (wire.encode(render(messages, &state)), None),
+        (None, Wire::OpenCode) if unencoded => (Rendered::Decoded(render(messages, &state)), None),
+        _ => (
+            Rendered::Values(wire.encode(render(messages, &state))),
+            None,
+        ),
     };
     (messages, for_next, fold_boundary)
 }

@@ -137,6 +137,9 @@ pub fn render(messages: Vec<Message>, state: &RenderState<'_>) -> Vec<Message> {
 }
 
 /// One output message of [`render_replaying`].
+// A pass's slots are one vector, built once and consumed at once: boxing
+// each fresh message would cost an allocation per message for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Slot {
     /// Rendered on this pass.

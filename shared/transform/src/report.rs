@@ -1,7 +1,11 @@
 //! The pass's output document (README, mc-transform): the messages and the report.
 
 use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Map, Value};
+
+use mc_base::codec::Message;
+use mc_base::codec::opencode::encode_all;
 
 use mc_history::trigger::DueReason;
 
@@ -125,8 +129,12 @@ impl PassReport {
 #[derive(Debug)]
 pub struct PassOutput {
     /// The output messages (with `Resident::replay`, an index for a message
-    /// of the previous output, byte for byte).
+    /// of the previous output, byte for byte); empty when `unencoded`.
     pub messages: Vec<Value>,
+    /// The output messages still decoded, with `Resident::unencoded`: what
+    /// [`PassOutput::into_value`] encodes and [`PassOutput::write_document`]
+    /// writes without a tree.
+    pub unencoded: Option<Vec<Message>>,
     /// What the next pass may replay, with `Resident::replay` (never part
     /// of the document).
     pub for_next: Option<ForNextPass>,
@@ -141,7 +149,11 @@ impl PassOutput {
     /// The output document, `{"messages", "system"?, "pass"}`.
     pub fn into_value(self) -> Value {
         let mut map = Map::new();
-        map.insert("messages".into(), Value::Array(self.messages));
+        let messages = match self.unencoded {
+            Some(messages) => encode_all(messages),
+            None => self.messages,
+        };
+        map.insert("messages".into(), Value::Array(messages));
         if let Some(system) = self.system {
             map.insert("system".into(), system);
         }
@@ -152,5 +164,44 @@ impl PassOutput {
             serde_json::to_value(&self.pass).unwrap_or(Value::Null),
         );
         Value::Object(map)
+    }
+
+    /// Write the output document compactly: the bytes of
+    /// [`PassOutput::into_value`]'s value, with no tree built for messages
+    /// still decoded (each `info` goes out as the text it was kept as).
+    pub fn write_document(&self, out: impl std::io::Write) -> serde_json::Result<()> {
+        serde_json::to_writer(out, &Document(self))
+    }
+}
+
+/// [`PassOutput::write_document`]'s document: the keys of `into_value`, in its order.
+struct Document<'a>(&'a PassOutput);
+
+impl Serialize for Document<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        let output = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        match &output.unencoded {
+            Some(messages) => {
+                map.serialize_entry("messages", &Seq(messages.iter().map(Message::to_writer)))?
+            }
+            None => map.serialize_entry("messages", &output.messages)?,
+        }
+        if let Some(system) = &output.system {
+            map.serialize_entry("system", system)?;
+        }
+        // As `into_value`: through a value (a non-finite float is null).
+        let pass = serde_json::to_value(&output.pass).unwrap_or(Value::Null);
+        map.serialize_entry("pass", &pass)?;
+        map.end()
+    }
+}
+
+/// A sequence serialised from an iterator that can be cloned.
+struct Seq<I>(I);
+
+impl<I: Iterator<Item = T> + Clone, T: Serialize> Serialize for Seq<I> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.clone())
     }
 }

@@ -255,6 +255,7 @@ impl ResponsesPass {
             prompt: Some(kept.prompt.clone()),
             history_rewritten: false,
             recall: self.recall.clone(),
+            unencoded: false,
         };
         let output = {
             let mut store = lock_store(&self.store);

@@ -1276,3 +1276,48 @@ fn a_cold_cache_well_under_the_threshold_rides_no_relief() {
     assert_eq!(cold.pass.decision, Decision::Execute);
     assert!(cold.pass.dropped.is_empty(), "{:?}", cold.pass.dropped);
 }
+
+#[test]
+fn a_pass_on_messages_decoded_while_read_writes_the_bytes_of_its_value() {
+    // The one-shot's way (messages decoded as the envelope is read, the
+    // answer written from them) against the values' way, pass by pass.
+    use mc_base::codec::opencode::parse_envelope;
+    let config = TransformConfig {
+        caveman: true,
+        caveman_min_chars: 100,
+        smart_drops: true,
+        ..config()
+    };
+    let mut messages = session(14);
+    messages[11]["parts"][1]["text"] =
+        json!("The store keeps every tag in one table and the pass reads it once. ".repeat(8));
+    messages[3]["info"]["tokens"] = json!({"input": 1.5e3, "weird": [1, "é\u{1}"]});
+    let (mut by_value, mut by_text) = (
+        Store::open_in_memory().unwrap(),
+        Store::open_in_memory().unwrap(),
+    );
+    for (percent, drop) in [(30, None), (70, Some(&[1, 2, 3][..])), (30, None)] {
+        if let Some(drop) = drop {
+            queue(&mut by_value, drop);
+            queue(&mut by_text, drop);
+        }
+        let now = warm_now(&messages);
+        let mut input = envelope(&messages, percent, now);
+        input.system = Some(json!(["Agent."]));
+        let text = serde_json::to_string(&json!({"messages": input.messages})).unwrap();
+        let want = run_pass(&mut by_value, input.clone(), &config, now).unwrap();
+        let (_, decoded) = parse_envelope(&text).unwrap();
+        input.messages = Vec::new();
+        let resident = super::Resident {
+            decoded: Some(decoded.expect("OpenCode messages decode")),
+            unencoded: true,
+            ..super::Resident::default()
+        };
+        let got = super::run_pass_on(&mut by_text, input, resident, &config, now).unwrap();
+        assert!(got.messages.is_empty() && got.unencoded.is_some());
+        let mut written = Vec::new();
+        got.write_document(&mut written).unwrap();
+        let want = serde_json::to_string(&want.into_value()).unwrap();
+        assert_eq!(String::from_utf8(written).unwrap(), want, "at {percent}%");
+    }
+}

@@ -1,12 +1,16 @@
 //! OpenCode's `{info, parts}` messages (MessageV2), as the
 //! `experimental.chat.messages.transform` hook hands them over.
 
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
 use crate::error::{Error, Result};
-use crate::json::kind_name as json_kind;
+use crate::json::{Compact, Scratch, kind_name as json_kind};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -46,11 +50,26 @@ pub struct Part {
 #[derive(Debug, Clone)]
 pub struct Message {
     /// The whole message object; its `parts` slot is held in `parts` while
-    /// decoded. Its `info` is read, never changed, after [`Message::new`].
+    /// decoded, and its `info` slot in `packed` (the slot holds null then)
+    /// when [`Message::decode`] made it. Its `info` is read, never changed,
+    /// after [`Message::new`] or [`Message::decode`].
     pub raw: Map<String, Value>,
     pub parts: Vec<Part>,
     /// What a pass asks of `info` over and over, read once.
     facts: Facts,
+    /// `info` as the compact JSON text serde_json writes for it, when the
+    /// message was decoded: a pass only reads `info`, and as a tree it is
+    /// most of a small message's memory (a dozen ordered-map entries of
+    /// ~110 bytes each, against ~100 bytes of text).
+    packed: Option<Packed>,
+}
+
+/// A decoded message's `info` ([`Message::packed`]), and the tree read from
+/// it the first time someone asks for the whole object ([`Message::info`]).
+#[derive(Debug, Clone)]
+struct Packed {
+    text: Box<RawValue>,
+    tree: OnceLock<Box<Map<String, Value>>>,
 }
 
 /// `info` fields read once per message (each read of `raw` hashes its keys).
@@ -60,13 +79,26 @@ struct Facts {
     role: Option<Role>,
     created_ms: Option<i64>,
     completed_ms: Option<i64>,
+    finish: Option<Box<str>>,
+    /// [`Message::usage_input_tokens`], 0 for none.
+    usage_input_tokens: u64,
+    summary: bool,
+    /// With `info` packed: the object held `info` (then `parts`) and
+    /// nothing else, so `raw` is left empty (no map for two empty slots)
+    /// and both come back in that order (`encode` puts `parts` after
+    /// `info` in any case).
+    bare: bool,
 }
 
 impl Facts {
     fn of(raw: &Map<String, Value>) -> Facts {
-        let Some(info) = field(raw, "info").and_then(Value::as_object) else {
-            return Facts::default();
-        };
+        match field(raw, "info").and_then(Value::as_object) {
+            Some(info) => Facts::of_info(info),
+            None => Facts::default(),
+        }
+    }
+
+    fn of_info(info: &Map<String, Value>) -> Facts {
         // One walk over `info` instead of a hashed lookup per field (a map
         // never holds a key twice, so the first match is the only one).
         let mut facts = Facts {
@@ -87,11 +119,27 @@ impl Facts {
                     facts.created_ms = value.get("created").and_then(Value::as_i64);
                     facts.completed_ms = value.get("completed").and_then(Value::as_i64);
                 }
+                "finish" => facts.finish = value.as_str().map(Box::from),
+                "tokens" => facts.usage_input_tokens = usage_input_tokens(value).unwrap_or(0),
+                "summary" => facts.summary = value.as_bool() == Some(true),
                 _ => {}
             }
         }
         facts
     }
+}
+
+/// `input + cache.read + cache.write` of an `info.tokens` object, when it
+/// is a usage sample (see [`Message::usage_input_tokens`]).
+fn usage_input_tokens(tokens: &Value) -> Option<u64> {
+    let input = tokens.get("input")?.as_u64()?;
+    let cache = tokens.get("cache");
+    let read = cache.and_then(|c| c.get("read")).and_then(Value::as_u64);
+    let write = cache.and_then(|c| c.get("write")).and_then(Value::as_u64);
+    let total = input
+        .saturating_add(read.unwrap_or(0))
+        .saturating_add(write.unwrap_or(0));
+    Some(total).filter(|&total| total > 0)
 }
 
 /// `map.get(key)` by a walk over the entries while the map is small: a
@@ -279,16 +327,68 @@ impl Message {
                 )));
             }
         };
-        Ok(Message::new(raw, parts))
+        // `info` leaves its slot (which keeps the key's position) as text.
+        let Some(Value::Object(info)) = field_mut(&mut raw, "info").map(Value::take) else {
+            return Ok(Message::new(raw, parts));
+        };
+        let mut facts = Facts::of_info(&info);
+        let info = Value::Object(info);
+        let bare = raw
+            .keys()
+            .map(String::as_str)
+            .eq(["info", "parts"].into_iter().take(raw.len()));
+        let packed = serde_json::value::to_raw_value(&info)
+            .ok()
+            .map(|text| Packed {
+                text,
+                tree: OnceLock::new(),
+            });
+        match &packed {
+            // Not expected (a tree always serialises): keep the tree.
+            None => set_field(&mut raw, "info", info),
+            Some(_) if bare => {
+                raw = Map::new();
+                facts.bare = true;
+            }
+            Some(_) => {}
+        }
+        Ok(Message {
+            raw,
+            parts,
+            facts,
+            packed,
+        })
     }
 
     /// A message from its object (the `parts` slot aside) and its parts.
     pub fn new(raw: Map<String, Value>, parts: Vec<Part>) -> Message {
         let facts = Facts::of(&raw);
-        Message { raw, parts, facts }
+        Message {
+            raw,
+            parts,
+            facts,
+            packed: None,
+        }
+    }
+
+    /// Put a packed `info` back in its slot, as a tree.
+    fn unpack(&mut self) {
+        if let Some(packed) = self.packed.take() {
+            let info = match packed.tree.into_inner() {
+                Some(tree) => Value::Object(*tree),
+                None => crate::json::parse_compact(packed.text.get()).unwrap_or(Value::Null),
+            };
+            if std::mem::take(&mut self.facts.bare) {
+                self.raw = Map::new();
+                self.raw.insert("info".into(), info);
+            } else {
+                set_field(&mut self.raw, "info", info);
+            }
+        }
     }
 
     pub fn encode(mut self) -> Value {
+        self.unpack();
         let parts = Value::Array(self.parts.into_iter().map(Part::encode).collect());
         // Into the slot `decode` left (no new key to hash and allocate).
         match self.raw.iter_mut().find(|(k, _)| k.as_str() == "parts") {
@@ -300,10 +400,25 @@ impl Message {
         Value::Object(self.raw)
     }
 
+    /// The JSON [`Message::encode`] gives, written with no tree: a packed
+    /// `info` goes out as its text. Compact output only (a pretty printer
+    /// would write the text as it is).
+    pub fn to_writer(&self) -> Written<'_> {
+        Written(self)
+    }
+
     /// The `info` object (`decode` checked there is one; a message built by
     /// hand without it reads as an empty one).
     pub fn info(&self) -> &Map<String, Value> {
         static EMPTY: LazyLock<Map<String, Value>> = LazyLock::new(Map::new);
+        if let Some(packed) = &self.packed {
+            return packed.tree.get_or_init(|| {
+                match crate::json::parse_compact(packed.text.get()) {
+                    Ok(Value::Object(map)) => Box::new(map),
+                    _ => Box::default(),
+                }
+            });
+        }
         field(&self.raw, "info")
             .and_then(Value::as_object)
             .unwrap_or(&EMPTY)
@@ -330,7 +445,12 @@ impl Message {
     }
 
     pub fn finish(&self) -> Option<&str> {
-        field(self.info(), "finish").and_then(Value::as_str)
+        self.facts.finish.as_deref()
+    }
+
+    /// `info.summary` is `true`: the harness's own compaction record.
+    pub fn is_summary(&self) -> bool {
+        self.facts.summary
     }
 
     /// The user message's per-session tool allow-list (`tools: {name: bool}`).
@@ -343,15 +463,7 @@ impl Message {
     /// All zeros is no sample: OpenCode writes them before a step streams
     /// and keeps them on a step that failed.
     pub fn usage_input_tokens(&self) -> Option<u64> {
-        let tokens = self.info().get("tokens")?;
-        let input = tokens.get("input")?.as_u64()?;
-        let cache = tokens.get("cache");
-        let read = cache.and_then(|c| c.get("read")).and_then(Value::as_u64);
-        let write = cache.and_then(|c| c.get("write")).and_then(Value::as_u64);
-        let total = input
-            .saturating_add(read.unwrap_or(0))
-            .saturating_add(write.unwrap_or(0));
-        Some(total).filter(|&total| total > 0)
+        Some(self.facts.usage_input_tokens).filter(|&total| total > 0)
     }
 
     /// A user message typed by a person: at least one text part that is neither
@@ -367,6 +479,45 @@ impl Message {
                         .and_then(|m| m.get("marker"))
                         .is_none()
             })
+    }
+}
+
+/// A message as [`Message::encode`]'s value serialises, compactly
+/// ([`Message::to_writer`]).
+pub struct Written<'a>(&'a Message);
+
+impl Serialize for Written<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        let message = self.0;
+        if let Some(packed) = message.packed.as_ref().filter(|_| message.facts.bare) {
+            let mut map = serializer.serialize_map(Some(2))?;
+            map.serialize_entry("info", &packed.text)?;
+            map.serialize_entry("parts", &Parts(&message.parts))?;
+            return map.end();
+        }
+        let has_parts = message.raw.keys().any(|k| k.as_str() == "parts");
+        let len = message.raw.len() + usize::from(!has_parts);
+        let mut map = serializer.serialize_map(Some(len))?;
+        for (key, value) in &message.raw {
+            match (key.as_str(), &message.packed) {
+                ("parts", _) => map.serialize_entry(key, &Parts(&message.parts))?,
+                ("info", Some(packed)) => map.serialize_entry(key, &packed.text)?,
+                _ => map.serialize_entry(key, value)?,
+            }
+        }
+        if !has_parts {
+            map.serialize_entry("parts", &Parts(&message.parts))?;
+        }
+        map.end()
+    }
+}
+
+/// A message's parts as the array [`Message::encode`] puts in its slot.
+struct Parts<'a>(&'a [Part]);
+
+impl Serialize for Parts<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|part| &part.raw))
     }
 }
 
@@ -406,11 +557,10 @@ impl Message {
         if !id.ends_with(BOUNDARY_USER_SUFFIX) && !id.ends_with(BOUNDARY_SUMMARY_SUFFIX) {
             return None;
         }
-        let info = self.info();
         boundary_of(
             id,
-            info.get("role").and_then(Value::as_str),
-            info.get("summary").and_then(Value::as_bool) == Some(true),
+            Some(self.role().as_str()),
+            self.is_summary(),
             self.parts
                 .iter()
                 .any(|p| p.raw.get("type").and_then(Value::as_str) == Some("compaction")),
@@ -470,6 +620,189 @@ pub fn decode_at(index: usize, value: Value) -> Result<Message> {
 
 pub fn encode_all(messages: Vec<Message>) -> Vec<Value> {
     messages.into_iter().map(Message::encode).collect()
+}
+
+/// Does `value` decode ([`Message::decode`]) into a message that encodes
+/// back to `value` itself? An object with an `info` object and `parts` an
+/// array of objects (a missing or null `parts` would come back as `[]`).
+fn decodable(value: &Value) -> bool {
+    let Some(map) = value.as_object() else {
+        return false;
+    };
+    field(map, "info").is_some_and(Value::is_object)
+        && field(map, "parts")
+            .and_then(Value::as_array)
+            .is_some_and(|parts| parts.iter().all(Value::is_object))
+}
+
+/// The session of decoded messages as `Envelope::session_hint` reads it
+/// off their values: the `info.sessionID` of the newest user message that
+/// has one, else of any message.
+pub fn session_hint(messages: &[Message]) -> Option<String> {
+    let session_of = |m: &Message| m.session_id().map(str::to_string);
+    messages
+        .iter()
+        .rev()
+        .filter(|m| m.role() == Role::User)
+        .chain(messages.iter().rev())
+        .find_map(session_of)
+}
+
+/// An envelope's JSON text parsed as [`crate::json::parse_compact`] parses
+/// it, except that each item of its top-level `messages` array is decoded
+/// as an OpenCode message ([`Message::decode`]) as soon as it is read, so
+/// the envelope's tree never exists whole. When every item decodes, the
+/// value's `messages` is an empty array and the messages come beside it;
+/// else (another harness's shape, a bad message the pass will name) every
+/// item stays the value `parse_compact` gives, and `None` comes beside.
+pub fn parse_envelope(text: &str) -> serde_json::Result<(Value, Option<Vec<Message>>)> {
+    // Only an object has `messages` to decode; anything else is refused by
+    // the envelope's reader, after `parse_compact`'s errors if any.
+    if !text
+        .trim_start_matches([' ', '\t', '\n', '\r'])
+        .starts_with('{')
+    {
+        return crate::json::parse_compact(text).map(|value| (value, None));
+    }
+    let mut scratch = Scratch::default();
+    let mut messages = None;
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let value = DeserializeSeed::deserialize(
+        Envelope {
+            scratch: &mut scratch,
+            messages: &mut messages,
+        },
+        &mut deserializer,
+    )?;
+    deserializer.end()?;
+    Ok((value, messages))
+}
+
+/// The top-level object of [`parse_envelope`].
+struct Envelope<'s> {
+    scratch: &'s mut Scratch,
+    messages: &'s mut Option<Vec<Message>>,
+}
+
+impl<'de> DeserializeSeed<'de> for Envelope<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> std::result::Result<Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Envelope<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Value, A::Error> {
+        let start = self.scratch.entries.len();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = if key == "messages" {
+                let (value, decoded) = map.next_value_seed(Items(&mut *self.scratch))?;
+                // A repeated key keeps its last value, as `Map::insert` does.
+                *self.messages = decoded;
+                value
+            } else {
+                map.next_value_seed(Compact(&mut *self.scratch))?
+            };
+            self.scratch.entries.push((key, value));
+        }
+        Ok(Value::Object(self.scratch.entries.drain(start..).collect()))
+    }
+}
+
+/// The `messages` value of [`parse_envelope`]: an array's items decoded
+/// while they decode, any other value as [`Compact`] reads it.
+struct Items<'s>(&'s mut Scratch);
+
+impl<'de> DeserializeSeed<'de> for Items<'_> {
+    type Value = (Value, Option<Vec<Message>>);
+
+    fn deserialize<D: Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+/// [`Items`] for anything but an array: the value [`Compact`] makes.
+macro_rules! as_compact {
+    ($($name:ident($($arg:ident: $ty:ty),*);)*) => {
+        $(fn $name<E: serde::de::Error>(self, $($arg: $ty),*) -> std::result::Result<Self::Value, E> {
+            Compact(self.0).$name($($arg),*).map(|value| (value, None))
+        })*
+    };
+}
+
+impl<'de> Visitor<'de> for Items<'_> {
+    type Value = (Value, Option<Vec<Message>>);
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any valid JSON value")
+    }
+
+    as_compact! {
+        visit_bool(value: bool);
+        visit_i64(value: i64);
+        visit_u64(value: u64);
+        visit_f64(value: f64);
+        visit_str(value: &str);
+        visit_string(value: String);
+        visit_none();
+        visit_unit();
+    }
+
+    fn visit_some<D: Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> std::result::Result<Self::Value, D::Error> {
+        Compact(self.0)
+            .visit_some(deserializer)
+            .map(|value| (value, None))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> std::result::Result<Self::Value, A::Error> {
+        Compact(self.0).visit_map(map).map(|value| (value, None))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut decoded = Vec::new();
+        // Once an item does not decode: every item, as a value.
+        let mut values: Option<Vec<Value>> = None;
+        while let Some(item) = seq.next_element_seed(Compact(&mut *self.0))? {
+            match &mut values {
+                Some(values) => values.push(item),
+                // `decodable` is exactly what `decode` takes.
+                None if decodable(&item) => {
+                    decoded.push(Message::decode(item).map_err(serde::de::Error::custom)?);
+                }
+                None => {
+                    let mut all = encode_all(std::mem::take(&mut decoded));
+                    all.push(item);
+                    values = Some(all);
+                }
+            }
+        }
+        Ok(match values {
+            Some(values) => (Value::Array(values), None),
+            None => {
+                decoded.shrink_to_fit();
+                (Value::Array(Vec::new()), Some(decoded))
+            }
+        })
+    }
 }
 
 #[cfg(test)]
@@ -537,6 +870,185 @@ mod tests {
         assert!(!msg.parts[1].is_meaningful(), "blank text is not content");
         assert!(!msg.parts[2].tool_is_closed());
         assert!(msg.parts[2].is_meaningful());
+    }
+
+    /// `value` with its messages put back from `decoded`, as text.
+    fn rejoined(mut value: Value, decoded: Option<Vec<Message>>) -> String {
+        if let Some(decoded) = decoded {
+            assert_eq!(value["messages"], json!([]));
+            value["messages"] = Value::Array(encode_all(decoded));
+        }
+        serde_json::to_string(&value).unwrap()
+    }
+
+    #[test]
+    fn an_envelope_parsed_while_decoding_is_the_compact_parse() {
+        let message = r#"{"info":{"id":"m1","sessionID":"s","role":"user","time":{"created":5},"x":[1.50,-0,1e300,18446744073709551616,"\u00e9\n\"",{"k":1,"k":2}]},"z":null,"parts":[{"type":"text","text":"a\tb"}],"a":{}}"#;
+        let bare = r#"{"info":{"id":"m2","role":"assistant"},"parts":[]}"#;
+        for (text, decodes) in [
+            (
+                format!(r#"{{"harness":"opencode","messages":[{message},{bare}],"now_ms":1}}"#),
+                true,
+            ),
+            (
+                format!(r#" {{ "messages" : [ {message} ] , "system" : ["s"] }} "#),
+                true,
+            ),
+            (r#"{"messages":[]}"#.to_string(), true),
+            // A repeated key keeps its first place and its last value.
+            (
+                format!(r#"{{"messages":[{bare}],"a":1,"messages":[{message}]}}"#),
+                true,
+            ),
+            (format!(r#"{{"messages":[{message}],"messages":3}}"#), false),
+            // One item that does not decode: every item stays a value.
+            (
+                format!(r#"{{"messages":[{message},{{"role":"user","content":"pi"}},{bare}]}}"#),
+                false,
+            ),
+            (
+                format!(r#"{{"messages":[{message},{{"info":{{}},"parts":[1]}}]}}"#),
+                false,
+            ),
+            (
+                format!(r#"{{"messages":[{message},{{"info":{{}},"parts":{{}}}}]}}"#),
+                false,
+            ),
+            (
+                r#"{"messages":{"a":[1]},"b":[{"info":{}}]}"#.to_string(),
+                false,
+            ),
+            (r#"{"other":[{"info":{}}]}"#.to_string(), false),
+            // No parts, or null: the codec would answer `[]`, so values.
+            (
+                format!(r#"{{"messages":[{message},{{"info":{{}}}}]}}"#),
+                false,
+            ),
+            (
+                format!(r#"{{"messages":[{{"info":{{}},"parts":null}},{message}]}}"#),
+                false,
+            ),
+            (r#"[{"messages":[]}]"#.to_string(), false),
+            (r#""top""#.to_string(), false),
+        ] {
+            let (value, decoded) = parse_envelope(&text).unwrap();
+            assert_eq!(decoded.is_some(), decodes, "{text}");
+            let want = crate::json::parse_compact(&text).unwrap();
+            assert_eq!(
+                rejoined(value, decoded),
+                serde_json::to_string(&want).unwrap(),
+                "{text}"
+            );
+        }
+        for bad in [
+            "",
+            "{",
+            r#"{"messages":[{"info":{}},]}"#,
+            r#"{"messages":[{"info":{"a":1e400}}]}"#,
+            r#"{"messages":[{"info":{}}]} x"#,
+            &format!(
+                r#"{{"messages":[{}1{}]}}"#,
+                "[".repeat(200),
+                "]".repeat(200)
+            ),
+        ] {
+            let want = crate::json::parse_compact(bad).unwrap_err().to_string();
+            assert_eq!(parse_envelope(bad).unwrap_err().to_string(), want, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_decoded_message_keeps_info_as_text_and_writes_the_bytes_it_encodes_to() {
+        let value = json!({
+            "zeta": 1,
+            "info": {"id": "m", "sessionID": "s", "role": "assistant", "finish": "stop", "summary": true,
+                     "time": {"created": 5, "completed": 9}, "providerID": "p",
+                     "tokens": {"input": 10, "output": 3, "cache": {"read": 100, "write": 7}}},
+            "parts": [{"type": "text", "text": "t\u{e9}"}],
+            "alpha": [1.5, null]
+        });
+        let decoded = Message::decode(value.clone()).unwrap();
+        assert_eq!(decoded.raw["info"], Value::Null, "info is kept as text");
+        let built = {
+            let Value::Object(mut raw) = value.clone() else {
+                unreachable!()
+            };
+            raw.shift_remove("parts");
+            Message::new(raw, decoded.parts.clone())
+        };
+        for message in [&decoded, &built] {
+            assert_eq!(message.id(), Some("m"));
+            assert_eq!(message.session_id(), Some("s"));
+            assert_eq!(message.finish(), Some("stop"));
+            assert!(message.is_summary());
+            assert_eq!(message.usage_input_tokens(), Some(117));
+            assert_eq!(
+                (message.created_ms(), message.completed_ms()),
+                (Some(5), Some(9))
+            );
+            assert_eq!(message.info()["providerID"], "p");
+        }
+        let text = serde_json::to_string(&value).unwrap();
+        assert_eq!(serde_json::to_string(&decoded.to_writer()).unwrap(), text);
+        assert_eq!(
+            serde_json::to_string(&decoded.clone().encode()).unwrap(),
+            text
+        );
+        // Without a parts slot, parts go last, as `encode` puts them.
+        for value in [
+            json!({"info": {"id": "b"}, "x": 1}),
+            json!({"x": 1, "info": {"id": "b"}}),
+            json!({"info": {"id": "b"}}),
+            json!({"info": {"id": "b"}, "parts": null}),
+            json!({"parts": [], "info": {"id": "b"}}),
+        ] {
+            let message = Message::decode(value.clone()).unwrap();
+            let written = serde_json::to_string(&message.to_writer()).unwrap();
+            assert_eq!(
+                written,
+                serde_json::to_string(&message.encode()).unwrap(),
+                "{value}"
+            );
+        }
+        // `{info, parts}` alone keeps no map for its two slots.
+        let bare = Message::decode(json!({"info": {"id": "b"}, "parts": []})).unwrap();
+        assert_eq!(bare.raw.len(), 0);
+        assert_eq!(
+            serde_json::to_string(&bare.to_writer()).unwrap(),
+            r#"{"info":{"id":"b"},"parts":[]}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&bare.encode()).unwrap(),
+            r#"{"info":{"id":"b"},"parts":[]}"#
+        );
+    }
+
+    #[test]
+    fn decodable_values_decode_and_encode_back_to_themselves() {
+        for (value, decodes) in [
+            (json!({"info": {"id": "a"}, "parts": []}), true),
+            (
+                json!({"parts": [{}, {"type": "x"}], "z": 1, "info": {"b": [1]}}),
+                true,
+            ),
+            (json!({"info": {}}), false),
+            (json!({"info": {}, "parts": null}), false),
+            (json!({"info": {}, "parts": [{}, 1]}), false),
+            (json!({"info": {}, "parts": "p"}), false),
+            (json!({"info": 1, "parts": []}), false),
+            (json!({"parts": []}), false),
+            (json!([]), false),
+            (json!(null), false),
+        ] {
+            assert_eq!(decodable(&value), decodes, "{value}");
+            if decodes {
+                let back = Message::decode(value.clone()).unwrap().encode();
+                assert_eq!(
+                    serde_json::to_string(&back).unwrap(),
+                    serde_json::to_string(&value).unwrap()
+                );
+            }
+        }
     }
 
     #[test]

@@ -198,9 +198,8 @@ fn tool_summary(part: &mc_base::codec::Part) -> Option<String> {
 }
 
 fn render(message: &Message) -> Option<Rendered> {
-    let info = message.info();
     // The harness's own compaction records are not conversation.
-    if info.get("summary").and_then(Value::as_bool) == Some(true)
+    if message.is_summary()
         || message
             .parts
             .iter()
@@ -547,8 +546,11 @@ mod tests {
             ),
             msg("u", "user", text(&long)),
         ];
-        let mut summary = messages[0].clone();
-        summary.raw["info"]["summary"] = json!(true);
+        let summary = Message::decode(json!({
+            "info": {"id": "s", "role": "assistant", "summary": true},
+            "parts": [{"type": "text", "text": "summary of before"}],
+        }))
+        .unwrap();
         let refs = [(1, &summary), (2, &messages[1])];
         let blocks = blocks(&refs, 100_000);
         assert_eq!(blocks.len(), 1);
