@@ -76,6 +76,7 @@ struct Packed {
 #[derive(Debug, Clone, Default)]
 struct Facts {
     id: Option<Box<str>>,
+    session_id: Option<Box<str>>,
     role: Option<Role>,
     created_ms: Option<i64>,
     completed_ms: Option<i64>,
@@ -108,6 +109,7 @@ impl Facts {
         for (key, value) in info {
             match key.as_str() {
                 "id" => facts.id = value.as_str().map(Box::from),
+                "sessionID" => facts.session_id = value.as_str().map(Box::from),
                 "role" => {
                     facts.role = Some(match value.as_str() {
                         Some("user") => Role::User,
@@ -428,8 +430,9 @@ impl Message {
         self.facts.id.as_deref()
     }
 
+    /// `info.sessionID`, read at decode (no walk of a packed `info`).
     pub fn session_id(&self) -> Option<&str> {
-        field(self.info(), "sessionID").and_then(Value::as_str)
+        self.facts.session_id.as_deref()
     }
 
     pub fn role(&self) -> Role {
