@@ -61,14 +61,6 @@ pub enum Reserve {
     None,
 }
 
-/// Relief keeps, of the tool outputs in the protected window, the newest
-/// within this share of the ceiling (the tokens the threshold stands for).
-/// Whatever a bust keeps after its first changed byte is re-sent uncached,
-/// and it is the floor the context grows back from to the next threshold:
-/// a window of five turns of 10 KB reads (~25k tokens) made every
-/// threshold bust re-send ~30k tokens and come ~20k tokens sooner.
-pub const RELIEF_WINDOW_SHARE: f64 = 0.05;
-
 /// The lowest tag number of the protected window relief keeps: of the
 /// protected tool outputs `(number, tokens)`, the newest always, then older
 /// ones while they all fit `budget`; the first that does not, and all

@@ -1963,10 +1963,11 @@ impl Mutation<'_, '_> {
                  WHERE session = ?1 AND status = 'active'",
             )?
             .query_row(params![self.session], |r| r.get(0))?;
-        // Relief reclaims every output outside the window it keeps: what it
-        // leaves is re-sent after this bust and is where the context grows
-        // back from, so a target short of that only brings the next bust nearer.
-        let relief = keep == emergency::Reserve::None;
+        // Bounded relief (`transform.relief_window_percentage` under 100)
+        // reclaims every output outside the window it keeps: what it leaves
+        // is re-sent after this bust and is where the context grows back
+        // from, so a target short of that only brings the next bust nearer.
+        let relief = keep == emergency::Reserve::None && self.config.relief_window_percentage < 100;
         let needed = if relief {
             u64::MAX
         } else {
@@ -2014,7 +2015,7 @@ impl Mutation<'_, '_> {
     }
 
     /// The window relief keeps: the protected tags, less their older tool
-    /// outputs beyond [`emergency::RELIEF_WINDOW_SHARE`] of the ceiling
+    /// outputs beyond `transform.relief_window_percentage` of the ceiling
     /// ([`emergency::relief_floor`]).
     fn relief_floor(
         &self,
@@ -2035,7 +2036,7 @@ impl Mutation<'_, '_> {
             })
             .map(|(_, t)| (t.number, (t.bytes.max(0) as u64).div_ceil(4)))
             .collect();
-        let budget = (ceiling as f64 * emergency::RELIEF_WINDOW_SHARE) as u64;
+        let budget = ceiling.saturating_mul(u64::from(self.config.relief_window_percentage)) / 100;
         Some(emergency::relief_floor(&inside, budget).map_or(protected, |f| f.max(protected)))
     }
 

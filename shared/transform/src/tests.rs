@@ -1234,6 +1234,42 @@ fn relief_at_the_threshold_reclaims_every_output_outside_the_protected_window() 
 }
 
 #[test]
+fn relief_with_the_whole_window_keeps_every_protected_output_and_drops_only_what_it_needs() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(20); // tags 1..=80; the newest 20 (61..=80) protected
+    start(&mut store, &messages);
+    let now = warm_now(&messages);
+    let whole = TransformConfig {
+        relief_window_percentage: 100,
+        ..TransformConfig::default()
+    };
+    // 70 % of a 100k window, ~17k tokens tagged: relief drops tool outputs
+    // outside the protected window, oldest first, only down to its target.
+    let out = run_pass(&mut store, envelope(&messages, 70, now), &whole, now).unwrap();
+    assert_eq!(out.pass.reason, "threshold");
+    let dropped = &out.pass.dropped;
+    assert!(!dropped.is_empty(), "relief dropped nothing");
+    assert!(
+        dropped.iter().all(|n| n % 4 == 2 || n % 4 == 3),
+        "{dropped:?}"
+    );
+    assert!(dropped.iter().all(|&n| n < 61), "{dropped:?}");
+    assert_eq!(dropped[0], 2);
+    // The bounded window (the default) drops more, and into the window.
+    let mut bounded_store = Store::open_in_memory().unwrap();
+    start(&mut bounded_store, &messages);
+    let bounded = run_pass(
+        &mut bounded_store,
+        envelope(&messages, 70, now),
+        &TransformConfig::default(),
+        now,
+    )
+    .unwrap();
+    assert!(bounded.pass.dropped.len() > dropped.len());
+    assert!(bounded.pass.dropped.iter().any(|&n| n >= 61));
+}
+
+#[test]
 fn the_force_band_keeps_the_whole_protected_window() {
     let mut store = Store::open_in_memory().unwrap();
     let messages = session(20);
