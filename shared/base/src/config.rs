@@ -153,6 +153,9 @@ pub struct TransformConfig {
     pub recall_hints: bool,
     /// Tiered drop to well under the threshold on busting passes at or above it (default true).
     pub relief_drop: bool,
+    /// Of the protected window's tool outputs, relief keeps the newest within
+    /// this percentage of the threshold's tokens (0..=100, default 5; 100: all).
+    pub relief_window_percentage: u32,
     /// Gap markers on user messages and dates on compartments (default true).
     pub temporal_awareness: bool,
     /// History budget as a share of the threshold's tokens (0.05..=0.5, default 0.15).
@@ -338,6 +341,7 @@ impl Default for Config {
                 smart_drops: false,
                 recall_hints: false,
                 relief_drop: false,
+                relief_window_percentage: 0,
                 temporal_awareness: false,
                 history_budget_percentage: 0.0,
                 memory_budget_tokens: 0,

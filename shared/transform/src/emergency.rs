@@ -61,6 +61,26 @@ pub enum Reserve {
     None,
 }
 
+/// The lowest tag number of the protected window relief keeps: of the
+/// protected tool outputs `(number, tokens)`, the newest always, then older
+/// ones while they all fit `budget`; the first that does not, and all
+/// older, may go. `None` when there are none.
+pub fn relief_floor(protected: &[(i64, u64)], budget: u64) -> Option<i64> {
+    let mut newest_first = protected.to_vec();
+    newest_first.sort_unstable_by_key(|&(number, _)| std::cmp::Reverse(number));
+    let (&(newest, first), older) = newest_first.split_first()?;
+    let mut floor = newest;
+    let mut kept = first;
+    for &(number, tokens) in older {
+        kept = kept.saturating_add(tokens);
+        if kept > budget {
+            break;
+        }
+        floor = number;
+    }
+    Some(floor)
+}
+
 /// [`plan`] with the given [`Reserve`].
 pub fn plan_with(
     candidates: &[Candidate],
@@ -174,6 +194,28 @@ mod tests {
             plan_with(&reads, 2_500, MIN_SAVING, Reserve::None),
             vec![1, 2, 3]
         );
+    }
+
+    #[test]
+    fn relief_keeps_the_newest_protected_outputs_that_fit_the_budget() {
+        // Ten protected reads of 2,500 tokens (five turns of 10 KB), budget
+        // 6,000: the newest two stay, the third would not fit.
+        let reads: Vec<(i64, u64)> = (1..=10).map(|n| (n * 4, 2_500)).collect();
+        assert_eq!(relief_floor(&reads, 6_000), Some(36));
+        // Order of the input does not matter.
+        let mut shuffled = reads.clone();
+        shuffled.reverse();
+        assert_eq!(relief_floor(&shuffled, 6_000), Some(36));
+        // A budget they all fit keeps the whole window.
+        assert_eq!(relief_floor(&reads, 25_000), Some(4));
+        // The newest stays whatever its size, and a large one in the middle
+        // ends the window even if smaller older ones would fit.
+        assert_eq!(relief_floor(&[(9, 50_000), (5, 10)], 6_000), Some(9));
+        assert_eq!(
+            relief_floor(&[(9, 1_000), (7, 9_000), (5, 10)], 6_000),
+            Some(9)
+        );
+        assert_eq!(relief_floor(&[], 6_000), None);
     }
 
     #[test]

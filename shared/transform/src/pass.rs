@@ -1963,14 +1963,27 @@ impl Mutation<'_, '_> {
                  WHERE session = ?1 AND status = 'active'",
             )?
             .query_row(params![self.session], |r| r.get(0))?;
-        let needed =
-            emergency::reclaim_needed(current, (tagged.max(0) as u64).div_ceil(4), ceiling);
+        // Bounded relief (`transform.relief_window_percentage` under 100)
+        // reclaims every output outside the window it keeps: what it leaves
+        // is re-sent after this bust and is where the context grows back
+        // from, so a target short of that only brings the next bust nearer.
+        let relief = keep == emergency::Reserve::None && self.config.relief_window_percentage < 100;
+        let needed = if relief {
+            u64::MAX
+        } else {
+            emergency::reclaim_needed(current, (tagged.max(0) as u64).div_ceil(4), ceiling)
+        };
         if needed == 0 {
             return Ok(());
         }
-        let floor = self.protected_floor()?;
         let tools = self.visible_tools();
         let exempt = self.exempt_tools(&tools);
+        let protected = self.protected_floor()?;
+        let floor = if relief {
+            self.relief_floor(protected, ceiling, &tools, &exempt)
+        } else {
+            protected
+        };
         let candidates: Vec<emergency::Candidate> = tools
             .iter()
             .filter_map(|&i| Some((i, self.tag(i)?)))
@@ -1999,6 +2012,32 @@ impl Mutation<'_, '_> {
             )?;
         }
         Ok(())
+    }
+
+    /// The window relief keeps: the protected tags, less their older tool
+    /// outputs beyond `transform.relief_window_percentage` of the ceiling
+    /// ([`emergency::relief_floor`]).
+    fn relief_floor(
+        &self,
+        protected: Option<i64>,
+        ceiling: u64,
+        tools: &[usize],
+        exempt: &[i64],
+    ) -> Option<i64> {
+        let protected = protected?;
+        let inside: Vec<(i64, u64)> = tools
+            .iter()
+            .filter_map(|&i| Some((i, self.tag(i)?)))
+            .filter(|&(i, t)| {
+                t.dropped.is_none()
+                    && t.number >= protected
+                    && !exempt.contains(&t.number)
+                    && self.reclaimable(i)
+            })
+            .map(|(_, t)| (t.number, (t.bytes.max(0) as u64).div_ceil(4)))
+            .collect();
+        let budget = ceiling.saturating_mul(u64::from(self.config.relief_window_percentage)) / 100;
+        Some(emergency::relief_floor(&inside, budget).map_or(protected, |f| f.max(protected)))
     }
 
     /// Caveman compression of old long prose: depth by age, only ever deeper.

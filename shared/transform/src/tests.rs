@@ -679,8 +679,8 @@ fn at_the_threshold_a_busting_pass_buys_headroom() {
     start(&mut store, &messages);
     let with_relief = TransformConfig::default();
     let now = warm_now(&messages);
-    // 70 % of a 100k window while the tagged content is ~17k tokens: the target
-    // leaves the untagged floor plus 30 % of the way to the 65k ceiling.
+    // 70 % of a 100k window while the tagged content is ~17k tokens: relief
+    // reclaims every tool output outside the window it keeps.
     let out = run_pass(&mut store, envelope(&messages, 70, now), &with_relief, now).unwrap();
     assert_eq!(
         (out.pass.decision, out.pass.reason),
@@ -688,13 +688,8 @@ fn at_the_threshold_a_busting_pass_buys_headroom() {
     );
     let dropped = out.pass.dropped.clone();
     assert!(!dropped.is_empty(), "relief dropped nothing");
-    // Only tool outputs outside the protected window, oldest first.
-    assert!(
-        dropped.iter().all(|n| n % 4 == 2 || n % 4 == 3),
-        "{dropped:?}"
-    );
-    assert!(dropped.iter().all(|&n| n < 61), "{dropped:?}");
-    assert_eq!(dropped[0], 2);
+    // Only tool outputs, none of the newest eight (within 5 % of the ceiling).
+    assert_eq!(dropped, relief_drops_of_session_20());
     // The same usage sample again drops nothing more (latched), and a pass
     // below the threshold defers.
     let again = run_pass(
@@ -1184,6 +1179,15 @@ fn relief_only() -> TransformConfig {
     }
 }
 
+/// What relief drops from `session(20)` at the threshold: every output
+/// outside the protected window (tags 61..=80), and of the ten inside it
+/// the older ones beyond 5 % of the 65k ceiling (3,250 tokens): each is
+/// 1,560 bytes, 390 tokens, so the newest eight (turns 16–19) stay and
+/// turn 15's two go.
+fn relief_drops_of_session_20() -> Vec<i64> {
+    (1..64).filter(|n| n % 4 == 2 || n % 4 == 3).collect()
+}
+
 #[test]
 fn relief_at_the_threshold_reclaims_every_output_outside_the_protected_window() {
     let mut store = Store::open_in_memory().unwrap();
@@ -1191,10 +1195,10 @@ fn relief_at_the_threshold_reclaims_every_output_outside_the_protected_window() 
     start(&mut store, &messages);
     let now = warm_now(&messages);
     let before = pass(&mut store, &messages, 30, now);
-    // 80 % of a 100k window, ~17k tokens tagged: the target asks for more
-    // than the 30 outputs outside the protected window hold. The emergency's
-    // reserve would keep the newest 20 % of the reads (3) on the wire, and
-    // so re-send them after this bust and meet the next threshold sooner.
+    // 80 % of a 100k window, ~17k tokens tagged. The emergency's reserve
+    // would keep the newest 20 % of the reads outside the window on the
+    // wire, and the whole window: every one of them is re-sent after this
+    // bust and meets the next threshold sooner.
     let out = run_pass(
         &mut store,
         envelope(&messages, 80, now + 10),
@@ -1203,8 +1207,15 @@ fn relief_at_the_threshold_reclaims_every_output_outside_the_protected_window() 
     )
     .unwrap();
     assert_eq!(out.pass.reason, "threshold");
-    let outside: Vec<i64> = (1..61).filter(|n| n % 4 == 2 || n % 4 == 3).collect();
-    assert_eq!(out.pass.dropped, outside);
+    assert_eq!(out.pass.dropped, relief_drops_of_session_20());
+    // The newest protected outputs are on the wire whole.
+    let t = texts(&out);
+    for tag in [66, 67, 78, 79] {
+        assert!(
+            t.iter().any(|s| s.starts_with(&format!("§{tag}§ line "))),
+            "§{tag}§ kept: {t:?}"
+        );
+    }
     // The bust keeps the prefix up to its first change: the head had no news,
     // so the bytes before the first dropped output (tag 2, the first turn's
     // read, an old call dropped whole, its step with it) are the cached ones.
@@ -1216,6 +1227,70 @@ fn relief_at_the_threshold_reclaims_every_output_outside_the_protected_window() 
         old[first_change]
     );
     assert!(first_change >= 2, "the head (m[0], m[1]) is unchanged");
+    // Replayed byte for byte while warm.
+    let again = pass(&mut store, &messages, 30, now + 20);
+    assert_eq!(again.pass.decision, Decision::Defer);
+    assert_eq!(bytes(&again.messages), bytes(&out.messages));
+}
+
+#[test]
+fn relief_with_the_whole_window_keeps_every_protected_output_and_drops_only_what_it_needs() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(20); // tags 1..=80; the newest 20 (61..=80) protected
+    start(&mut store, &messages);
+    let now = warm_now(&messages);
+    let whole = TransformConfig {
+        relief_window_percentage: 100,
+        ..TransformConfig::default()
+    };
+    // 70 % of a 100k window, ~17k tokens tagged: relief drops tool outputs
+    // outside the protected window, oldest first, only down to its target.
+    let out = run_pass(&mut store, envelope(&messages, 70, now), &whole, now).unwrap();
+    assert_eq!(out.pass.reason, "threshold");
+    let dropped = &out.pass.dropped;
+    assert!(!dropped.is_empty(), "relief dropped nothing");
+    assert!(
+        dropped.iter().all(|n| n % 4 == 2 || n % 4 == 3),
+        "{dropped:?}"
+    );
+    assert!(dropped.iter().all(|&n| n < 61), "{dropped:?}");
+    assert_eq!(dropped[0], 2);
+    // The bounded window (the default) drops more, and into the window.
+    let mut bounded_store = Store::open_in_memory().unwrap();
+    start(&mut bounded_store, &messages);
+    let bounded = run_pass(
+        &mut bounded_store,
+        envelope(&messages, 70, now),
+        &TransformConfig::default(),
+        now,
+    )
+    .unwrap();
+    assert!(bounded.pass.dropped.len() > dropped.len());
+    assert!(bounded.pass.dropped.iter().any(|&n| n >= 61));
+}
+
+#[test]
+fn the_force_band_keeps_the_whole_protected_window() {
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = session(20);
+    start(&mut store, &messages);
+    let now = warm_now(&messages);
+    // 85 %: the emergency drop, not relief; it keeps the protected window
+    // whole (and its reserve of reads outside it).
+    let out = run_pass(
+        &mut store,
+        envelope(&messages, 85, now),
+        &relief_only(),
+        now,
+    )
+    .unwrap();
+    assert_eq!(out.pass.reason, "force_band");
+    assert!(!out.pass.dropped.is_empty());
+    assert!(
+        out.pass.dropped.iter().all(|&n| n < 61),
+        "{:?}",
+        out.pass.dropped
+    );
 }
 
 #[test]
@@ -1241,12 +1316,8 @@ fn a_cold_cache_buys_headroom_below_the_threshold_a_warm_one_does_not() {
         "{}",
         cold.pass.reason
     );
-    assert!(!cold.pass.dropped.is_empty(), "a cold cache rode no relief");
-    assert!(
-        cold.pass.dropped.iter().all(|&n| n < 61),
-        "{:?}",
-        cold.pass.dropped
-    );
+    // It drops what relief at the threshold would.
+    assert_eq!(cold.pass.dropped, relief_drops_of_session_20());
     // Replayed byte for byte while warm.
     let again = run_pass(
         &mut store,

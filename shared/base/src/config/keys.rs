@@ -602,6 +602,24 @@ pub(super) const KEYS: &[KeyDef] = &[
         },
     },
     KeyDef {
+        path: "transform.relief_window_percentage",
+        kind: Kind::Int { min: 0, max: 100 },
+        default: Val::Int(5),
+        trust: Trust::Any,
+        description: "When relief drops at the execute threshold, the tool outputs of the \
+                      protected window it keeps: the newest, and older ones while they fit this \
+                      percentage of the threshold's tokens (100 keeps the whole window and \
+                      drops outside it only what reaching well under the threshold needs). \
+                      What a bust keeps is re-sent uncached and is where the context grows back \
+                      from, so a smaller window makes busts cheaper and rarer.",
+        get: |c| Val::Int(u64::from(c.transform.relief_window_percentage)),
+        set: |c, v| {
+            if let Some(n) = v.int_u32() {
+                c.transform.relief_window_percentage = n;
+            }
+        },
+    },
+    KeyDef {
         path: "transform.temporal_awareness",
         kind: Kind::Bool,
         default: Val::Bool(true),
