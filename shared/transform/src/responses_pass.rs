@@ -47,10 +47,10 @@ use mc_base::domain::gateway::{Answer, Api, Call, Forward, Pass};
 use mc_base::error::{Error, Result};
 use mc_base::store::{Store, StoreOptions};
 
+use crate::gateway::learn_from_answer;
 use crate::gateway::memory::{
     self, Identified, Kept, Mark, Memory, Wire, identify, lock_memory, lock_store,
 };
-use crate::gateway::{attach_usage, learn_overflow};
 use crate::pass::{Resident, run_pass_on};
 use crate::recall::Recall;
 use crate::render::Replay;
@@ -319,29 +319,9 @@ impl ResponsesPass {
         let Some(key) = call.session_id.filter(|s| !s.is_empty()) else {
             return Ok(false);
         };
-        let mut memory = lock_memory(&self.memory);
-        let Some(answered) = memory.answered(key, call.body) else {
-            return Ok(false);
-        };
-        let (key, model, row) = (answered.key, answered.model, answered.call);
         // A stream's `response.failed` is an error even under a 200.
-        let Some(error) = answer.error_body else {
-            if let Some(usage) = answer.usage
-                && (200..300).contains(&answer.status)
-            {
-                if let Some(kept) = memory.sessions.get_mut(&key) {
-                    kept.usage = Some(usage);
-                }
-                drop(memory);
-                if let Some(id) = row {
-                    attach_usage(&self.store, id, &usage)?;
-                }
-            }
-            return Ok(false);
-        };
-        drop(memory);
-        let session = (HARNESS, key.as_str(), model);
-        learn_overflow(&self.store, session, "openai", error, call.now_ms)
+        let wire = (&self.memory, &self.store, HARNESS, "openai");
+        learn_from_answer(wire, key, call, answer)
     }
 }
 
