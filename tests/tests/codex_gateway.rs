@@ -149,9 +149,10 @@ fn a_queued_drop_waits_for_a_busting_request_then_replays() {
         String::from_utf8_lossy(&reduce.stderr)
     );
     // A deferring request keeps the output; its answer puts the window over
-    // mc's threshold (65 % of 272k) and under Codex's own compaction (90 % of 200k).
+    // mc's threshold (65 % of Codex's own compaction limit, 90 % of its
+    // 200k window: the gateway's window for Codex) and under that limit.
     let full = Usage {
-        input: 179_000,
+        input: 130_000,
         cached: 0,
         output: 10,
     };

@@ -59,7 +59,8 @@ use crate::report::PassReport;
 /// The harness whose sessions Codex's calls belong to.
 pub const HARNESS: &str = "codex";
 /// The window when nothing better is known (Codex's GPT-5 models; an
-/// overflow error teaches the real one).
+/// overflow error teaches the real one). Codex compacts at nine tenths of
+/// it, above every threshold of mc's.
 pub const DEFAULT_WINDOW: u64 = 272_000;
 
 /// Why a call is not Codex's main conversation, if it is not.
@@ -142,6 +143,8 @@ pub struct ResponsesPass {
     reuse_bytes: bool,
     /// The search behind recall hints, when the caller brings one.
     recall: Option<Arc<dyn Recall>>,
+    /// The window mc measures Codex's calls against ([`ResponsesPass::with_window`]).
+    window: u64,
 }
 
 impl ResponsesPass {
@@ -164,7 +167,20 @@ impl ResponsesPass {
             memory: Mutex::new(Memory::default()),
             reuse_bytes: true,
             recall: None,
+            window: DEFAULT_WINDOW,
         }
+    }
+
+    /// The same pass measuring Codex's calls against `window` tokens, not
+    /// [`DEFAULT_WINDOW`]: where Codex compacts its own history (its config's
+    /// `model_auto_compact_token_limit` or nine tenths of its
+    /// `model_context_window`), so mc's thresholds, and the relief that
+    /// keeps the context small, come before Codex's own compaction would.
+    pub fn with_window(mut self, window: u64) -> ResponsesPass {
+        if window > 0 {
+            self.window = window;
+        }
+        self
     }
 
     /// The same pass with `recall` searching for recall hints.
@@ -247,7 +263,7 @@ impl ResponsesPass {
             previous_len: kept.output.len(),
             changed,
         };
-        let envelope = envelope_for(key, &request, kept.usage, call.now_ms);
+        let envelope = envelope_for(key, &request, kept.usage, self.window, call.now_ms);
         let resident = Resident {
             decoded: Some(messages),
             replay: Some(replay),
@@ -331,6 +347,7 @@ fn envelope_for(
     key: &str,
     request: &Request<'_>,
     usage: Option<mc_base::domain::envelope::Usage>,
+    window: u64,
     now_ms: i64,
 ) -> Envelope {
     Envelope {
@@ -340,7 +357,7 @@ fn envelope_for(
         model: ModelInfo {
             provider: Some("openai".into()),
             id: request.model.clone(),
-            context_limit: Some(DEFAULT_WINDOW),
+            context_limit: Some(window),
             output_limit: None,
         },
         usage,
