@@ -292,6 +292,43 @@ pub fn inside_historian_child() -> bool {
     std::env::var_os(mc_llm::HISTORIAN_CHILD_ENV).is_some_and(|v| !v.is_empty())
 }
 
+/// The most of Codex's `config.toml` mc reads.
+pub const CODEX_CONFIG_MAX_BYTES: u64 = 1 << 20;
+
+/// Codex's `config.toml` (`$CODEX_HOME`, else `~/.codex`), when it is a
+/// regular file of at most [`CODEX_CONFIG_MAX_BYTES`]; `None` otherwise.
+pub fn codex_config() -> Option<String> {
+    let home = std::env::var_os("CODEX_HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".codex")))?;
+    read_small_file(&home.join("config.toml"), CODEX_CONFIG_MAX_BYTES)
+}
+
+/// The text of the regular file at `path` if it holds at most `max` bytes.
+/// Looked at before it is opened — opening a FIFO for reading waits for a
+/// writer, and a hook must not — then opened without waiting and looked at
+/// again, in case the path was replaced in between.
+pub fn read_small_file(path: &Path, max: u64) -> Option<String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let fits = |m: &std::fs::Metadata| m.is_file() && m.len() <= max;
+    if !fits(&std::fs::metadata(path).ok()?) {
+        return None;
+    }
+    let nonblock = i32::try_from(rustix::fs::OFlags::NONBLOCK.bits()).ok()?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nonblock)
+        .open(path)
+        .ok()?;
+    if !fits(&file.metadata().ok()?) {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(max).read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
 /// The proxy variables (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`,
 /// either case) of this process, for the clients mc-core builds.
 pub fn proxy_env() -> mc_llm::ProxyEnv {
@@ -555,6 +592,25 @@ fn open_store_at(path: &Path, config: &Config, wait: Wait) -> mc_base::Result<St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_small_regular_file_is_read_and_a_fifo_is_never_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        std::fs::write(&file, "model = \"gpt-5\"\n").unwrap();
+        assert_eq!(
+            read_small_file(&file, 64).as_deref(),
+            Some("model = \"gpt-5\"\n")
+        );
+        assert_eq!(read_small_file(&file, 4), None, "over the bound");
+        assert_eq!(read_small_file(dir.path(), 64), None, "a folder");
+        assert_eq!(read_small_file(&dir.path().join("none"), 64), None);
+        // A FIFO no one writes to: opening it for reading would wait forever.
+        let fifo = dir.path().join("fifo.toml");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        assert_eq!(read_small_file(&fifo, 64), None);
+    }
 
     #[test]
     fn input_errors_exit_2_anywhere_in_the_chain() {

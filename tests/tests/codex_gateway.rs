@@ -149,9 +149,10 @@ fn a_queued_drop_waits_for_a_busting_request_then_replays() {
         String::from_utf8_lossy(&reduce.stderr)
     );
     // A deferring request keeps the output; its answer puts the window over
-    // mc's threshold (65 % of 272k) and under Codex's own compaction (90 % of 200k).
+    // mc's threshold (65 % of Codex's own compaction limit, 90 % of its
+    // 200k window: the gateway's window for Codex) and under that limit.
     let full = Usage {
-        input: 179_000,
+        input: 130_000,
         cached: 0,
         output: 10,
     };
@@ -591,6 +592,13 @@ fn setup_sends_a_plain_codex_through_a_gateway_its_hooks_start_and_uninstall_giv
     assert_eq!(run.message, "Done.");
     let status = status_on(port).expect("the hook left a gateway running");
     assert_eq!(status["openai_upstream"], cx.provider.base_url().as_str());
+    // mc-pin's hook read what setup wrote in config.toml as "through the
+    // gateway": it gave the session its folder (the head's memory needs it).
+    assert_eq!(
+        session_dir(&cx, &run.thread_id).as_deref(),
+        Some(canonical(&cx.project).as_str()),
+        "the hook did not see Codex's config select the gateway"
+    );
     let turns = cx.provider.turns();
     assert_eq!(turns.len(), 2);
     assert!(
@@ -680,4 +688,152 @@ fn setup_sends_a_plain_codex_through_a_gateway_its_hooks_start_and_uninstall_giv
     );
     let last = cx.provider.turns().pop().unwrap();
     assert_eq!(last.count("§"), 0, "went through mc");
+}
+
+/// The folder mc-pin's SessionStart hook gave `thread` (only a hook that
+/// knows Codex goes through the gateway does: a request names no folder).
+fn session_dir(cx: &Codex, thread: &str) -> Option<String> {
+    let db = rusqlite::Connection::open(&cx.db).unwrap();
+    db.query_row(
+        "SELECT project_dir FROM sessions WHERE harness = 'codex' AND session_id = ?1",
+        [thread],
+        |r| r.get(0),
+    )
+    .ok()
+    .flatten()
+}
+
+fn canonical(path: &std::path::Path) -> String {
+    std::fs::canonicalize(path).unwrap().display().to_string()
+}
+
+/// `mc-transform codex exec …` (or `exec resume THREAD …`) with hooks
+/// trusted, mc's config at `config`.
+fn launch_with_hooks(
+    cx: &Codex,
+    config: &std::path::Path,
+    resume: Option<&str>,
+    prompt: &str,
+) -> std::process::Output {
+    let mut command = cx.command(mc_tests::bin_path("mc-transform"));
+    command
+        .env("MC_CONFIG", config)
+        .env("MC_CODEX_BIN", mc_tests::codex::codex_bin().unwrap())
+        .env("OPENAI_API_KEY", "test-key")
+        .args(["codex", "exec", "--json", "--dangerously-bypass-hook-trust"])
+        .args(["--skip-git-repo-check", "-s", "danger-full-access"]);
+    if let Some(thread) = resume {
+        command.args(["resume", thread]);
+    }
+    command.arg(prompt);
+    mc_tests::pipe_within(&mut command, b"", std::time::Duration::from_secs(120))
+        .unwrap()
+        .expect("mc-transform codex finishes")
+}
+
+#[test]
+fn under_the_launcher_codex_s_hooks_know_the_gateway_and_pins_are_in_every_request_once() {
+    const ALPHA: &str = "PIN-ALPHA: always run the lock test before committing.";
+    const BRAVO: &str = "PIN-BRAVO: the parser lives in src/parse.rs.";
+    let restore = format!(
+        "'{}' restore --harness codex",
+        mc_tests::bin_path("mc-pin").display()
+    );
+    // What Codex gives its hooks' environment, as they see it.
+    let probe = "env > \"$HOME/../hook-env\"".to_string();
+    let Some(cx) = Codex::start(
+        "under_the_launcher_codex_s_hooks_know_the_gateway_and_pins_are_in_every_request_once",
+        Options {
+            hooks: vec![
+                ("SessionStart".into(), None, restore),
+                ("SessionStart".into(), None, probe),
+            ],
+            auto_compact_limit: Some(50_000),
+            ..Options::default()
+        },
+    ) else {
+        return;
+    };
+    cx.provider.strict();
+    let p = &cx.provider;
+    let port = mc_tests::gateway::free_port();
+    let config = cx.file("launch.jsonc");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{"gateway": {{"openai_upstream": "{}", "listen": "127.0.0.1:{port}"}}}}"#,
+            p.base_url()
+        ),
+    )
+    .unwrap();
+    // The gateway the launcher starts, ended with the test.
+    let _end = mc_tests::gateway::EndOnDrop(port);
+    let run = |resume: Option<&str>, prompt: &str| -> String {
+        let out = launch_with_hooks(&cx, &config, resume, prompt);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find_map(|e| e["thread_id"].as_str().map(str::to_string))
+            .or_else(|| resume.map(str::to_string))
+            .expect("a thread")
+    };
+    let over = Some(Usage {
+        input: 60_000,
+        cached: 0,
+        output: 10,
+    });
+    let pin = |thread: &str, last: &str| {
+        cx.mc_json(
+            "mc-pin",
+            &[
+                "pin",
+                "--harness",
+                "codex",
+                "--session",
+                thread,
+                "--last",
+                last,
+            ],
+        )
+    };
+    p.push(Reply::Text("Understood.".into()), None);
+    let t = run(None, ALPHA);
+    // Codex hands its hooks its own environment: the launcher's variable
+    // reaches mc-pin, which takes the session as through the gateway.
+    let env = std::fs::read_to_string(cx.file("hook-env")).expect("the probe hook ran");
+    let want = format!("MC_CODEX_GATEWAY=http://127.0.0.1:{port}/openai");
+    assert!(env.lines().any(|l| l == want), "{env}");
+    assert_eq!(
+        session_dir(&cx, &t).as_deref(),
+        Some(canonical(&cx.project).as_str())
+    );
+    pin(&t, "user");
+    p.push(Reply::Text(BRAVO.into()), over);
+    run(Some(&t), "Write the parser.");
+    pin(&t, "assistant");
+    for round in 1..=2 {
+        let n = p.turns().len();
+        p.push(shell(&format!("echo round-{round}")), None);
+        p.push(Reply::Text(format!("Round {round} read.")), None);
+        run(Some(&t), &format!("Round {round}."));
+        assert_eq!(p.compactions(), round, "Codex compacted");
+        p.push(Reply::Text(format!("Round {round} done.")), over);
+        run(Some(&t), &format!("Round {round}, go on."));
+        let after = &p.turns()[n..];
+        assert_eq!(after.len(), 3, "{after:?}");
+        for (k, request) in after.iter().enumerate() {
+            for text in [ALPHA, BRAVO] {
+                assert_eq!(
+                    request.count(text),
+                    1,
+                    "compaction {round}, request {k} after it: {text:?} not exactly once:\n{}",
+                    request.body
+                );
+            }
+            assert!(request.count("§") > 0, "not through mc: {}", request.body);
+        }
+    }
+    assert!(p.refusals().is_empty(), "{:?}", p.refusals());
 }

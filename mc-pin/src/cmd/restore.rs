@@ -118,26 +118,11 @@ fn through_gateway(config: &mc_base::config::Config, harness: Harness) -> bool {
         Harness::Codex => {
             let url = format!("{own}{}", mc_gateway::OPENAI_PREFIX);
             std::env::var("MC_CODEX_GATEWAY").is_ok_and(|u| is(&u, &url))
-                || codex_config()
+                || mc_cli::codex_config()
                     .is_some_and(|text| pin::codex_config::selects_gateway(&text, &url))
         }
         _ => false,
     }
-}
-
-/// Codex's `config.toml` (`$CODEX_HOME`, else `~/.codex`), up to 1 MiB.
-fn codex_config() -> Option<String> {
-    use std::io::Read;
-    let home = std::env::var_os("CODEX_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".codex")))?;
-    let file = std::fs::File::open(home.join("config.toml")).ok()?;
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut text = String::new();
-    file.take(1 << 20).read_to_string(&mut text).ok()?;
-    Some(text)
 }
 
 pub(crate) fn restore_hook(

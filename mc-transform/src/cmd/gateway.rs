@@ -1,7 +1,8 @@
 //! `mc-transform gateway`: the resident server Claude Code uses as its
 //! provider's base URL, and Codex as its provider's (under `/openai`)
 //! (mc-gateway). Thin: the user config's `gateway.*`,
-//! `--listen`, the clock, and the pass the server runs.
+//! `--listen`, the clock, the pass the server runs, and where Codex's
+//! `config.toml` says Codex compacts (the window of Codex's calls).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,8 +34,11 @@ fn pass_for(global: &GlobalArgs, config: &Config) -> (Arc<dyn Pass>, Option<Stri
         // Recall hints search through mc-search (the core stays below it).
         let anthropic = TransformPass::open(&path, &options, config.transform.clone())?
             .with_recall(Arc::new(Search));
-        let responses = ResponsesPass::open(&path, &options, config.transform.clone())?
+        let mut responses = ResponsesPass::open(&path, &options, config.transform.clone())?
             .with_recall(Arc::new(Search));
+        if let Some(limit) = codex_compaction_limit() {
+            responses = responses.with_window(limit);
+        }
         Ok(ByApi {
             anthropic: Arc::new(anthropic),
             responses: Arc::new(responses),
@@ -51,6 +55,13 @@ fn pass_for(global: &GlobalArgs, config: &Config) -> (Arc<dyn Pass>, Option<Stri
             )),
         ),
     }
+}
+
+/// Where Codex compacts its own history, as its `config.toml` says (read
+/// once, when the gateway starts): mc's window for Codex's calls, so that
+/// mc relieves the context first. `None` leaves the pass's default.
+fn codex_compaction_limit() -> Option<u64> {
+    mc_cli::codex_config().and_then(|text| mc_pin_core::codex_config::compaction_limit(&text))
 }
 
 fn now_ms() -> i64 {

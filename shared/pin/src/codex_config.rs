@@ -1,8 +1,9 @@
 //! Whether Codex's calls go through mc's gateway, read from Codex's own
 //! `config.toml` (what `mc-doctor setup --harness codex` writes): the
 //! provider it selects — `model_provider`, or the selected `profile`'s —
-//! has mc's gateway's `/openai` as its `base_url`. Pure: the caller reads the
-//! file (and knows where the gateway listens).
+//! has mc's gateway's `/openai` as its `base_url`; and where Codex compacts
+//! its own history. Pure: the caller reads the file (and knows where the
+//! gateway listens).
 
 /// The provider id Codex selects in `config_toml` (`None`: Codex's built-in
 /// default, or a config that is not TOML), with that provider's `base_url`.
@@ -27,6 +28,37 @@ pub fn selects_gateway(config_toml: &str, gateway_url: &str) -> bool {
     selected_provider(config_toml)
         .and_then(|(_, url)| url)
         .is_some_and(|url| url.trim_end_matches('/') == gateway_url.trim_end_matches('/'))
+}
+
+/// Where Codex compacts its own history, as `config_toml` sets it: Codex's
+/// rule is `min(model_auto_compact_token_limit, 90 % of
+/// model_context_window)` (the selected `profile`'s keys over the top
+/// level's); `None` when neither key is set (Codex then takes the model's
+/// own window, which mc does not know) or the config is not TOML. Through
+/// the gateway this is mc's window for Codex's calls, so mc relieves the
+/// context before Codex compacts it.
+pub fn compaction_limit(config_toml: &str) -> Option<u64> {
+    let doc = config_toml.parse::<toml_edit::DocumentMut>().ok()?;
+    let profile = doc
+        .get("profile")
+        .and_then(toml_edit::Item::as_str)
+        .and_then(|p| doc.get("profiles")?.get(p));
+    let number = |key: &str| {
+        profile
+            .and_then(|p| p.get(key))
+            .or_else(|| doc.get(key))
+            .and_then(toml_edit::Item::as_integer)
+            .and_then(|n| u64::try_from(n).ok())
+            .filter(|&n| n > 0)
+    };
+    let auto = number("model_auto_compact_token_limit");
+    match number("model_context_window") {
+        Some(window) => {
+            let nine_tenths = window.saturating_mul(9) / 10;
+            Some(auto.map_or(nine_tenths, |a| a.min(nine_tenths)))
+        }
+        None => auto,
+    }
 }
 
 #[cfg(test)]
@@ -61,5 +93,28 @@ mod tests {
             "profile = \"via-mc\"\n{own}\n[profiles.via-mc]\nmodel_provider = \"mc-gateway\"\n"
         );
         assert!(selects_gateway(&profiled, GATEWAY), "{profiled}");
+    }
+
+    #[test]
+    fn codex_compacts_at_its_limit_or_at_nine_tenths_of_its_window() {
+        let window = "model = \"gpt-5\"\nmodel_context_window = 200000\n";
+        assert_eq!(compaction_limit(window), Some(180_000));
+        let both = format!("model_auto_compact_token_limit = 50000\n{window}");
+        assert_eq!(compaction_limit(&both), Some(50_000));
+        // A limit above nine tenths of the window: Codex compacts at the latter.
+        let high = format!("model_auto_compact_token_limit = 10000000\n{window}");
+        assert_eq!(compaction_limit(&high), Some(180_000));
+        let alone = "model_auto_compact_token_limit = 120000\n";
+        assert_eq!(compaction_limit(alone), Some(120_000));
+        // Nothing set, nonsense, not TOML: Codex's model decides, mc keeps its default.
+        assert_eq!(compaction_limit("model = \"gpt-5\"\n"), None);
+        assert_eq!(compaction_limit("model_context_window = -5\n"), None);
+        assert_eq!(compaction_limit("model_context_window = \"big\"\n"), None);
+        assert_eq!(compaction_limit("model_context_window = ["), None);
+        // The selected profile's keys win over the top level's.
+        let profiled = format!(
+            "profile = \"small\"\n{window}\n[profiles.small]\nmodel_context_window = 100000\n"
+        );
+        assert_eq!(compaction_limit(&profiled), Some(90_000));
     }
 }

@@ -10,7 +10,7 @@
 //! - [`hook`]: restore for Claude Code and Codex `SessionStart` hooks.
 //! - [`claim`]: one restorer per compaction (a row only one process can insert).
 //! - [`locate`]: where Claude Code and Codex keep a session's transcript.
-//! - [`codex_config`]: whether Codex's config sends its calls through mc's gateway (pure).
+//! - [`codex_config`]: whether Codex's config sends its calls through mc's gateway, and where Codex compacts (pure).
 
 // The I/O rule, enforced: no printing here (and `shared/clippy.toml` refuses the
 // environment, stdin/stdout and ureq's environment-reading defaults).

@@ -534,30 +534,44 @@ impl TransformPass {
         let Some((key, _)) = session_key(call) else {
             return Ok(false);
         };
-        let mut memory = lock_memory(&self.memory);
-        let Some(answered) = memory.answered(&key, call.body) else {
-            return Ok(false);
-        };
-        if (200..300).contains(&answer.status) {
-            let Some(usage) = answer.usage else {
-                return Ok(false);
-            };
-            if let Some(kept) = memory.sessions.get_mut(&answered.key) {
-                kept.usage = Some(usage);
-            }
-            drop(memory);
-            if let Some(id) = answered.call {
-                attach_usage(&self.store, id, &usage)?;
-            }
-            return Ok(false);
-        }
-        let Some(error) = answer.error_body else {
-            return Ok(false);
-        };
-        drop(memory);
-        let session = (HARNESS, answered.key.as_str(), answered.model);
-        learn_overflow(&self.store, session, "anthropic", error, call.now_ms)
+        let wire = (&self.memory, &self.store, HARNESS, "anthropic");
+        learn_from_answer(wire, &key, call, answer)
     }
+}
+
+/// What every wire's gateway pass learns from the answer to one of its
+/// calls (`key` its session): an error body (an HTTP error, or a stream
+/// that said it failed under a 200) goes to the overflow report — `true`
+/// when it was a context overflow, whose limit is learned; a 2xx answer's
+/// usage is the session's usage on its next pass and goes onto the call's
+/// row of the per-call record. An answer to no call the pass marked (a
+/// side request) teaches nothing.
+pub(crate) fn learn_from_answer<L>(
+    (memory, store, harness, provider): (&Mutex<Memory<L>>, &Mutex<Store>, &str, &str),
+    key: &str,
+    call: &Call<'_>,
+    answer: &Answer<'_>,
+) -> Result<bool> {
+    let mut memory = lock_memory(memory);
+    let Some(answered) = memory.answered(key, call.body) else {
+        return Ok(false);
+    };
+    if let Some(error) = answer.error_body {
+        drop(memory);
+        let session = (harness, answered.key.as_str(), answered.model);
+        return learn_overflow(store, session, provider, error, call.now_ms);
+    }
+    let Some(usage) = answer.usage.filter(|_| (200..300).contains(&answer.status)) else {
+        return Ok(false);
+    };
+    if let Some(kept) = memory.sessions.get_mut(&answered.key) {
+        kept.usage = Some(usage);
+    }
+    drop(memory);
+    if let Some(id) = answered.call {
+        attach_usage(store, id, &usage)?;
+    }
+    Ok(false)
 }
 
 /// Write the usage of a call's own answer onto its row of the per-call

@@ -47,10 +47,10 @@ use mc_base::domain::gateway::{Answer, Api, Call, Forward, Pass};
 use mc_base::error::{Error, Result};
 use mc_base::store::{Store, StoreOptions};
 
+use crate::gateway::learn_from_answer;
 use crate::gateway::memory::{
     self, Identified, Kept, Mark, Memory, Wire, identify, lock_memory, lock_store,
 };
-use crate::gateway::{attach_usage, learn_overflow};
 use crate::pass::{Resident, run_pass_on};
 use crate::recall::Recall;
 use crate::render::Replay;
@@ -59,7 +59,8 @@ use crate::report::PassReport;
 /// The harness whose sessions Codex's calls belong to.
 pub const HARNESS: &str = "codex";
 /// The window when nothing better is known (Codex's GPT-5 models; an
-/// overflow error teaches the real one).
+/// overflow error teaches the real one). Codex compacts at nine tenths of
+/// it, above every threshold of mc's.
 pub const DEFAULT_WINDOW: u64 = 272_000;
 
 /// Why a call is not Codex's main conversation, if it is not.
@@ -142,6 +143,8 @@ pub struct ResponsesPass {
     reuse_bytes: bool,
     /// The search behind recall hints, when the caller brings one.
     recall: Option<Arc<dyn Recall>>,
+    /// The window mc measures Codex's calls against ([`ResponsesPass::with_window`]).
+    window: u64,
 }
 
 impl ResponsesPass {
@@ -164,7 +167,20 @@ impl ResponsesPass {
             memory: Mutex::new(Memory::default()),
             reuse_bytes: true,
             recall: None,
+            window: DEFAULT_WINDOW,
         }
+    }
+
+    /// The same pass measuring Codex's calls against `window` tokens, not
+    /// [`DEFAULT_WINDOW`]: where Codex compacts its own history (its config's
+    /// `model_auto_compact_token_limit` or nine tenths of its
+    /// `model_context_window`), so mc's thresholds, and the relief that
+    /// keeps the context small, come before Codex's own compaction would.
+    pub fn with_window(mut self, window: u64) -> ResponsesPass {
+        if window > 0 {
+            self.window = window;
+        }
+        self
     }
 
     /// The same pass with `recall` searching for recall hints.
@@ -247,7 +263,7 @@ impl ResponsesPass {
             previous_len: kept.output.len(),
             changed,
         };
-        let envelope = envelope_for(key, &request, kept.usage, call.now_ms);
+        let envelope = envelope_for(key, &request, kept.usage, self.window, call.now_ms);
         let resident = Resident {
             decoded: Some(messages),
             replay: Some(replay),
@@ -319,29 +335,9 @@ impl ResponsesPass {
         let Some(key) = call.session_id.filter(|s| !s.is_empty()) else {
             return Ok(false);
         };
-        let mut memory = lock_memory(&self.memory);
-        let Some(answered) = memory.answered(key, call.body) else {
-            return Ok(false);
-        };
-        let (key, model, row) = (answered.key, answered.model, answered.call);
         // A stream's `response.failed` is an error even under a 200.
-        let Some(error) = answer.error_body else {
-            if let Some(usage) = answer.usage
-                && (200..300).contains(&answer.status)
-            {
-                if let Some(kept) = memory.sessions.get_mut(&key) {
-                    kept.usage = Some(usage);
-                }
-                drop(memory);
-                if let Some(id) = row {
-                    attach_usage(&self.store, id, &usage)?;
-                }
-            }
-            return Ok(false);
-        };
-        drop(memory);
-        let session = (HARNESS, key.as_str(), model);
-        learn_overflow(&self.store, session, "openai", error, call.now_ms)
+        let wire = (&self.memory, &self.store, HARNESS, "openai");
+        learn_from_answer(wire, key, call, answer)
     }
 }
 
@@ -351,6 +347,7 @@ fn envelope_for(
     key: &str,
     request: &Request<'_>,
     usage: Option<mc_base::domain::envelope::Usage>,
+    window: u64,
     now_ms: i64,
 ) -> Envelope {
     Envelope {
@@ -360,7 +357,7 @@ fn envelope_for(
         model: ModelInfo {
             provider: Some("openai".into()),
             id: request.model.clone(),
-            context_limit: Some(DEFAULT_WINDOW),
+            context_limit: Some(window),
             output_limit: None,
         },
         usage,

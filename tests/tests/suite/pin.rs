@@ -1248,6 +1248,27 @@ fn transcripts_that_are_no_regular_file_are_refused_at_once() {
     }
 }
 
+/// Codex's hook reads Codex's `config.toml` to know whether its calls go
+/// through mc's gateway: a FIFO there is not opened (opening it would wait
+/// for a writer), the hook answers at once as if there were no config.
+#[cfg(unix)]
+#[test]
+fn a_codex_config_that_is_no_regular_file_does_not_hold_the_hook() {
+    let env = pin_env();
+    let input = json!({"session_id": "019a0000-0000-7000-8000-00000000fifo", "cwd": env.root(),
+        "hook_event_name": "SessionStart", "source": "startup", "model": "gpt-5"})
+    .to_string();
+    let restore = |env: &TestEnv| pin_within(env, &["restore", "--harness", "codex"], &input);
+    let plain = restore(&env);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let codex_home = env.home().join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    mkfifo(&codex_home.join("config.toml"));
+    let fifo = restore(&env);
+    assert!(fifo.status.success(), "{}", stderr(&fifo));
+    assert_eq!(stdout(&fifo), stdout(&plain));
+}
+
 #[test]
 fn transcripts_over_the_size_cap_are_refused() {
     let env = pin_env();

@@ -227,6 +227,86 @@ pub(crate) fn skip_space(body: &[u8], mut at: usize) -> usize {
     at
 }
 
+/// Where a body that repeats the previous one's bytes stops repeating them,
+/// as both wires' `parse_after` reads it: how many of the previous items
+/// (by their ends, `item_ends`) lie wholly inside the common prefix, and
+/// the place of the array's key (`name`, at `array`) among the previous
+/// keys. `None` — read the body whole — when no item is repeated, the key
+/// is not there, or a previous key was given twice.
+pub(crate) fn repeated_items(
+    body: &[u8],
+    before_body: &[u8],
+    item_ends: impl Iterator<Item = usize>,
+    keys: &[(String, Span)],
+    (name, array): (&str, Span),
+) -> Option<(usize, usize)> {
+    let common = common_prefix(body, before_body);
+    let reused = item_ends.take_while(|&end| end <= common).count();
+    let at = keys
+        .iter()
+        .position(|(k, span)| k == name && *span == array)?;
+    if reused == 0 {
+        return None;
+    }
+    distinct(keys)?;
+    Some((reused, at))
+}
+
+/// The rest of an array from `p` (the end of its last repeated element):
+/// each further element to `each`, up to the closing `]`; the array's span
+/// from `start`.
+pub(crate) fn rest_of_array<'a>(
+    body: &'a [u8],
+    start: usize,
+    mut p: usize,
+    mut each: impl FnMut(&'a RawValue) -> Option<()>,
+) -> Option<Span> {
+    loop {
+        p = skip_space(body, p);
+        match body.get(p)? {
+            b',' => {
+                let (raw, end) = raw_at(body, skip_space(body, p + 1))?;
+                each(raw)?;
+                p = end;
+            }
+            b']' => return Some(Span { start, end: p + 1 }),
+            _ => return None,
+        }
+    }
+}
+
+/// The keys that follow a body's array (from `p`, its end) onto `keys`:
+/// `, "key": value` … `}`, then only space; `None` on anything else or a key
+/// given twice.
+pub(crate) fn rest_of_keys(
+    body: &[u8],
+    mut p: usize,
+    keys: &mut Vec<(String, Span)>,
+) -> Option<()> {
+    loop {
+        p = skip_space(body, p);
+        match body.get(p)? {
+            b',' => {
+                let (raw, end) = raw_at(body, skip_space(body, p + 1))?;
+                let key: String = serde_json::from_str(raw.get()).ok()?;
+                p = skip_space(body, end);
+                if body.get(p) != Some(&b':') {
+                    return None;
+                }
+                let (raw, end) = raw_at(body, skip_space(body, p + 1))?;
+                keys.push((key, span_of(body, raw).ok()?));
+                p = end;
+            }
+            b'}' => break,
+            _ => return None,
+        }
+    }
+    if skip_space(body, p + 1) != body.len() {
+        return None;
+    }
+    distinct(keys)
+}
+
 /// `Some` when no key is given twice.
 pub(crate) fn distinct(keys: &[(String, Span)]) -> Option<()> {
     let mut names: Vec<&str> = keys.iter().map(|(k, _)| k.as_str()).collect();
@@ -315,64 +395,23 @@ impl<'a> Request<'a> {
         before: &Layout,
     ) -> Option<(Request<'a>, usize)> {
         let messages = before.messages?;
-        let common = common_prefix(body, before_body);
-        let reused = before
-            .items
-            .iter()
-            .take_while(|it| it.span.end <= common)
-            .count();
-        let at = before
-            .keys
-            .iter()
-            .position(|(k, span)| k == "messages" && *span == messages)?;
-        if reused == 0 || distinct(&before.keys).is_none() {
-            return None;
-        }
+        let ends = before.items.iter().map(|it| it.span.end);
+        let (reused, at) = repeated_items(
+            body,
+            before_body,
+            ends,
+            &before.keys,
+            ("messages", messages),
+        )?;
         let mut items: Vec<Item> = before.items.get(..reused)?.to_vec();
-        let mut p = items.last()?.span.end;
-        // The rest of `messages`, one item after another.
-        loop {
-            p = skip_space(body, p);
-            match body.get(p)? {
-                b',' => {
-                    let (raw, end) = raw_at(body, skip_space(body, p + 1))?;
-                    items.push(item(body, raw).ok()?);
-                    p = end;
-                }
-                b']' => break,
-                _ => return None,
-            }
-        }
-        let messages = Span {
-            start: messages.start,
-            end: p + 1,
-        };
+        let p = items.last()?.span.end;
+        let messages = rest_of_array(body, messages.start, p, |raw| {
+            items.push(item(body, raw).ok()?);
+            Some(())
+        })?;
         let mut keys: Vec<(String, Span)> = before.keys.get(..at)?.to_vec();
         keys.push(("messages".into(), messages));
-        // The rest of the body: `, "key": value` … `}`, then only space.
-        p = messages.end;
-        loop {
-            p = skip_space(body, p);
-            match body.get(p)? {
-                b',' => {
-                    let (raw, end) = raw_at(body, skip_space(body, p + 1))?;
-                    let key: String = serde_json::from_str(raw.get()).ok()?;
-                    p = skip_space(body, end);
-                    if body.get(p) != Some(&b':') {
-                        return None;
-                    }
-                    let (raw, end) = raw_at(body, skip_space(body, p + 1))?;
-                    keys.push((key, span_of(body, raw).ok()?));
-                    p = end;
-                }
-                b'}' => break,
-                _ => return None,
-            }
-        }
-        if skip_space(body, p + 1) != body.len() {
-            return None;
-        }
-        distinct(&keys)?;
+        rest_of_keys(body, messages.end, &mut keys)?;
         let value = |name: &str| keys.iter().find(|(k, _)| k == name).map(|(_, s)| *s);
         let bytes = |span: Span| body.get(span.start..span.end);
         // What lies before `messages` is the previous body's, byte for byte.

@@ -40,8 +40,8 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::anthropic::{
-    Piece, RawEntries, RawMap, Span, common_prefix, count_tools, distinct, field, join_array,
-    raw_at, skip_space, span_of, splice, to_bytes,
+    Piece, RawEntries, RawMap, Span, count_tools, field, join_array, repeated_items, rest_of_array,
+    rest_of_keys, span_of, splice, to_bytes,
 };
 use super::codex::{call_parts, is_harness_context, output_text};
 use super::opencode::{Message, Part, PartKind};
@@ -263,19 +263,8 @@ impl<'a> Request<'a> {
         before: &Layout,
     ) -> Option<(Request<'a>, usize)> {
         let input = before.input?;
-        let common = common_prefix(body, before_body);
-        let reused = before
-            .items
-            .iter()
-            .take_while(|it| it.span.end <= common)
-            .count();
-        let at = before
-            .keys
-            .iter()
-            .position(|(k, span)| k == "input" && *span == input)?;
-        if reused == 0 || distinct(&before.keys).is_none() {
-            return None;
-        }
+        let ends = before.items.iter().map(|it| it.span.end);
+        let (reused, at) = repeated_items(body, before_body, ends, &before.keys, ("input", input))?;
         let mut request = Request {
             body,
             model: None,
@@ -297,29 +286,15 @@ impl<'a> Request<'a> {
             .filter(|(_, (first, _, _))| *first < reused)
             .map(|(id, call)| (id.clone(), call.clone()))
             .collect();
-        let mut p = request.items.last()?.span.end;
-        // The rest of `input`, one item after another.
-        loop {
-            p = skip_space(body, p);
-            match body.get(p)? {
-                b',' => {
-                    let (raw, end) = raw_at(body, skip_space(body, p + 1))?;
-                    let (item, call) = read_item(body, raw).ok()?;
-                    request.place(item, call);
-                    p = end;
-                }
-                b']' => break,
-                _ => return None,
-            }
-        }
-        let input = Span {
-            start: input.start,
-            end: p + 1,
-        };
+        let p = request.items.last()?.span.end;
+        let input = rest_of_array(body, input.start, p, |raw| {
+            let (item, call) = read_item(body, raw).ok()?;
+            request.place(item, call);
+            Some(())
+        })?;
         request.input = Some(input);
         request.keys.push(("input".into(), input));
-        request.read_keys_after(input.end)?;
-        distinct(&request.keys)?;
+        rest_of_keys(body, input.end, &mut request.keys)?;
         let value = |name: &str| {
             request
                 .keys
@@ -356,31 +331,6 @@ impl<'a> Request<'a> {
             .take_while(|(new, old)| new == old && new.end <= reused)
             .count();
         Some((request, repeated))
-    }
-
-    /// The keys that follow `input` (ending at `p`): `, "key": value` … `}`,
-    /// then only space.
-    fn read_keys_after(&mut self, mut p: usize) -> Option<()> {
-        let body = self.body;
-        loop {
-            p = skip_space(body, p);
-            match body.get(p)? {
-                b',' => {
-                    let (raw, end) = raw_at(body, skip_space(body, p + 1))?;
-                    let key: String = serde_json::from_str(raw.get()).ok()?;
-                    p = skip_space(body, end);
-                    if body.get(p) != Some(&b':') {
-                        return None;
-                    }
-                    let (raw, end) = raw_at(body, skip_space(body, p + 1))?;
-                    self.keys.push((key, span_of(body, raw).ok()?));
-                    p = end;
-                }
-                b'}' => break,
-                _ => return None,
-            }
-        }
-        (skip_space(body, p + 1) == body.len()).then_some(())
     }
 
     /// What a resident reader keeps of this request for the next one.

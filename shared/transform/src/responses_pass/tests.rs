@@ -107,12 +107,17 @@ fn call<'a>(headers: &'a [(String, String)], body: &'a [u8], now_ms: i64) -> Cal
 }
 
 impl Gate {
-    /// One turn at `percent` of the window (the previous answer's usage).
+    /// One turn at `percent` of the default window (the previous answer's usage).
     fn send(&self, body: &[u8], percent: u64, now_ms: i64) -> (Vec<u8>, PassReport) {
+        self.send_at(body, DEFAULT_WINDOW * percent / 100, now_ms)
+    }
+
+    /// One turn after an answer whose prompt was `input` tokens.
+    fn send_at(&self, body: &[u8], input: u64, now_ms: i64) -> (Vec<u8>, PassReport) {
         let h = headers("turn", 0);
         if let Some(kept) = self.pass.memory.lock().unwrap().sessions.get_mut(SESSION) {
             kept.usage = Some(Usage {
-                input: DEFAULT_WINDOW * percent / 100,
+                input,
                 ..Usage::default()
             });
         }
@@ -250,6 +255,47 @@ fn drops_wait_for_a_busting_request_and_replay_after() {
     let (again, report) = g.send(&request(&conv), 30, T0 + 3 * MINUTE);
     assert_eq!(report.decision, Decision::Defer, "{report:?}");
     assert_eq!(again, busted);
+}
+
+/// Codex compacting at 180k (its config's window of 200k): 130k tokens are
+/// under mc's threshold of the default window (65 % of 272k) but over it of
+/// Codex's limit, so mc relieves the context before Codex would compact it.
+#[test]
+fn with_codex_s_compaction_limit_as_its_window_mc_relieves_before_codex_compacts() {
+    let config = TransformConfig {
+        relief_drop: true,
+        protected_tags: 4,
+        ..config()
+    };
+    let mut conv = conversation(24, 500);
+    conv.push(json!({"type": "message", "id": "msg_u1", "role": "user",
+                     "content": [{"type": "input_text", "text": "now fix it"}]}));
+    let body = request(&conv);
+    let default = gate_with(config.clone());
+    let mut limited = gate_with(config);
+    limited.pass = limited.pass.with_window(180_000);
+    for g in [&default, &limited] {
+        g.send_at(&body, 20_000, T0);
+    }
+    let (same, report) = default.send_at(&body, 130_000, T0 + MINUTE);
+    assert_eq!(report.decision, Decision::Defer, "{report:?}");
+    assert!(output_of(&items(&same), "call_0").starts_with('§'));
+    let (relieved, report) = limited.send_at(&body, 130_000, T0 + MINUTE);
+    assert_eq!(report.decision, Decision::Execute, "{report:?}");
+    // Relief reclaimed the old outputs outside the protected window.
+    let dropped = output_of(&items(&relieved), "call_0");
+    assert!(dropped.starts_with("[dropped"), "{dropped}");
+    let outputs = |body: &[u8]| -> Vec<String> {
+        (0..24)
+            .map(|k| output_of(&items(body), &format!("call_{k}")))
+            .collect()
+    };
+    let gone = outputs(&relieved)
+        .iter()
+        .filter(|o| o.starts_with("[dropped"))
+        .count();
+    assert!(gone >= 12, "{gone} of 24 outputs reclaimed");
+    assert!(outputs(&same).iter().all(|o| o.starts_with('§')));
 }
 
 #[test]
