@@ -148,6 +148,9 @@ pub struct TransformConfig {
     pub tool_reclaim: bool,
     /// Edit markers and spent control-plane drops on execute passes (default off).
     pub smart_drops: bool,
+    /// The todo list re-injected after the head when its call left the wire
+    /// (OpenCode; default on).
+    pub todo: bool,
     /// A short hint on a new user prompt naming what mc keeps that matches it
     /// strongly (default off).
     pub recall_hints: bool,
@@ -336,6 +339,7 @@ impl Default for Config {
                 tool_reclaim_min_tokens: 0,
                 tool_reclaim: false,
                 smart_drops: false,
+                todo: false,
                 recall_hints: false,
                 relief_drop: false,
                 temporal_awareness: false,

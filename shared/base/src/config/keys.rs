@@ -570,6 +570,22 @@ pub(super) const KEYS: &[KeyDef] = &[
         },
     },
     KeyDef {
+        path: "transform.todo",
+        kind: Kind::Bool,
+        default: Val::Bool(true),
+        trust: Trust::Any,
+        description: "OpenCode: when the newest todowrite call left the wire (dropped, or folded \
+                      into the head) and its list has an open item, a busting pass re-injects \
+                      the list as a synthetic todowrite call right after the head, replayed \
+                      byte for byte until the next bust.",
+        get: |c| Val::Bool(c.transform.todo),
+        set: |c, v| {
+            if let Some(b) = v.bool() {
+                c.transform.todo = b;
+            }
+        },
+    },
+    KeyDef {
         path: "transform.recall_hints",
         kind: Kind::Bool,
         default: Val::Bool(false),
