@@ -146,7 +146,7 @@ pub struct TransformConfig {
     pub tool_reclaim_min_tokens: u32,
     /// Age-based reclaim of old tool outputs on execute passes (default true).
     pub tool_reclaim: bool,
-    /// Edit markers and spent control-plane drops on execute passes (default off).
+    /// Edit markers and spent control-plane drops on execute passes (default on).
     pub smart_drops: bool,
     /// The todo list re-injected after the head when its call left the wire
     /// (OpenCode; default on).

@@ -556,7 +556,7 @@ pub(super) const KEYS: &[KeyDef] = &[
     KeyDef {
         path: "transform.smart_drops",
         kind: Kind::Bool,
-        default: Val::Bool(false),
+        default: Val::Bool(true),
         trust: Trust::Any,
         description: "On execute passes that change the prompt anyway, turn edits of a file \
                       edited again later into edit markers (path and region kept, output \
