@@ -569,6 +569,14 @@ fn main() -> ExitCode {
             drops.join(", ")
         }
     );
+    if args.edits {
+        let todo = |r: &&Recorded| String::from_utf8_lossy(&r.raw).contains("mc_synthetic_todo_");
+        println!(
+            "  todo re-injected   in {} of {} requests",
+            with.requests.iter().filter(todo).count(),
+            with.requests.len()
+        );
+    }
     if let Some(dump) = std::env::var_os("MC_BENCH_DUMP") {
         for (i, r) in with.requests.iter().enumerate() {
             let _ = std::fs::write(

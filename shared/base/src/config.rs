@@ -146,8 +146,11 @@ pub struct TransformConfig {
     pub tool_reclaim_min_tokens: u32,
     /// Age-based reclaim of old tool outputs on execute passes (default true).
     pub tool_reclaim: bool,
-    /// Edit markers and spent control-plane drops on execute passes (default off).
+    /// Edit markers and spent control-plane drops on execute passes (default on).
     pub smart_drops: bool,
+    /// The todo list re-injected after the head when its call left the wire
+    /// (OpenCode; default on).
+    pub todo: bool,
     /// A short hint on a new user prompt naming what mc keeps that matches it
     /// strongly (default off).
     pub recall_hints: bool,
@@ -339,6 +342,7 @@ impl Default for Config {
                 tool_reclaim_min_tokens: 0,
                 tool_reclaim: false,
                 smart_drops: false,
+                todo: false,
                 recall_hints: false,
                 relief_drop: false,
                 relief_window_percentage: 0,

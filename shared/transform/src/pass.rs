@@ -790,7 +790,15 @@ fn mutate(
     }
     if pass.key.harness == todo::HARNESS && !seen.subagent {
         let on_wire = mutation.newest_todo_on_wire();
-        if todo::refreeze(tx, session.id, pass.key.session_id, messages, on_wire)? {
+        let enabled = config.todo;
+        if todo::refreeze(
+            tx,
+            session.id,
+            pass.key.session_id,
+            messages,
+            on_wire,
+            enabled,
+        )? {
             *mutation.visible_change = true;
         }
     }

@@ -226,6 +226,50 @@ fn a_dropped_todo_list_comes_back_after_the_head_and_replays_until_the_next_bust
 }
 
 #[test]
+fn with_the_todo_rule_off_no_list_comes_back_and_defer_passes_replay() {
+    let off = TransformConfig {
+        todo: false,
+        ..config()
+    };
+    let todo_tag = 7 * 5 + 3;
+    // Off from the start: the busting pass that drops the newest todo call
+    // re-injects nothing, and the defer pass after it sends the same bytes.
+    let mut store = Store::open_in_memory().unwrap();
+    let messages = editing_then_quiet(8, 7);
+    run(&mut store, &messages, 30, &off);
+    super::tests::queue(&mut store, &[todo_tag]);
+    let out = run(&mut store, &messages, 70, &off);
+    assert_eq!(out.pass.dropped, vec![todo_tag]);
+    assert!(
+        !out.messages
+            .iter()
+            .any(|m| m["info"]["syntheticTodo"] == true),
+        "{:?}",
+        out.messages.get(2)
+    );
+    let again = run(&mut store, &messages, 30, &off);
+    assert_eq!(again.pass.decision, Decision::Defer);
+    assert_eq!(bytes(&again.messages), bytes(&out.messages));
+    // Turned off after a list came back: defer passes still replay it byte
+    // for byte; the next bust takes it away.
+    let mut store = Store::open_in_memory().unwrap();
+    run(&mut store, &messages, 30, &config());
+    super::tests::queue(&mut store, &[todo_tag]);
+    let on = run(&mut store, &messages, 70, &config());
+    assert!(synthetic_todo(&on).is_some(), "re-injected while on");
+    let defer = run(&mut store, &messages, 30, &off);
+    assert_eq!(defer.pass.decision, Decision::Defer);
+    assert_eq!(bytes(&defer.messages), bytes(&on.messages));
+    let bust = run(&mut store, &messages, 70, &off);
+    assert_eq!(bust.pass.decision, Decision::Execute);
+    assert!(
+        synthetic_todo(&bust).is_none(),
+        "{:?}",
+        bust.messages.get(2)
+    );
+}
+
+#[test]
 fn the_todo_list_survives_a_fold_of_the_messages_that_wrote_it() {
     let mut f = Fixture::new(0);
     f.messages = editing_then_quiet(8, 1);

@@ -106,15 +106,17 @@ fn synthetic(session_id: &str, tool: &str, state: &str, messages: &[Message]) ->
 }
 
 /// On a busting pass: freeze the synthetic todo message this pass and the
-/// passes until the next bust render — the stored list when it has open
-/// items and the wire does not show its call intact (`on_wire`), else none.
-/// Whether the frozen bytes changed.
+/// passes until the next bust render — the stored list when the rule is
+/// on (`enabled`, `transform.todo`), it has open items and the wire does
+/// not show its call intact (`on_wire`), else none. Whether the frozen
+/// bytes changed.
 pub fn refreeze(
     conn: &Connection,
     session: i64,
     session_id: &str,
     messages: &[Message],
     on_wire: bool,
+    enabled: bool,
 ) -> Result<bool> {
     let stored: Option<(String, String, Option<String>)> = conn
         .prepare_cached("SELECT tool, state_json, frozen_json FROM todo_state WHERE session = ?1")?
@@ -124,7 +126,7 @@ pub fn refreeze(
         return Ok(false);
     };
     let open = serde_json::from_str::<Value>(&state).is_ok_and(|v| open_items(&v) > 0);
-    let next = if open && !on_wire {
+    let next = if enabled && open && !on_wire {
         synthetic(session_id, &tool, &state, messages).map(|v| v.to_string())
     } else {
         None

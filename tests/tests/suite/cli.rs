@@ -549,7 +549,8 @@ fn reduce_by_flags_and_by_stdin_then_an_execute_pass_drops() {
     assert_eq!(half.status.code(), Some(2));
 
     // With a smaller protected window tag 3 (the read output) is queued, and a
-    // pass over the threshold applies it as a skeleton.
+    // pass over the threshold applies it as a skeleton; smart drops (on by
+    // default) make tag 4, the first edit of a file edited again, a marker.
     let config = env.root().join("small-window.jsonc");
     std::fs::write(&config, r#"{"transform": {"protected_tags": 2}}"#).unwrap();
     let config = config.to_str().unwrap();
@@ -581,13 +582,25 @@ fn reduce_by_flags_and_by_stdin_then_an_execute_pass_drops() {
         pretty(&doc["pass"])
     );
     assert_eq!(doc["pass"]["decision"], "execute");
-    assert_eq!(doc["pass"]["dropped"], json!([2, 3]), "{}", doc["pass"]);
+    assert_eq!(doc["pass"]["dropped"], json!([2, 3, 4]), "{}", doc["pass"]);
     let parts = doc["messages"][3]["parts"].as_array().unwrap();
     assert!(parts.iter().any(|p| p["text"] == "[dropped §2§]"));
     assert!(
         parts
             .iter()
             .any(|p| p["type"] == "tool" && p["state"]["output"] == "[dropped §3§]")
+    );
+    let marker = doc["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["parts"].as_array().unwrap())
+        .find(|p| p["state"]["output"] == "[dropped §4§]")
+        .expect("the superseded edit stays as a marker");
+    assert_eq!(marker["tool"], "edit");
+    assert_eq!(
+        marker["state"]["input"]["filePath"],
+        "/home/user/todo-app/src/list.rs"
     );
 }
 

@@ -556,7 +556,7 @@ pub(super) const KEYS: &[KeyDef] = &[
     KeyDef {
         path: "transform.smart_drops",
         kind: Kind::Bool,
-        default: Val::Bool(false),
+        default: Val::Bool(true),
         trust: Trust::Any,
         description: "On execute passes that change the prompt anyway, turn edits of a file \
                       edited again later into edit markers (path and region kept, output \
@@ -566,6 +566,22 @@ pub(super) const KEYS: &[KeyDef] = &[
         set: |c, v| {
             if let Some(b) = v.bool() {
                 c.transform.smart_drops = b;
+            }
+        },
+    },
+    KeyDef {
+        path: "transform.todo",
+        kind: Kind::Bool,
+        default: Val::Bool(true),
+        trust: Trust::Any,
+        description: "OpenCode: when the newest todowrite call left the wire (dropped, or folded \
+                      into the head) and its list has an open item, a busting pass re-injects \
+                      the list as a synthetic todowrite call right after the head, replayed \
+                      byte for byte until the next bust.",
+        get: |c| Val::Bool(c.transform.todo),
+        set: |c, v| {
+            if let Some(b) = v.bool() {
+                c.transform.todo = b;
             }
         },
     },
