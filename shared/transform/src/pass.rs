@@ -1525,7 +1525,9 @@ fn bind_tags(
     now_ms: i64,
 ) -> Result<(Vec<TagRow>, Bindings)> {
     let from = ordinals.iter().flatten().min().copied().unwrap_or(i64::MAX);
-    let loaded = tags::load_tags_from_ordinal(tx, session.id, from)?;
+    // At most a tag a part: exact when every part is tagged.
+    let parts: usize = messages.iter().map(|m| m.parts.len()).sum();
+    let loaded = tags::load_tags_from_ordinal(tx, session.id, from, parts)?;
     // The loaded tags by identity, borrowed; the tags this pass creates go
     // to `fresh` (their index: after the loaded ones), by identity in `created`.
     let by_identity: FxHashMap<&str, usize> = loaded
@@ -1533,8 +1535,9 @@ fn bind_tags(
         .enumerate()
         .map(|(i, t)| (t.identity.as_str(), i))
         .collect();
-    let mut fresh: Vec<TagRow> = Vec::new();
-    let mut created: FxHashMap<String, usize> = FxHashMap::default();
+    // The same beyond those loaded: exact on a first pass.
+    let mut fresh: Vec<TagRow> = Vec::with_capacity(parts.saturating_sub(loaded.len()));
+    let mut created = Created::default();
     let mut identity = String::new();
 
     let mut bindings = Vec::with_capacity(messages.len());
@@ -1558,7 +1561,7 @@ fn bind_tags(
             };
             if let Some(&existing) = by_identity
                 .get(identity.as_str())
-                .or_else(|| created.get(&identity))
+                .or_else(|| created.get(&identity, &fresh, loaded.len()))
             {
                 row.push(Some(existing));
                 continue;
@@ -1610,15 +1613,62 @@ fn bind_tags(
                 nudge: None,
             });
             let index = loaded.len() + fresh.len() - 1;
-            created.insert(identity.clone(), index);
+            created.insert(&identity, index);
             row.push(Some(index));
         }
         bindings.push(row);
     }
     drop(by_identity);
+    // On a first pass every tag is fresh: no copy of them all.
+    if loaded.is_empty() {
+        return Ok((fresh, bindings));
+    }
     let mut tags = loaded;
     tags.extend(fresh);
     Ok((tags, bindings))
+}
+
+/// The tags [`bind_tags`] creates, by identity, without a second copy of
+/// each identity (its tag row holds it): a hash of the identity names the
+/// first tag made with that hash; an identity whose hash an earlier one
+/// took goes to `collided` by its text.
+#[derive(Default)]
+struct Created {
+    by_hash: FxHashMap<u64, usize>,
+    collided: FxHashMap<String, usize>,
+}
+
+impl Created {
+    fn hash(identity: &str) -> u64 {
+        use std::hash::BuildHasher;
+        rustc_hash::FxBuildHasher.hash_one(identity)
+    }
+
+    /// The index of the tag made for `identity`: `fresh` holds the tags
+    /// made so far, numbered from `offset`.
+    fn get(&self, identity: &str, fresh: &[TagRow], offset: usize) -> Option<&usize> {
+        let index = self.by_hash.get(&Self::hash(identity))?;
+        let same = index
+            .checked_sub(offset)
+            .and_then(|i| fresh.get(i))
+            .is_some_and(|tag| tag.identity == identity);
+        if same {
+            Some(index)
+        } else {
+            self.collided.get(identity)
+        }
+    }
+
+    fn insert(&mut self, identity: &str, index: usize) {
+        match self.by_hash.entry(Self::hash(identity)) {
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(index);
+            }
+            std::collections::hash_map::Entry::Occupied(_) => {
+                self.collided.insert(identity.to_string(), index);
+            }
+        }
+    }
 }
 
 fn tag_positions(bindings: &[Vec<Option<usize>>]) -> HashMap<usize, (usize, usize)> {
@@ -2105,6 +2155,48 @@ pub fn record_passthrough(
         )?;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod created_tests {
+    use super::*;
+
+    fn tag(identity: &str) -> TagRow {
+        TagRow {
+            number: 1,
+            kind: TagKind::Message,
+            identity: identity.into(),
+            dropped: None,
+            tool_name: None,
+            tokens: 1,
+            input_tokens: 0,
+            bytes: 4,
+            caveman_depth: 0,
+            nudge: None,
+        }
+    }
+
+    #[test]
+    fn created_tags_are_found_by_identity_even_when_two_identities_share_a_hash() {
+        // Three loaded tags come before the fresh ones.
+        let fresh = vec![tag("m1:p0"), tag("c1@m2")];
+        let mut created = Created::default();
+        created.insert("m1:p0", 3);
+        created.insert("c1@m2", 4);
+        assert_eq!(created.get("m1:p0", &fresh, 3), Some(&3));
+        assert_eq!(created.get("c1@m2", &fresh, 3), Some(&4));
+        assert_eq!(created.get("m9:p0", &fresh, 3), None);
+        // A hash taken by another identity: "m3:p0" as if it hashed as
+        // "m1:p0" does. It is kept by its text, and neither is mistaken.
+        let mut collided = Created::default();
+        collided.insert("m1:p0", 3);
+        let taken = Created::hash("m1:p0");
+        collided.by_hash.remove(&taken);
+        collided.by_hash.insert(Created::hash("m3:p0"), 3);
+        let fresh = vec![tag("m1:p0"), tag("m3:p0")];
+        collided.insert("m3:p0", 4);
+        assert_eq!(collided.get("m3:p0", &fresh, 3), Some(&4));
+    }
 }
 
 /// The plan alone: no store, no messages, only values.

@@ -4,7 +4,7 @@
 //! the input and the stored tag states and watermarks, so the same state and
 //! input always give the same bytes (ARCHITECTURE.md, invariants 1–3).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::{Map, Value};
@@ -120,20 +120,43 @@ pub(crate) fn synthetic_message(info: Value, text: &str) -> Message {
     )
 }
 
-pub fn render(messages: Vec<Message>, state: &RenderState<'_>) -> Vec<Message> {
+/// The output messages: the head, the frozen todo call, then each input
+/// message rendered (and its reminder). Written into the input's own
+/// vector: a message's slot is free once it is taken out to render, and
+/// what does not fit yet (the head, a reminder) waits in a queue for the
+/// next free slot, so a long input is not held twice while the output is
+/// built (the one-shot pass's memory on many small messages, issue 26).
+pub fn render(mut messages: Vec<Message>, state: &RenderState<'_>) -> Vec<Message> {
     let ages = age_tags(state.tags, state.bindings);
-    let mut out = Vec::with_capacity(messages.len() + 3);
-    out.extend(head_messages(state));
-    out.extend(state.todo.cloned());
+    let mut waiting: VecDeque<Message> = head_messages(state).collect();
+    waiting.extend(state.todo.cloned());
     let mut tags = Vec::new();
-    for (index, message) in messages.into_iter().enumerate() {
+    // Slots `written..=index` are free once message `index` is taken out.
+    let mut written = 0;
+    for index in 0..messages.len() {
+        let Some(slot) = messages.get_mut(index) else {
+            break;
+        };
+        let message = std::mem::replace(slot, Message::new(Map::new(), Vec::new()));
         let input = MessageInput::of(&message, index, &ages, state, tags);
         let (rendered, reminder) = render_message(message, &input);
         tags = input.into_buffer();
-        out.extend(rendered);
-        out.extend(reminder);
+        waiting.extend(rendered);
+        waiting.extend(reminder);
+        while written <= index {
+            let Some(next) = waiting.pop_front() else {
+                break;
+            };
+            if let Some(free) = messages.get_mut(written) {
+                *free = next;
+            }
+            written += 1;
+        }
     }
-    out
+    messages.truncate(written);
+    messages.reserve_exact(waiting.len());
+    messages.extend(waiting);
+    messages
 }
 
 /// One output message of [`render_replaying`].
@@ -830,6 +853,43 @@ mod tests {
         };
         let (slots, _) = render_replaying(messages, &world.state(), &short);
         assert_eq!(resolved(slots, &first), (first, 3));
+    }
+
+    #[test]
+    fn the_render_in_the_input_s_own_vector_keeps_every_message_in_order() {
+        // The head (two messages) and reminders do not fit the slots taken
+        // so far and wait; covered messages free slots. Whatever the mix,
+        // the output is the plain render's (`render_replaying` with
+        // nothing to replay builds a new vector in order).
+        let (messages, world) = session();
+        let ids = ["m1", "m2", "m3", "m4"];
+        for covered_through in 0..=4 {
+            for reminders in 0u8..16 {
+                let mut changed = world.clone();
+                changed.covered_through = covered_through;
+                for (bit, id) in ids.iter().enumerate() {
+                    if reminders & (1 << bit) != 0 {
+                        changed.nudge2.insert((*id).into(), format!("after {id}"));
+                    }
+                }
+                let (slots, _) =
+                    render_replaying(messages.clone(), &changed.state(), &Replay::default());
+                let want = resolved(slots, &[]).0;
+                let got = encoded(render(messages.clone(), &changed.state()));
+                assert_eq!(
+                    got, want,
+                    "covered through {covered_through}, reminders {reminders:04b}"
+                );
+            }
+        }
+        // With room in the input's vector for the head, the output is that
+        // vector: no second one as long as the input.
+        let mut roomy = Vec::with_capacity(messages.len() + 8);
+        roomy.extend(messages);
+        let buffer = roomy.as_ptr();
+        let out = render(roomy, &world.state());
+        assert_eq!(out.len(), 6);
+        assert_eq!(out.as_ptr(), buffer, "rendered into the input's vector");
     }
 
     #[test]

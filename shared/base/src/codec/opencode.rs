@@ -317,10 +317,16 @@ impl Message {
             .find(|(k, _)| k.as_str() == "parts")
             .map(|(_, v)| v.take())
         {
-            Some(Value::Array(items)) => items
-                .into_iter()
-                .map(Part::decode)
-                .collect::<Result<Vec<_>>>()?,
+            Some(Value::Array(items)) => {
+                // Sized by the items: a collect through `Result` cannot
+                // know its length and starts at four parts (a one-part
+                // message would hold three spare, 240 bytes).
+                let mut parts = Vec::with_capacity(items.len());
+                for item in items {
+                    parts.push(Part::decode(item)?);
+                }
+                parts
+            }
             Some(Value::Null) | None => Vec::new(),
             Some(other) => {
                 return Err(Error::input(format!(
@@ -651,6 +657,10 @@ pub fn session_hint(messages: &[Message]) -> Option<String> {
         .find_map(session_of)
 }
 
+/// Spare slots [`parse_envelope`] leaves in its vector of messages for
+/// the messages a pass renders among them.
+pub const RENDER_ROOM: usize = 8;
+
 /// An envelope's JSON text parsed as [`crate::json::parse_compact`] parses
 /// it, except that each item of its top-level `messages` array is decoded
 /// as an OpenCode message ([`Message::decode`]) as soon as it is read, so
@@ -801,7 +811,10 @@ impl<'de> Visitor<'de> for Items<'_> {
         Ok(match values {
             Some(values) => (Value::Array(values), None),
             None => {
-                decoded.shrink_to_fit();
+                // Room for what a pass puts among them (its head, the todo
+                // call, a reminder): the render writes its output into this
+                // vector, and growing it then would copy every message.
+                decoded.shrink_to(decoded.len() + RENDER_ROOM);
                 (Value::Array(Vec::new()), Some(decoded))
             }
         })

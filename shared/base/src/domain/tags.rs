@@ -165,16 +165,27 @@ const TAG_COLUMNS: &str = "number, kind, identity, status,
      byte_size + input_bytes + reasoning_bytes, caveman_depth, nudge";
 
 /// Tags hosted by messages from `from_ordinal` on: the visible window.
+/// `expected` sizes the vector (a pass knows about how many parts it
+/// holds): a long session's tags are then not gathered by doubling, which
+/// holds two copies at once.
 pub fn load_tags_from_ordinal(
     conn: &Connection,
     session: i64,
     from_ordinal: i64,
+    expected: usize,
 ) -> Result<Vec<TagRow>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {TAG_COLUMNS} FROM tags WHERE session = ?1 AND ordinal >= ?2"
     ))?;
-    let rows = stmt.query_map(params![session, from_ordinal], tag_from_row)?;
-    rows.map(|r| build_tag(r?)).collect()
+    let mut tags = Vec::new();
+    for row in stmt.query_map(params![session, from_ordinal], tag_from_row)? {
+        if tags.capacity() == 0 {
+            // Sized at the first row: a session with none allocates nothing.
+            tags.reserve_exact(expected.max(1));
+        }
+        tags.push(build_tag(row?)?);
+    }
+    Ok(tags)
 }
 
 pub fn load_tags_by_numbers(
