@@ -2187,7 +2187,8 @@ mod created_tests {
         assert_eq!(created.get("c1@m2", &fresh, 3), Some(&4));
         assert_eq!(created.get("m9:p0", &fresh, 3), None);
         // A hash taken by another identity: "m3:p0" as if it hashed as
-        // "m1:p0" does. It is kept by its text, and neither is mistaken.
+        // "m1:p0" does. It is kept by its text and found by it, not taken
+        // for the tag that holds its hash.
         let mut collided = Created::default();
         collided.insert("m1:p0", 3);
         let taken = Created::hash("m1:p0");
