@@ -111,13 +111,7 @@ pub(crate) fn synthetic_message(info: Value, text: &str) -> Message {
     part.insert("type".into(), Value::from("text"));
     part.insert("text".into(), Value::from(text));
     part.insert("synthetic".into(), Value::Bool(true));
-    Message::new(
-        raw,
-        vec![Part {
-            kind: PartKind::Text,
-            raw: part,
-        }],
-    )
+    Message::new(raw, vec![Part::from_map(part)])
 }
 
 /// The output messages: the head, the frozen todo call, then each input
@@ -608,16 +602,13 @@ fn cap_arguments(input: &mut Value) {
 fn file_placeholder(part: Part, number: i64) -> Part {
     let mut raw = Map::new();
     for key in ["id", "sessionID", "messageID"] {
-        if let Some(v) = part.raw.get(key) {
+        if let Some(v) = part.get(key) {
             raw.insert(key.into(), v.clone());
         }
     }
     raw.insert("type".into(), Value::String("text".into()));
     raw.insert("text".into(), Value::String(placeholder(number)));
-    Part {
-        kind: PartKind::Text,
-        raw,
-    }
+    Part::from_map(raw)
 }
 
 #[cfg(test)]

@@ -1384,8 +1384,26 @@ fn a_pass_on_messages_decoded_while_read_writes_the_bytes_of_its_value() {
             unencoded: true,
             ..super::Resident::default()
         };
+        let trees = mc_base::codec::opencode::packed_trees_built();
         let got = super::run_pass_on(&mut by_text, input, resident, &config, now).unwrap();
         assert!(got.messages.is_empty() && got.unencoded.is_some());
+        // The pass reads and sets text parts without their trees (a tree is
+        // most of a small part's memory): none built, none left.
+        assert_eq!(
+            mc_base::codec::opencode::packed_trees_built(),
+            trees,
+            "a pass built trees of text parts at {percent}%"
+        );
+        let text_parts: Vec<_> = got
+            .unencoded
+            .iter()
+            .flatten()
+            .flat_map(|m| &m.parts)
+            .filter(|p| p.kind == mc_base::codec::opencode::PartKind::Text)
+            .collect();
+        assert!(text_parts.len() > 14, "at {percent}%");
+        let unpacked = text_parts.iter().filter(|p| !p.is_packed()).count();
+        assert_eq!(unpacked, 0, "text parts unpacked at {percent}%");
         let mut written = Vec::new();
         got.write_document(&mut written).unwrap();
         let want = serde_json::to_string(&want.into_value()).unwrap();

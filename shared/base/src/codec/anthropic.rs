@@ -732,7 +732,7 @@ impl<'a> Request<'a> {
                 }
             }
             PartKind::Tool => {
-                let state = part.raw.get("state");
+                let state = part.get("state");
                 let new_text = match part.tool_status() {
                     Some("error") => state.and_then(|s| s.get("error")).and_then(Value::as_str),
                     _ => part.tool_output(),

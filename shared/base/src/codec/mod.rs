@@ -119,21 +119,12 @@ pub(crate) fn close_tool_state(
 
 /// A part from its JSON (an empty `Other` part if it is not an object).
 pub(crate) fn part(raw: serde_json::Value) -> Part {
-    Part::decode(raw).unwrap_or_else(|_| Part {
-        kind: PartKind::Other,
-        raw: serde_json::Map::new(),
-    })
+    Part::decode(raw).unwrap_or_else(|_| Part::with_kind(PartKind::Other, serde_json::Map::new()))
 }
 
 /// The block index a part was made from (`<message id>/<k>`), if any.
 pub(crate) fn block_index(part: &Part) -> Option<usize> {
-    part.raw
-        .get("id")
-        .and_then(serde_json::Value::as_str)?
-        .rsplit_once('/')?
-        .1
-        .parse()
-        .ok()
+    part.str_field("id")?.rsplit_once('/')?.1.parse().ok()
 }
 
 /// Set `key` of an object (anything else is left alone).

@@ -44,7 +44,137 @@ pub enum PartKind {
 #[derive(Debug, Clone)]
 pub struct Part {
     pub kind: PartKind,
-    pub raw: Map<String, Value>,
+    body: Body,
+}
+
+/// A part's object: as a tree, or (a decoded text part, most parts of a
+/// long session) packed, its text apart and every other entry as compact
+/// JSON text. A pass reads and sets a text part's text and flags; as a
+/// tree its map is most of a small part's memory (an ordered map with a
+/// hash index and a heap string per key and value: ~320 bytes for
+/// `{"type", "text"}`, against ~70 packed).
+#[derive(Debug, Clone)]
+enum Body {
+    Tree(Map<String, Value>),
+    Text(PackedText),
+}
+
+#[derive(Debug, Clone)]
+struct PackedText {
+    /// The entries other than `text`, in their order.
+    rest: Box<[(Box<str>, Box<RawValue>)]>,
+    /// How many of `rest` come before `text`.
+    at: u32,
+    text: Box<str>,
+    synthetic: bool,
+    ignored: bool,
+    /// `metadata.marker` is there (mc's own marker text).
+    marker: bool,
+    /// The whole object, built the first time someone asks for it
+    /// ([`Part::raw`]); dropped when the text changes.
+    tree: OnceLock<Box<Map<String, Value>>>,
+}
+
+impl PackedText {
+    /// A text part's map packed, if its `text` is a string.
+    fn pack(raw: &Map<String, Value>) -> Option<PackedText> {
+        let mut rest = Vec::with_capacity(raw.len().saturating_sub(1));
+        let mut text = None;
+        let mut at = 0;
+        for (key, value) in raw {
+            if key == "text" {
+                text = Some(value.as_str()?);
+                at = u32::try_from(rest.len()).ok()?;
+            } else {
+                rest.push((
+                    Box::from(key.as_str()),
+                    serde_json::value::to_raw_value(value).ok()?,
+                ));
+            }
+        }
+        let flag = |name: &str| field(raw, name).and_then(Value::as_bool) == Some(true);
+        Some(PackedText {
+            rest: rest.into_boxed_slice(),
+            at,
+            text: Box::from(text?),
+            synthetic: flag("synthetic"),
+            ignored: flag("ignored"),
+            marker: field(raw, "metadata")
+                .and_then(|m| m.get("marker"))
+                .is_some(),
+            tree: OnceLock::new(),
+        })
+    }
+
+    /// The entries in order, `text` among them.
+    fn entries(&self) -> impl Iterator<Item = (&str, Entry<'_>)> {
+        let at = self.at as usize;
+        let (before, after) = self.rest.split_at(at.min(self.rest.len()));
+        fn raw((key, value): &(Box<str>, Box<RawValue>)) -> (&str, Entry<'_>) {
+            (key, Entry::Raw(value))
+        }
+        before
+            .iter()
+            .map(raw)
+            .chain(std::iter::once(("text", Entry::Text(&self.text))))
+            .chain(after.iter().map(raw))
+    }
+
+    fn to_map(&self) -> Map<String, Value> {
+        #[cfg(feature = "testkit")]
+        TREES_BUILT.with(|built| built.set(built.get() + 1));
+        let mut map = Map::new();
+        for (key, entry) in self.entries() {
+            let value = match entry {
+                Entry::Raw(raw) => crate::json::parse_compact(raw.get()).unwrap_or(Value::Null),
+                Entry::Text(text) => Value::String(text.to_string()),
+            };
+            map.insert(key.to_string(), value);
+        }
+        map
+    }
+}
+
+#[cfg(feature = "testkit")]
+thread_local! {
+    static TREES_BUILT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// (testkit) How many trees of packed text parts this thread has built:
+/// what a test counts to prove a pass reads and sets text parts without.
+#[cfg(feature = "testkit")]
+pub fn packed_trees_built() -> usize {
+    TREES_BUILT.with(std::cell::Cell::get)
+}
+
+/// One entry of a [`PackedText`], as it is written out.
+enum Entry<'a> {
+    Raw(&'a RawValue),
+    Text(&'a str),
+}
+
+impl Serialize for Entry<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Entry::Raw(raw) => raw.serialize(serializer),
+            Entry::Text(text) => serializer.serialize_str(text),
+        }
+    }
+}
+
+impl Serialize for Part {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        match &self.body {
+            Body::Tree(map) => map.serialize(serializer),
+            Body::Text(packed) => {
+                let mut map = serializer.serialize_map(Some(packed.rest.len() + 1))?;
+                for (key, entry) in packed.entries() {
+                    map.serialize_entry(key, &entry)?;
+                }
+                map.end()
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -191,10 +321,7 @@ fn kind_of(type_name: Option<&str>) -> PartKind {
 impl Part {
     pub fn decode(value: Value) -> Result<Part> {
         match value {
-            Value::Object(raw) => {
-                let kind = kind_of(field(&raw, "type").and_then(Value::as_str));
-                Ok(Part { kind, raw })
-            }
+            Value::Object(raw) => Ok(Part::from_map(raw)),
             other => Err(Error::input(format!(
                 "a message part is not a JSON object (found {})",
                 json_kind(&other)
@@ -202,22 +329,127 @@ impl Part {
         }
     }
 
+    /// A part from its object (a text part with a string `text` is packed).
+    pub fn from_map(raw: Map<String, Value>) -> Part {
+        let kind = kind_of(field(&raw, "type").and_then(Value::as_str));
+        let body = match kind {
+            PartKind::Text => PackedText::pack(&raw).map_or(Body::Tree(raw), Body::Text),
+            _ => Body::Tree(raw),
+        };
+        Part { kind, body }
+    }
+
+    /// A part of `kind` whose object is `raw` as it is (never packed).
+    pub fn with_kind(kind: PartKind, raw: Map<String, Value>) -> Part {
+        Part {
+            kind,
+            body: Body::Tree(raw),
+        }
+    }
+
     pub fn encode(self) -> Value {
-        Value::Object(self.raw)
+        Value::Object(self.into_map())
+    }
+
+    /// The part's whole object.
+    pub fn into_map(self) -> Map<String, Value> {
+        match self.body {
+            Body::Tree(map) => map,
+            Body::Text(mut packed) => match packed.tree.take() {
+                Some(tree) => *tree,
+                None => packed.to_map(),
+            },
+        }
+    }
+
+    /// The part's whole object (a packed part's is built once, on the
+    /// first call, and kept).
+    pub fn raw(&self) -> &Map<String, Value> {
+        match &self.body {
+            Body::Tree(map) => map,
+            Body::Text(packed) => packed.tree.get_or_init(|| Box::new(packed.to_map())),
+        }
+    }
+
+    /// Packed, and no tree of it built: what a pass that only reads and
+    /// sets a text part's text and flags leaves it.
+    pub fn is_packed(&self) -> bool {
+        matches!(&self.body, Body::Text(packed) if packed.tree.get().is_none())
+    }
+
+    /// The part's whole object to edit (a packed part becomes a tree).
+    pub fn raw_mut(&mut self) -> &mut Map<String, Value> {
+        if let Body::Text(packed) = &mut self.body {
+            let map = match packed.tree.take() {
+                Some(tree) => *tree,
+                None => packed.to_map(),
+            };
+            self.body = Body::Tree(map);
+        }
+        match &mut self.body {
+            Body::Tree(map) => map,
+            Body::Text(_) => unreachable!("a packed part was just unpacked"),
+        }
     }
 
     pub fn text(&self) -> Option<&str> {
-        field(&self.raw, "text").and_then(Value::as_str)
+        match &self.body {
+            Body::Tree(map) => field(map, "text").and_then(Value::as_str),
+            Body::Text(packed) => Some(&packed.text),
+        }
     }
 
     pub fn set_text(&mut self, text: String) {
-        set_field(&mut self.raw, "text", Value::String(text));
+        match &mut self.body {
+            Body::Tree(map) => set_field(map, "text", Value::String(text)),
+            Body::Text(packed) => {
+                packed.text = text.into_boxed_str();
+                packed.tree = OnceLock::new();
+            }
+        }
     }
 
     fn flag(&self, name: &str) -> bool {
-        field(&self.raw, name)
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
+        match (&self.body, name) {
+            (Body::Text(packed), "synthetic") => packed.synthetic,
+            (Body::Text(packed), "ignored") => packed.ignored,
+            _ => self.get(name).and_then(Value::as_bool).unwrap_or(false),
+        }
+    }
+
+    /// `metadata.marker` is there: a text mc wrote itself.
+    pub fn has_marker(&self) -> bool {
+        match &self.body {
+            Body::Text(packed) => packed.marker,
+            Body::Tree(map) => field(map, "metadata")
+                .and_then(|m| m.get("marker"))
+                .is_some(),
+        }
+    }
+
+    /// A string entry of the part's object (a packed part's is read off
+    /// its text, no tree built, unless the string has escapes).
+    pub fn str_field(&self, name: &str) -> Option<&str> {
+        if let Body::Text(packed) = &self.body {
+            if name == "text" {
+                return Some(&packed.text);
+            }
+            let raw = packed.rest.iter().find(|(key, _)| &**key == name)?.1.get();
+            if let Some(inner) = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"'))
+                && !inner.contains('\\')
+            {
+                return Some(inner);
+            }
+        }
+        field(self.raw(), name).and_then(Value::as_str)
+    }
+
+    /// The part's `type`, as its object says.
+    pub fn type_name(&self) -> Option<&str> {
+        match &self.body {
+            Body::Tree(map) => field(map, "type").and_then(Value::as_str),
+            Body::Text(_) => Some("text"),
+        }
     }
 
     pub fn is_synthetic(&self) -> bool {
@@ -228,20 +460,34 @@ impl Part {
         self.flag("ignored")
     }
 
+    /// An entry of the part's object. A packed part builds its tree only
+    /// for a key it has (a pass asks every part for tool fields).
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        match &self.body {
+            Body::Tree(map) => field(map, name),
+            Body::Text(packed)
+                if name != "text" && !packed.rest.iter().any(|(k, _)| &**k == name) =>
+            {
+                None
+            }
+            Body::Text(_) => field(self.raw(), name),
+        }
+    }
+
     pub fn call_id(&self) -> Option<&str> {
-        field(&self.raw, "callID").and_then(Value::as_str)
+        self.get("callID").and_then(Value::as_str)
     }
 
     pub fn tool_name(&self) -> Option<&str> {
-        field(&self.raw, "tool").and_then(Value::as_str)
+        self.get("tool").and_then(Value::as_str)
     }
 
     fn state(&self) -> Option<&Map<String, Value>> {
-        field(&self.raw, "state").and_then(Value::as_object)
+        self.get("state").and_then(Value::as_object)
     }
 
     fn state_mut(&mut self) -> Option<&mut Map<String, Value>> {
-        field_mut(&mut self.raw, "state").and_then(Value::as_object_mut)
+        field_mut(self.raw_mut(), "state").and_then(Value::as_object_mut)
     }
 
     pub fn tool_status(&self) -> Option<&str> {
@@ -278,7 +524,7 @@ impl Part {
     }
 
     pub fn file_url(&self) -> Option<&str> {
-        field(&self.raw, "url").and_then(Value::as_str)
+        self.get("url").and_then(Value::as_str)
     }
 
     /// Does this part carry content the model reads (as opposed to structure)?
@@ -288,7 +534,7 @@ impl Part {
             PartKind::Reasoning | PartKind::StepStart | PartKind::StepFinish => false,
             PartKind::Tool | PartKind::File => true,
             PartKind::Other => !matches!(
-                field(&self.raw, "type").and_then(Value::as_str),
+                self.type_name(),
                 Some("snapshot" | "patch" | "agent" | "retry" | "meta")
             ),
         }
@@ -480,13 +726,7 @@ impl Message {
     pub fn is_real_user(&self) -> bool {
         self.role() == Role::User
             && self.parts.iter().any(|p| {
-                p.kind == PartKind::Text
-                    && !p.is_synthetic()
-                    && !p.is_ignored()
-                    && p.raw
-                        .get("metadata")
-                        .and_then(|m| m.get("marker"))
-                        .is_none()
+                p.kind == PartKind::Text && !p.is_synthetic() && !p.is_ignored() && !p.has_marker()
             })
     }
 }
@@ -526,7 +766,7 @@ struct Parts<'a>(&'a [Part]);
 
 impl Serialize for Parts<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(|part| &part.raw))
+        serializer.collect_seq(self.0)
     }
 }
 
@@ -572,7 +812,7 @@ impl Message {
             self.is_summary(),
             self.parts
                 .iter()
-                .any(|p| p.raw.get("type").and_then(Value::as_str) == Some("compaction")),
+                .any(|p| p.type_name() == Some("compaction")),
         )
     }
 }
@@ -1076,5 +1316,70 @@ mod tests {
             "parts": [{"type": "text", "text": "hello"}]}))
         .unwrap();
         assert!(real.is_real_user());
+    }
+
+    /// A text part packs, reads and writes as its tree would: the entries
+    /// in their order, `text` in its place, before and after a change.
+    #[test]
+    fn a_packed_text_part_reads_and_writes_as_its_tree() {
+        let value = json!({"id": "p\"1", "type": "text", "synthetic": true,
+            "text": "a\tb\u{e9}", "time": {"start": 1.50, "end": null},
+            "metadata": {"marker": "m"}, "z": [1e300, "\u{2028}"]});
+        let mut part = Part::decode(value.clone()).unwrap();
+        assert!(matches!(part.body, Body::Text(_)), "a text part is packed");
+        assert_eq!(part.kind, PartKind::Text);
+        assert_eq!(part.text(), Some("a\tb\u{e9}"));
+        assert!(part.is_synthetic() && !part.is_ignored() && part.has_marker());
+        assert_eq!(part.type_name(), Some("text"));
+        assert_eq!(part.call_id(), None);
+        assert_eq!(part.tool_output(), None);
+        let Body::Text(packed) = &part.body else {
+            unreachable!()
+        };
+        assert!(packed.tree.get().is_none(), "absent keys build no tree");
+        assert_eq!(
+            part.str_field("id"),
+            Some("p\"1"),
+            "an escaped string reads through the tree"
+        );
+        assert_eq!(part.get("time").unwrap()["start"], json!(1.50));
+        assert_eq!(part.raw(), value.as_object().unwrap());
+        let compact = |v: &Value| serde_json::to_string(v).unwrap();
+        assert_eq!(serde_json::to_string(&part).unwrap(), compact(&value));
+        part.set_text("§1§ new".into());
+        let mut expected = value.clone();
+        expected["text"] = json!("§1§ new");
+        assert_eq!(part.text(), Some("§1§ new"));
+        assert_eq!(
+            part.raw(),
+            expected.as_object().unwrap(),
+            "a change drops the old tree"
+        );
+        assert_eq!(serde_json::to_string(&part).unwrap(), compact(&expected));
+        assert_eq!(compact(&part.clone().encode()), compact(&expected));
+        part.raw_mut().insert("ignored".into(), json!(true));
+        expected["ignored"] = json!(true);
+        assert!(
+            matches!(part.body, Body::Tree(_)),
+            "an edit of the object unpacks it"
+        );
+        assert!(part.is_ignored());
+        assert_eq!(serde_json::to_string(&part).unwrap(), compact(&expected));
+        // `text` first, last, alone; a text that is not a string stays a tree.
+        for value in [
+            json!({"text": "x", "type": "text"}),
+            json!({"type": "text", "text": ""}),
+            json!({"type": "text", "id": "p", "text": "x"}),
+        ] {
+            let part = Part::decode(value.clone()).unwrap();
+            assert!(matches!(part.body, Body::Text(_)), "{value}");
+            assert_eq!(serde_json::to_string(&part).unwrap(), compact(&value));
+            assert_eq!(compact(&part.encode()), compact(&value));
+        }
+        for value in [json!({"type": "text", "text": 3}), json!({"type": "text"})] {
+            let part = Part::decode(value.clone()).unwrap();
+            assert!(matches!(part.body, Body::Tree(_)), "{value}");
+            assert_eq!(serde_json::to_string(&part).unwrap(), compact(&value));
+        }
     }
 }

@@ -235,7 +235,7 @@ pub fn decode(values: Vec<Value>, session_id: Option<&str>) -> Result<(Vec<Messa
             let failed = original.get("isError").and_then(Value::as_bool) == Some(true);
             let text = text_of_blocks(original.get("content"));
             if let Some(p) = message.parts.iter_mut().find(|p| p.call_id() == Some(call))
-                && let Some(state) = p.raw.get_mut("state").and_then(Value::as_object_mut)
+                && let Some(state) = p.raw_mut().get_mut("state").and_then(Value::as_object_mut)
             {
                 super::close_tool_state(state, text, failed, None);
                 open_calls.remove(call);
@@ -328,13 +328,7 @@ pub fn decode(values: Vec<Value>, session_id: Option<&str>) -> Result<(Vec<Messa
 }
 
 fn part_suffix(part: &Part) -> Option<&str> {
-    Some(
-        part.raw
-            .get("id")
-            .and_then(Value::as_str)?
-            .rsplit_once('/')?
-            .1,
-    )
+    Some(part.str_field("id")?.rsplit_once('/')?.1)
 }
 
 /// `[dropped §N§]`: the whole output was dropped.
@@ -391,7 +385,7 @@ fn rebuild_content(original: &[Value], parts: &[Part]) -> Vec<Value> {
 /// A tool result with its output as the pass left it.
 fn rebuild_result(mut result: Map<String, Value>, tool: &Part) -> Map<String, Value> {
     let original_text = text_of_blocks(result.get("content"));
-    let state = tool.raw.get("state");
+    let state = tool.get("state");
     let new_text = match tool.tool_status() {
         Some("error") => state.and_then(|s| s.get("error")).and_then(Value::as_str),
         _ => tool.tool_output(),

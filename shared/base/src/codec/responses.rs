@@ -542,7 +542,6 @@ impl<'a> Request<'a> {
                     None => DROPPED_OUTPUT,
                     Some(p) if p.kind == PartKind::Tool => match p.tool_status() {
                         Some("error") => p
-                            .raw
                             .get("state")
                             .and_then(|s| s.get("error"))
                             .and_then(Value::as_str)?,

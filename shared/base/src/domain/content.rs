@@ -24,11 +24,7 @@ fn extract(kind: TagKind, part: &Part) -> (Option<String>, String) {
             strip_leading_tags(part.text().unwrap_or_default()).to_string(),
         ),
         TagKind::File => {
-            let name = part
-                .raw
-                .get("filename")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let name = part.str_field("filename").unwrap_or_default();
             let url = part.file_url().unwrap_or_default();
             let url = if url.starts_with("data:") {
                 format!("[inline data, {} bytes]", url.len())

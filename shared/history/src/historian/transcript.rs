@@ -203,7 +203,7 @@ fn render(message: &Message) -> Option<Rendered> {
         || message
             .parts
             .iter()
-            .any(|p| p.raw.get("type").and_then(Value::as_str) == Some("compaction"))
+            .any(|p| p.type_name() == Some("compaction"))
     {
         return None;
     }
@@ -237,10 +237,8 @@ fn render(message: &Message) -> Option<Rendered> {
             PartKind::Tool => pieces.extend(tool_summary(part)),
             PartKind::File => {
                 let name = part
-                    .raw
-                    .get("filename")
-                    .or_else(|| part.raw.get("mime"))
-                    .and_then(Value::as_str)
+                    .str_field("filename")
+                    .or_else(|| part.str_field("mime"))
                     .unwrap_or("file");
                 pieces.push(format!("[file {}]", squash(name, MAX_ARG_CHARS)));
                 has_text = true;

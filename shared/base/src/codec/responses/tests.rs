@@ -72,7 +72,7 @@ fn items_group_into_messages_the_way_the_rollout_codec_groups_them() {
         messages[2]
             .parts
             .iter()
-            .all(|p| p.raw["type"] == OPAQUE_PART)
+            .all(|p| p.raw()["type"] == OPAQUE_PART)
     );
     assert_eq!(messages[2].finish(), Some("tool-calls"));
     assert_eq!(kinds(&messages[3]), [PartKind::Tool; 3]);
@@ -92,8 +92,8 @@ fn items_group_into_messages_the_way_the_rollout_codec_groups_them() {
     assert_eq!(messages[3].parts[0].tool_input().unwrap()["cmd"], "ls");
     assert_eq!(messages[1].parts[0].text(), Some("fix it"));
     assert_eq!(messages[5].parts[0].text(), Some("Fixed."));
-    assert_eq!(messages[0].parts[0].raw["type"], OPAQUE_PART);
-    assert_eq!(messages[4].parts[0].raw["type"], OPAQUE_PART);
+    assert_eq!(messages[0].parts[0].raw()["type"], OPAQUE_PART);
+    assert_eq!(messages[4].parts[0].raw()["type"], OPAQUE_PART);
 }
 
 #[test]
@@ -290,7 +290,7 @@ fn a_request_that_grows_at_the_tail_is_read_from_where_it_stops_repeating() {
         let output = read.decode(g, "x", "s", None);
         assert_eq!(output.parts[0].tool_name(), Some("exec_command"));
         assert_eq!(
-            output.parts[0].raw["state"]["input"]["cmd"],
+            output.parts[0].raw()["state"]["input"]["cmd"],
             format!("cat f{}", g / 2 - 1)
         );
     }
