@@ -78,8 +78,9 @@ struct Cli {
     #[arg(long)]
     no_history: bool,
     /// Instead of timing, measure peak RSS against the envelope's size: 1, 5
-    /// and 21 MB envelopes of tiny messages (200k in 21 MB) and of a coding
-    /// session (big tool outputs), each one-shot on a fresh DB, again on the
+    /// and 21 MB envelopes of tiny messages (142k in 21 MB), of one-word
+    /// messages with no time (200k in 21 MB) and of a coding session (big
+    /// tool outputs), each one-shot on a fresh DB, again on the
     /// same DB, and through serve (whole, then deltas); the bound is 8× the
     /// envelope + 50 MiB (needs GNU time)
     #[arg(long)]
@@ -1063,8 +1064,11 @@ const GNU_TIME: &str = "/usr/bin/time";
 /// An envelope shape the memory mode generates at each size.
 #[derive(Clone, Copy)]
 enum Shape {
-    /// Many tiny messages (~105 bytes each: 200k of them in 21 MB).
+    /// Many tiny messages (~150 bytes each: 142k of them in 21 MB).
     Tiny,
+    /// The shape issue 26 was filed with: a one-word text part and no
+    /// `time` (~100 bytes each: 200k of them in 21 MB).
+    Word,
     /// The generator's coding session: fewer messages, big tool outputs.
     Session,
 }
@@ -1073,6 +1077,7 @@ impl Shape {
     fn name(self) -> &'static str {
         match self {
             Shape::Tiny => "tiny",
+            Shape::Word => "word",
             Shape::Session => "session",
         }
     }
@@ -1097,6 +1102,20 @@ fn tiny_messages(count: usize, session_id: &str, start_ms: i64) -> Vec<Value> {
         .collect()
 }
 
+/// `count` OpenCode messages of the shape issue 26 was filed with: no
+/// `time`, one text part of one word.
+fn word_messages(count: usize, session_id: &str) -> Vec<Value> {
+    (0..count)
+        .map(|i| {
+            let role = if i % 2 == 0 { "user" } else { "assistant" };
+            serde_json::json!({
+                "info": {"id": format!("m{i:07}"), "sessionID": session_id, "role": role},
+                "parts": [{"type": "text", "text": format!("w{i}")}],
+            })
+        })
+        .collect()
+}
+
 /// An envelope of `shape` of about `mb` MB, and its message count.
 fn memory_envelope(shape: Shape, mb: u64, seed: u64, work: &Path) -> Result<(Vec<u8>, usize)> {
     let target = mb * 1_000_000;
@@ -1108,6 +1127,13 @@ fn memory_envelope(shape: Shape, mb: u64, seed: u64, work: &Path) -> Result<(Vec
                 .map_err(|e| e.to_string())?;
             let count = (target * 1000 / sample.len() as u64) as usize;
             (tiny_messages(count, &session_id, start), session_id)
+        }
+        Shape::Word => {
+            let session_id = format!("ses_{seed:x}");
+            let sample =
+                serde_json::to_vec(&word_messages(1000, &session_id)).map_err(|e| e.to_string())?;
+            let count = (target * 1000 / sample.len() as u64) as usize;
+            (word_messages(count, &session_id), session_id)
         }
         Shape::Session => {
             // Envelope bytes grow with the turns and tokens: aim, then correct.
@@ -1236,7 +1262,7 @@ fn run_memory(args: &Args, work: &Path) -> Result<()> {
         "shape", "MiB", "messages", "run", "peak MiB", "ratio", "bound", "B/msg"
     );
     let mut missed = 0;
-    for shape in [Shape::Tiny, Shape::Session] {
+    for shape in [Shape::Tiny, Shape::Word, Shape::Session] {
         for mb in MEMORY_SIZES_MB {
             let (envelope, messages) = memory_envelope(shape, mb, args.seed, work)?;
             let rows = memory_rows(&tools, &envelope, &format!("{}-{mb}", shape.name()))?;
