@@ -26,7 +26,8 @@ additionalContext. Any other event does nothing.
 
 Run from inside a Claude Code or Codex session without --session, `pin`,
 `unpin` and `list` find the harness, the session and its transcript by
-themselves.";
+themselves (`pin` waits up to 3 s for a transcript the harness has not
+written yet: Claude Code writes it in the background).";
 
 #[derive(Parser, Debug)]
 #[command(name = "mc-pin", version, about = ABOUT)]

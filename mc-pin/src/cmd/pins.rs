@@ -16,6 +16,26 @@ use crate::args::{Args, NAME, TargetArgs};
 use crate::common::{homes, open_store, read_stdin, warn};
 use crate::paths;
 
+/// How long a pin run from inside a session waits for the harness to write
+/// the session's transcript: Claude Code writes it in the background, so a
+/// command the agent runs at once after the session's first prompt can
+/// start before the file is there.
+const TRANSCRIPT_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// `find()` until it finds something, for at most `limit`.
+fn wait_for<T>(limit: std::time::Duration, find: impl Fn() -> Option<T>) -> Option<T> {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(found) = find() {
+            return Some(found);
+        }
+        if start.elapsed() >= limit {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// The request from the flags, completed from JSON on stdin when `--session`
 /// is not given; and the server URL, if the session is an OpenCode one.
 pub(crate) fn request_of(
@@ -47,13 +67,18 @@ pub(crate) fn request_of(
     let homes = homes();
     let cwd = mc_cli::working_dir();
     let mut located = None;
+    let mut from_env = false;
     let session_id = flags
         .session
         .clone()
         .or(fields.session_id)
         .filter(|s| !s.is_empty())
         .or_else(|| match harness {
-            Harness::ClaudeCode | Harness::Codex => env.session(harness.as_str()),
+            Harness::ClaudeCode | Harness::Codex => {
+                let session = env.session(harness.as_str());
+                from_env = session.is_some();
+                session
+            }
             // A Pi session file names its session in its first line.
             Harness::Pi => flags
                 .transcript
@@ -110,7 +135,13 @@ pub(crate) fn request_of(
         .or_else(|| {
             // Where the harness keeps the session's transcript (read only
             // when the command needs it).
-            pin::locate::transcript(&homes, harness, &session_id, cwd.as_deref())
+            let find = || pin::locate::transcript(&homes, harness, &session_id, cwd.as_deref());
+            match action {
+                // Run by the session itself right after its first prompt:
+                // the harness may not have written its transcript yet.
+                Action::Pin if from_env => wait_for(TRANSCRIPT_WAIT, find),
+                _ => find(),
+            }
         });
     let request = PinRequest {
         harness,
@@ -157,4 +188,25 @@ pub(crate) fn run_pins(args: &Args, action: Action, flags: &TargetArgs) -> Resul
         args.global.pretty,
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::time::Duration;
+
+    use super::wait_for;
+
+    #[test]
+    fn waiting_for_a_transcript_ends_when_it_is_there_or_at_the_limit() {
+        let tries = Cell::new(0);
+        let found = wait_for(Duration::from_secs(5), || {
+            tries.set(tries.get() + 1);
+            (tries.get() == 3).then_some("transcript")
+        });
+        assert_eq!((found, tries.get()), (Some("transcript"), 3));
+        let start = std::time::Instant::now();
+        assert_eq!(wait_for(Duration::from_millis(120), || None::<()>), None);
+        assert!(start.elapsed() >= Duration::from_millis(120));
+    }
 }
