@@ -119,7 +119,8 @@ pub(crate) fn close_tool_state(
 
 /// A part from its JSON (an empty `Other` part if it is not an object).
 pub(crate) fn part(raw: serde_json::Value) -> Part {
-    Part::decode(raw).unwrap_or_else(|_| Part::with_kind(PartKind::Other, serde_json::Map::new()))
+    // An empty object has no `type`: an `Other` part.
+    Part::decode(raw).unwrap_or_else(|_| Part::from_map(serde_json::Map::new()))
 }
 
 /// The block index a part was made from (`<message id>/<k>`), if any.

@@ -99,11 +99,25 @@ impl PackedText {
             text: Box::from(text?),
             synthetic: flag("synthetic"),
             ignored: flag("ignored"),
-            marker: field(raw, "metadata")
-                .and_then(|m| m.get("marker"))
-                .is_some(),
+            marker: marked(raw),
             tree: OnceLock::new(),
         })
+    }
+
+    /// The packed text of an entry other than `text`.
+    fn entry(&self, name: &str) -> Option<&RawValue> {
+        self.rest
+            .iter()
+            .find(|(key, _)| &**key == name)
+            .map(|(_, value)| &**value)
+    }
+
+    /// The whole object, taking the tree if one was built.
+    fn take_map(&mut self) -> Map<String, Value> {
+        match self.tree.take() {
+            Some(tree) => *tree,
+            None => self.to_map(),
+        }
     }
 
     /// The entries in order, `text` among them.
@@ -133,6 +147,13 @@ impl PackedText {
         }
         map
     }
+}
+
+/// A part object's `metadata.marker` is there (mc's own marker text).
+fn marked(raw: &Map<String, Value>) -> bool {
+    field(raw, "metadata")
+        .and_then(|m| m.get("marker"))
+        .is_some()
 }
 
 #[cfg(feature = "testkit")]
@@ -339,14 +360,6 @@ impl Part {
         Part { kind, body }
     }
 
-    /// A part of `kind` whose object is `raw` as it is (never packed).
-    pub fn with_kind(kind: PartKind, raw: Map<String, Value>) -> Part {
-        Part {
-            kind,
-            body: Body::Tree(raw),
-        }
-    }
-
     pub fn encode(self) -> Value {
         Value::Object(self.into_map())
     }
@@ -355,10 +368,7 @@ impl Part {
     pub fn into_map(self) -> Map<String, Value> {
         match self.body {
             Body::Tree(map) => map,
-            Body::Text(mut packed) => match packed.tree.take() {
-                Some(tree) => *tree,
-                None => packed.to_map(),
-            },
+            Body::Text(mut packed) => packed.take_map(),
         }
     }
 
@@ -380,11 +390,7 @@ impl Part {
     /// The part's whole object to edit (a packed part becomes a tree).
     pub fn raw_mut(&mut self) -> &mut Map<String, Value> {
         if let Body::Text(packed) = &mut self.body {
-            let map = match packed.tree.take() {
-                Some(tree) => *tree,
-                None => packed.to_map(),
-            };
-            self.body = Body::Tree(map);
+            self.body = Body::Tree(packed.take_map());
         }
         match &mut self.body {
             Body::Tree(map) => map,
@@ -421,9 +427,7 @@ impl Part {
     pub fn has_marker(&self) -> bool {
         match &self.body {
             Body::Text(packed) => packed.marker,
-            Body::Tree(map) => field(map, "metadata")
-                .and_then(|m| m.get("marker"))
-                .is_some(),
+            Body::Tree(map) => marked(map),
         }
     }
 
@@ -434,7 +438,7 @@ impl Part {
             if name == "text" {
                 return Some(&packed.text);
             }
-            let raw = packed.rest.iter().find(|(key, _)| &**key == name)?.1.get();
+            let raw = packed.entry(name)?.get();
             if let Some(inner) = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"'))
                 && !inner.contains('\\')
             {
@@ -465,11 +469,7 @@ impl Part {
     pub fn get(&self, name: &str) -> Option<&Value> {
         match &self.body {
             Body::Tree(map) => field(map, name),
-            Body::Text(packed)
-                if name != "text" && !packed.rest.iter().any(|(k, _)| &**k == name) =>
-            {
-                None
-            }
+            Body::Text(packed) if name != "text" && packed.entry(name).is_none() => None,
             Body::Text(_) => field(self.raw(), name),
         }
     }
